@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Build the Kubernetes binaries the tests and the test-bed need, from the Go module proxy, cached by version.
+
+No binary is downloaded: every program is compiled here with `go build` from module sources (the machines this
+project runs on reach the Go module proxy but no release server). Results go to a version-keyed folder under
+``$GPU_TESTBED_CACHE`` (default ``~/.cache/gpu-scheduling-testbed``), so a second run builds nothing and a
+clean clone on the same machine reuses them.
+
+Usage:
+    hack/toolchain.py build kube-apiserver kube-controller-manager etcd kwok
+    hack/toolchain.py bindir            # prints the folder holding the built binaries
+    hack/toolchain.py list              # components and where they come from
+
+This script only writes below the cache folder; it never touches the repository or the system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+VERSIONS_FILE = ROOT / "versions.yml"
+
+# Staging modules that k8s.io/kubernetes requires at v0.0.0 and resolves with `replace` to ./staging in its
+# own tree; outside that tree each needs a replace to its published v0.X.Y release.
+K8S_STAGING_MODULES = (
+    "api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider cluster-bootstrap"
+    " code-generator component-base component-helpers controller-manager cri-api cri-client csi-translation-lib"
+    " dynamic-resource-allocation endpointslice externaljwt kms kube-aggregator kube-controller-manager"
+    " kube-proxy kube-scheduler kubectl kubelet metrics mount-utils pod-security-admission sample-apiserver"
+).split()
+
+
+def read_versions(path: pathlib.Path = VERSIONS_FILE) -> dict[str, str]:
+    """Parse the flat `key: "value"` YAML of versions.yml without needing PyYAML."""
+    versions: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r'^([a-z0-9_]+):\s*"?([^"#\s]+)"?\s*(#.*)?$', line)
+        if m:
+            versions[m.group(1)] = m.group(2)
+    return versions
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """One program built from one Go module."""
+
+    name: str
+    module: str  # module path as found on the proxy
+    package: str  # main package to build
+    version_key: str  # key in versions.yml
+    kubernetes: bool = False  # needs the staging replaces and version ldflags
+
+
+def components() -> dict[str, Component]:
+    k8s = [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kube-proxy",
+        "kubelet",
+        "kubeadm",
+        "kubectl",
+    ]
+    found = {
+        name: Component(name, "k8s.io/kubernetes", f"k8s.io/kubernetes/cmd/{name}", "kubernetes_version", True)
+        for name in k8s
+    }
+    found["etcd"] = Component("etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3", "etcd_version")
+    found["kwok"] = Component("kwok", "sigs.k8s.io/kwok", "sigs.k8s.io/kwok/cmd/kwok", "kwok_version")
+    found["kind"] = Component("kind", "sigs.k8s.io/kind", "sigs.k8s.io/kind", "kind_version")
+    return found
+
+
+def cache_root() -> pathlib.Path:
+    default = pathlib.Path.home() / ".cache" / "gpu-scheduling-testbed"
+    return pathlib.Path(os.environ.get("GPU_TESTBED_CACHE", default))
+
+
+def bindir() -> pathlib.Path:
+    return cache_root() / "bin"
+
+
+def versioned_path(comp: Component, versions: dict[str, str]) -> pathlib.Path:
+    return cache_root() / "builds" / f"{comp.name}-{versions[comp.version_key]}" / comp.name
+
+
+def _wrapper_gomod(comp: Component, versions: dict[str, str]) -> str:
+    lines = ["module local/toolchain", "", "go 1.24.0", "", f"require {comp.module} {versions[comp.version_key]}", ""]
+    if comp.kubernetes:
+        staging = versions["kubernetes_staging_version"]
+        lines.append("replace (")
+        lines += [f"\tk8s.io/{m} => k8s.io/{m} {staging}" for m in K8S_STAGING_MODULES]
+        lines.append(")")
+    return "\n".join(lines) + "\n"
+
+
+def _ldflags(comp: Component, versions: dict[str, str]) -> str:
+    flags = ["-s", "-w"]
+    if comp.kubernetes:
+        # Without these the binaries report v0.0.0 and kubeadm/kubelet version checks refuse them.
+        version = versions["kubernetes_version"]
+        major, minor = version.lstrip("v").split(".")[:2]
+        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+            flags += [
+                f"-X {pkg}.gitVersion={version}",
+                f"-X {pkg}.gitMajor={major}",
+                f"-X {pkg}.gitMinor={minor}",
+                f"-X {pkg}.gitTreeState=clean",
+                f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+            ]
+    if comp.name == "kind":
+        flags.append(f"-X sigs.k8s.io/kind/pkg/internal/kindversion.gitCommit={versions['kind_version']}")
+    return " ".join(flags)
+
+
+def build(comp: Component, versions: dict[str, str]) -> pathlib.Path:
+    target = versioned_path(comp, versions)
+    link = bindir() / comp.name
+    if not target.exists():
+        print(f"toolchain: building {comp.name} {versions[comp.version_key]} from {comp.module} ...", flush=True)
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix=f"toolchain-{comp.name}-") as work:
+            wd = pathlib.Path(work)
+            (wd / "go.mod").write_text(_wrapper_gomod(comp, versions))
+            env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
+            # `go mod download` of the main module fills go.sum for the wrapper; `go build -mod=mod` then
+            # resolves the remaining entries itself.
+            subprocess.run(["go", "mod", "download", comp.module], cwd=wd, env=env, check=True)
+            tmp_out = target.with_suffix(".partial")
+            tmp_out.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                ["go", "build", "-trimpath", "-ldflags", _ldflags(comp, versions), "-o", str(tmp_out), comp.package],
+                cwd=wd,
+                env=env,
+                check=True,
+            )
+            tmp_out.rename(target)
+        print(f"toolchain: built {comp.name} in {time.monotonic() - started:.0f}s -> {target}", flush=True)
+    else:
+        print(f"toolchain: {comp.name} {versions[comp.version_key]} cached at {target}", flush=True)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        if link.resolve() == target.resolve():
+            return target
+        link.unlink()
+    link.symlink_to(target)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build components (cached by version)")
+    b.add_argument("names", nargs="+")
+    sub.add_parser("bindir", help="print the folder of built binaries")
+    sub.add_parser("list", help="list known components")
+    args = parser.parse_args(argv)
+
+    versions = read_versions()
+    known = components()
+    if args.cmd == "bindir":
+        print(bindir())
+        return 0
+    if args.cmd == "list":
+        for c in known.values():
+            print(f"{c.name:26} {c.module}@{versions[c.version_key]}")
+        return 0
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        parser.error(f"unknown component(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if shutil.which("go") is None:
+        print("toolchain: `go` is not on PATH; install Go >= 1.24", file=sys.stderr)
+        return 1
+    started = time.monotonic()
+    for name in args.names:
+        build(known[name], versions)
+    print(f"toolchain: {len(args.names)} component(s) ready in {time.monotonic() - started:.0f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""JSON requests and watches against the Kubernetes API over one pooled aiohttp session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+
+from gpu_scheduling.kube.config import ClusterConfig
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+
+class ApiError(Exception):
+    """The API server answered with an error status; `status`, `reason` and `message` come from its Status."""
+
+    def __init__(self, status: int, reason: str, message: str, body: Any = None):
+        self.status, self.reason, self.message, self.body = status, reason, message, body
+        super().__init__(f"{status} {reason}: {message}")
+
+
+class RateLimiter:
+    """Token bucket like client-go's (qps, burst); qps <= 0 disables it."""
+
+    def __init__(self, qps: float, burst: int):
+        self.qps, self.burst = qps, max(1, burst)
+        self._tokens = float(self.burst)
+        self._last = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        if self.qps <= 0:
+            return
+        async with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            if self._tokens < 1:
+                await asyncio.sleep((1 - self._tokens) / self.qps)
+                self._last = time.monotonic()
+                self._tokens = 0
+            else:
+                self._tokens -= 1
+
+
+class Client:
+    """An async client. Use as `async with Client(cfg) as c:`; paths are absolute API paths."""
+
+    def __init__(self, config: ClusterConfig, *, qps: float = 0, burst: int = 100, connections: int = 64,
+                 user_agent: str = "gpu-scheduling"):
+        self.config = config
+        self.limiter = RateLimiter(qps, burst)
+        self._connections = connections
+        self._user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Client:
+        connector = aiohttp.TCPConnector(limit=self._connections, ssl=self.config.ssl_context)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers={"User-Agent": self._user_agent, "Accept": "application/json"},
+            json_serialize=json.dumps,
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {}
+        token = self.config.bearer()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    @staticmethod
+    async def _error(resp: aiohttp.ClientResponse) -> ApiError:
+        text = await resp.text()
+        try:
+            body = json.loads(text)
+            return ApiError(resp.status, body.get("reason", resp.reason or ""), body.get("message", text), body)
+        except (ValueError, AttributeError):
+            return ApiError(resp.status, resp.reason or "", text)
+
+    async def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+                      body: Any = None, content_type: str = "application/json",
+                      timeout: float = 30) -> JSON:
+        assert self._session is not None, "use `async with Client(...)`"
+        await self.limiter.acquire()
+        async with self._session.request(
+            method,
+            self.config.server + path,
+            params=params,
+            data=None if body is None else json.dumps(body),
+            headers=self._headers(content_type if body is not None else None),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as resp:
+            if resp.status >= 400:
+                raise await self._error(resp)
+            return await resp.json(content_type=None)
+
+    async def get(self, path: str, **params: Any) -> JSON:
+        return await self.request("GET", path, params=params or None)
+
+    async def post(self, path: str, body: Any) -> JSON:
+        return await self.request("POST", path, body=body)
+
+    async def delete(self, path: str) -> JSON:
+        return await self.request("DELETE", path)
+
+    async def patch(self, path: str, body: Any, kind: str = "merge") -> JSON:
+        content_types = {
+            "merge": "application/merge-patch+json",
+            "strategic": "application/strategic-merge-patch+json",
+            "json": "application/json-patch+json",
+        }
+        return await self.request("PATCH", path, body=body, content_type=content_types[kind])
+
+    async def watch(self, path: str, params: Mapping[str, Any], timeout_seconds: int = 300) -> AsyncIterator[JSON]:
+        """Yield watch events (`{"type": ..., "object": ...}`) until the server closes the stream."""
+        assert self._session is not None, "use `async with Client(...)`"
+        query = dict(params, watch="true", timeoutSeconds=str(timeout_seconds))
+        async with self._session.get(
+            self.config.server + path,
+            params=query,
+            headers=self._headers(),
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
+        ) as resp:
+            if resp.status >= 400:
+                raise await self._error(resp)
+            buffer = b""
+            async for chunk in resp.content.iter_any():
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)

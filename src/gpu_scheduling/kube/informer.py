@@ -1,0 +1,116 @@
+"""List-then-watch cache of one resource, with relist on expiry. The only place that LISTs.
+
+Handlers are called for every change with (event type, new object, old object); they must not block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from gpu_scheduling.kube.client import ApiError, Client
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
+
+
+def key_of(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    ns = meta.get("namespace")
+    return f"{ns}/{meta['name']}" if ns else meta["name"]
+
+
+class Informer:
+    """Keeps `cache` (key -> object) equal to the server's view of `path` filtered by `params`."""
+
+    def __init__(self, client: Client, path: str, handler: Handler, *, params: dict[str, str] | None = None,
+                 name: str = "", page_size: int = 500):
+        self.client, self.path, self.handler = client, path, handler
+        self.params = params or {}
+        self.name = name or path
+        self.page_size = page_size
+        self.cache: dict[str, dict[str, Any]] = {}
+        self.synced = asyncio.Event()
+        self._rv = ""
+
+    async def _list(self) -> None:
+        fresh: dict[str, dict[str, Any]] = {}
+        cont = ""
+        while True:
+            params = dict(self.params, limit=str(self.page_size))
+            if cont:
+                params["continue"] = cont
+            page = await self.client.get(self.path, **params)
+            for item in page.get("items") or []:
+                fresh[key_of(item)] = item
+            cont = (page.get("metadata") or {}).get("continue") or ""
+            if not cont:
+                self._rv = page["metadata"]["resourceVersion"]
+                break
+        old = self.cache
+        self.cache = fresh
+        # Deliver the difference so handlers see deletions that happened while we were not watching.
+        for key, obj in old.items():
+            if key not in fresh:
+                self.handler("DELETED", obj, obj)
+        for key, obj in fresh.items():
+            prev = old.get(key)
+            if prev is None:
+                self.handler("ADDED", obj, None)
+            elif prev["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                self.handler("MODIFIED", obj, prev)
+        self.synced.set()
+        log.info("%s: listed %d objects at resourceVersion %s", self.name, len(fresh), self._rv)
+
+    async def run(self) -> None:
+        backoff = 0.2
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                params = dict(self.params, resourceVersion=self._rv, allowWatchBookmarks="true")
+                async for event in self.client.watch(self.path, params):
+                    self._apply(event)
+                backoff = 0.2
+            except ApiError as exc:
+                if exc.status == 410:  # our resourceVersion is too old: start over
+                    log.info("%s: watch expired, relisting", self.name)
+                    need_list = True
+                    continue
+                log.warning("%s: %s; retrying in %.1fs", self.name, exc, backoff)
+            except _GoneInStream:
+                need_list = True
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # network trouble: keep the cache, reconnect
+                log.warning("%s: watch failed (%s: %s); retrying in %.1fs", self.name, type(exc).__name__, exc,
+                            backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 10)
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _GoneInStream()
+            raise ApiError(obj.get("code", 500), obj.get("reason", ""), obj.get("message", ""))
+        self._rv = obj.get("metadata", {}).get("resourceVersion", self._rv)
+        if kind == "BOOKMARK":
+            return
+        key = key_of(obj)
+        old = self.cache.get(key)
+        if kind == "DELETED":
+            self.cache.pop(key, None)
+        else:
+            self.cache[key] = obj
+        self.handler(kind, obj, old)
+
+
+class _GoneInStream(Exception):
+    pass

@@ -1,0 +1,72 @@
+"""Build the JSONPatch (RFC 6902) that sets CUDA_VISIBLE_DEVICES in every container. Pure: no I/O.
+
+An existing CUDA_VISIBLE_DEVICES entry is replaced in place (its value, or a valueFrom it had), so the variable
+appears exactly once and every other env entry keeps its position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypedDict
+
+from gpu_scheduling import constants
+
+
+class PatchOp(TypedDict, total=False):
+    op: Literal["add", "replace", "remove"]
+    path: str
+    value: Any
+
+
+def _container_ops(kind: str, containers: Sequence[Mapping[str, Any]], env_entry: dict[str, Any]) -> list[PatchOp]:
+    ops: list[PatchOp] = []
+    for i, container in enumerate(containers):
+        env = container.get("env")
+        if env is None:
+            ops.append({"op": "add", "path": f"/spec/{kind}/{i}/env", "value": [env_entry]})
+            continue
+        positions = [j for j, e in enumerate(env) if e.get("name") == env_entry["name"]]
+        if not positions:
+            ops.append({"op": "add", "path": f"/spec/{kind}/{i}/env/-", "value": env_entry})
+            continue
+        # Replace the first occurrence, remove any duplicates from the back so earlier indices stay valid.
+        ops.append({"op": "replace", "path": f"/spec/{kind}/{i}/env/{positions[0]}", "value": env_entry})
+        ops += [{"op": "remove", "path": f"/spec/{kind}/{i}/env/{j}"} for j in reversed(positions[1:])]
+    return ops
+
+
+def env_patch(pod: Mapping[str, Any], env_entry: dict[str, Any]) -> list[PatchOp]:
+    """Operations that make `env_entry` the one entry of its name in every container and init container."""
+    spec = pod.get("spec") or {}
+    ops: list[PatchOp] = []
+    for kind in ("initContainers", "containers"):
+        ops += _container_ops(kind, spec.get(kind) or [], env_entry)
+    return ops
+
+
+def cuda_patch(pod: Mapping[str, Any], cuda_visible_devices: str) -> list[PatchOp]:
+    """Set CUDA_VISIBLE_DEVICES to a literal value (the `gpu-scheduling-map` case)."""
+    return env_patch(pod, {"name": constants.CUDA_ENV, "value": cuda_visible_devices})
+
+
+def apply(pod: dict[str, Any], ops: Sequence[PatchOp]) -> dict[str, Any]:
+    """Apply the subset of JSONPatch produced here to a copy of `pod` (used by tests and the dry-run CLI)."""
+    import copy
+
+    result = copy.deepcopy(pod)
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].lstrip("/").split("/")]
+        parent: Any = result
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+        last = parts[-1]
+        if op["op"] == "add":
+            if isinstance(parent, list):
+                parent.insert(len(parent) if last == "-" else int(last), op["value"])
+            else:
+                parent[last] = op["value"]
+        elif op["op"] == "replace":
+            parent[int(last) if isinstance(parent, list) else last] = op["value"]
+        elif op["op"] == "remove":
+            del parent[int(last) if isinstance(parent, list) else last]
+    return result

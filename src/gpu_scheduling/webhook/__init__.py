@@ -1,0 +1,1 @@
+"""The CUDA_VISIBLE_DEVICES mutating admission webhook (HTTPS)."""
