@@ -1,0 +1,467 @@
+"""Shared fixtures and steps of the Gherkin scenarios.
+
+One control plane per test session (real etcd, kube-apiserver, kube-controller-manager, kwok with Ready fake
+nodes node1..node4) with gpu-webhook and gpu-scheduler running as real processes; every scenario works in its
+own namespace and undoes what it changed on shared nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+from pytest_bdd import given, parsers, then, when
+
+from gpu_scheduling import constants, gpumap
+from tests.harness.api import Api, ApiError, wait_for
+from tests.harness.components import Components
+from tests.harness.controlplane import ControlPlane
+
+TAKE_HOME_MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
+WORKER_NODES = ("node1", "node2", "node3", "node4")
+CHECK_IMAGE = "gpu-scheduler-check:dev"
+
+
+@dataclasses.dataclass
+class Cluster:
+    cp: ControlPlane
+    components: Components
+
+    @property
+    def api(self) -> Api:
+        assert self.cp.api is not None
+        return self.cp.api
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+    workdir = pathlib.Path(os.environ.get("GPU_TEST_WORKDIR") or tmp_path_factory.mktemp("controlplane"))
+    cp = ControlPlane(workdir).start()
+    print(f"\ncontrol plane up in {cp.elapsed:.1f}s at {cp.server}; logs in {cp.logs}")
+    components = None
+    try:
+        for name in WORKER_NODES:
+            cp.add_node(name)
+        components = Components(cp).start()
+        yield Cluster(cp, components)
+    finally:
+        if components is not None:
+            components.stop()
+        cp.stop()
+
+
+@dataclasses.dataclass
+class World:
+    """What one scenario has done so far, handed from step to step."""
+
+    api: Api
+    cluster: Cluster
+    namespace: str
+    gpu_map: str = ""
+    statefulset: str = ""
+    error: ApiError | None = None
+    snapshot: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    restarted_at: float = 0.0
+    added_nodes: list[str] = dataclasses.field(default_factory=list)
+    node_undo: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+
+
+@pytest.fixture
+def world(cluster: Cluster) -> World:
+    api = cluster.api
+    namespace = f"s-{uuid.uuid4().hex[:8]}"
+    api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    wait_for("the namespace's default ServiceAccount",
+             lambda: api.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default"), timeout=30)
+    w = World(api, cluster, namespace)
+    yield w
+    # Undo what this scenario changed on shared things, then drop its namespace.
+    comps = cluster.components
+    if not comps.webhook.running:
+        comps.start_webhook()
+    if not comps.scheduler.running:
+        comps.start_scheduler()
+    for node, patch in reversed(w.node_undo):
+        api.patch(f"/api/v1/nodes/{node}", patch, kind="strategic")
+    api.delete(f"/apis/apps/v1/namespaces/{namespace}/statefulsets")
+    api.delete(f"/api/v1/namespaces/{namespace}/pods", gracePeriodSeconds="0")
+    for node in w.added_nodes:
+        api.delete(f"/api/v1/nodes/{node}")
+    api.delete(f"/api/v1/namespaces/{namespace}")
+    cluster.cp.check_alive()
+
+
+# ---- objects ---------------------------------------------------------------------------------------------------
+
+def containers(image: str = CHECK_IMAGE) -> dict[str, Any]:
+    """Two containers and an init container, so 'every container' is really checked."""
+    common = {
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": [{"name": constants.NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "readOnlyRootFilesystem": True,
+                            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    return {
+        "initContainers": [dict(common, name="init", command=["true"])],
+        "containers": [dict(common, name="check"), dict(common, name="sidecar")],
+    }
+
+
+def pod_body(name: str, *, gpu_map: str | None, scheduler: str = constants.DEFAULT_SCHEDULER_NAME,
+             generate_name: bool = False, tolerations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"generateName": name} if generate_name else {"name": name}
+    if gpu_map is not None:
+        meta["annotations"] = {constants.MAP_ANNOTATION: gpu_map}
+    spec = {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0, **containers()}
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def statefulset_body(name: str, replicas: int, gpu_map: str, parallel: bool = False) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "serviceName": name,
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel" if parallel else "OrderedReady",
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {constants.MAP_ANNOTATION: gpu_map}},
+                "spec": {"schedulerName": constants.DEFAULT_SCHEDULER_NAME, "terminationGracePeriodSeconds": 0,
+                         **containers()},
+            },
+        },
+    }
+
+
+# ---- reading state ---------------------------------------------------------------------------------------------
+
+def get_pod(w: World, name: str) -> dict[str, Any]:
+    return w.api.get(f"/api/v1/namespaces/{w.namespace}/pods/{name}")
+
+
+def running_on(w: World, name: str, node: str) -> dict[str, Any] | None:
+    pod = get_pod(w, name)
+    if pod["spec"].get("nodeName") == node and pod["status"].get("phase") == "Running":
+        return pod
+    return None
+
+
+def cuda_values(pod: dict[str, Any]) -> list[list[str | None]]:
+    """CUDA_VISIBLE_DEVICES entries of every init container and container, in order."""
+    spec = pod["spec"]
+    return [
+        [e.get("value") for e in c.get("env") or [] if e["name"] == constants.CUDA_ENV]
+        for c in (spec.get("initContainers") or []) + spec["containers"]
+    ]
+
+
+def assert_cuda(pod: dict[str, Any], expected: str) -> None:
+    values = cuda_values(pod)
+    assert values and all(v == [expected] for v in values), (
+        f"pod {pod['metadata']['name']}: CUDA_VISIBLE_DEVICES per container is {values}, expected [{expected!r}] "
+        "in every one")
+
+
+def events_for(w: World, kind: str, name: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in w.api.events(w.namespace)
+            if e["involvedObject"].get("kind") == kind and e["involvedObject"].get("name") == name
+            and e.get("reason") == reason]
+
+
+# ---- Given -----------------------------------------------------------------------------------------------------
+
+@given("the take-home map")
+def take_home_map(world: World) -> None:
+    world.gpu_map = TAKE_HOME_MAP
+
+
+@given(parsers.parse('the StatefulSet "{name}" with {replicas:d} replicas is created with that map'))
+@when(parsers.parse('the StatefulSet "{name}" with {replicas:d} replicas is created with that map'))
+def create_statefulset(world: World, name: str, replicas: int) -> None:
+    world.api.create(f"/apis/apps/v1/namespaces/{world.namespace}/statefulsets",
+                     statefulset_body(name, replicas, world.gpu_map))
+    world.statefulset = name
+
+
+@given(parsers.parse('a StatefulSet "{name}" of {replicas:d} parallel replicas mapped round-robin onto node1..node4'))
+def create_round_robin_statefulset(world: World, name: str, replicas: int) -> None:
+    # Map more indices than replicas, so that the later scale-up is covered by the same map.
+    entries = {i: gpumap.Entry(i, WORKER_NODES[i % 4], (i % 8,)) for i in range(100)}
+    world.gpu_map = gpumap.encode(entries)
+    world.api.create(f"/apis/apps/v1/namespaces/{world.namespace}/statefulsets",
+                     statefulset_body(name, replicas, world.gpu_map, parallel=True))
+    world.statefulset = name
+
+
+@given("all its pods run on their mapped nodes")
+def all_pods_on_mapped_nodes(world: World) -> None:
+    sts = world.api.get(f"/apis/apps/v1/namespaces/{world.namespace}/statefulsets/{world.statefulset}")
+    check_all_pods_on_mapped_nodes(world, sts["spec"]["replicas"])
+
+
+@given(parsers.parse('the node "{node}" is cordoned'))
+def cordon(world: World, node: str) -> None:
+    world.api.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}})
+    world.node_undo.append((node, {"spec": {"unschedulable": None}}))
+
+
+@given(parsers.parse('the node "{node}" has the taint "{key}={value}:{effect}"'))
+def taint(world: World, node: str, key: str, value: str, effect: str) -> None:
+    current = world.api.get(f"/api/v1/nodes/{node}")["spec"].get("taints") or []
+    world.api.patch(f"/api/v1/nodes/{node}",
+                    {"spec": {"taints": current + [{"key": key, "value": value, "effect": effect}]}}, kind="merge")
+    world.node_undo.append((node, {"spec": {"taints": current or None}}))
+
+
+@given("the webhook is down")
+def webhook_down(world: World) -> None:
+    world.cluster.components.webhook.stop()
+
+
+# ---- When ------------------------------------------------------------------------------------------------------
+
+def try_create_pod(world: World, body: dict[str, Any]) -> None:
+    try:
+        world.api.create(f"/api/v1/namespaces/{world.namespace}/pods", body)
+        world.error = None
+    except ApiError as exc:
+        world.error = exc
+
+
+@when(parsers.parse('the pod "{name}" is created with the map'))
+def create_pod_with_docstring_map(world: World, name: str, docstring: str) -> None:
+    try_create_pod(world, pod_body(name, gpu_map=docstring))
+
+
+@when(parsers.parse('the pod "{name}" is created with the map "{gpu_map}"'))
+def create_pod_with_map(world: World, name: str, gpu_map: str) -> None:
+    try_create_pod(world, pod_body(name, gpu_map=gpu_map))
+
+
+@when(parsers.parse('the pod "{name}" tolerating "{key}" is created with the map "{gpu_map}"'))
+def create_tolerating_pod(world: World, name: str, key: str, gpu_map: str) -> None:
+    try_create_pod(world, pod_body(name, gpu_map=gpu_map, tolerations=[{"key": key, "operator": "Exists"}]))
+
+
+@when(parsers.parse('the pod "{name}" for scheduler "{scheduler}" is created with the map "{gpu_map}"'))
+def create_pod_for_scheduler(world: World, name: str, scheduler: str, gpu_map: str) -> None:
+    try_create_pod(world, pod_body(name, gpu_map=gpu_map, scheduler=scheduler))
+    assert world.error is None, world.error
+
+
+@when(parsers.parse('the pod "{name}" for scheduler "{scheduler}" is created without a map'))
+def create_pod_without_map(world: World, name: str, scheduler: str) -> None:
+    try_create_pod(world, pod_body(name, gpu_map=None, scheduler=scheduler))
+    assert world.error is None, world.error
+
+
+@when(parsers.parse('a pod with generateName "{prefix}" is created with the take-home map'))
+def create_generate_name_pod(world: World, prefix: str) -> None:
+    try_create_pod(world, pod_body(prefix, gpu_map=TAKE_HOME_MAP, generate_name=True))
+
+
+@when(parsers.parse("the StatefulSet is scaled to {replicas:d} replicas"))
+def scale(world: World, replicas: int) -> None:
+    world.snapshot = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName", ""))
+                      for p in world.api.pods(world.namespace)}
+    world.api.patch(f"/apis/apps/v1/namespaces/{world.namespace}/statefulsets/{world.statefulset}",
+                    {"spec": {"replicas": replicas}})
+
+
+@when(parsers.parse("the StatefulSet is scaled to {replicas:d} replicas while the scheduler is down"))
+def scale_while_down(world: World, replicas: int) -> None:
+    assert not world.cluster.components.scheduler.running
+    scale(world, replicas)
+    wait_for(f"{replicas} pods to exist", lambda: len(world.api.pods(world.namespace)) >= replicas, timeout=60)
+
+
+@when(parsers.parse('the node "{node}" joins the cluster'))
+def node_joins(world: World, node: str) -> None:
+    world.cluster.cp.add_node(node)
+    world.added_nodes.append(node)
+
+
+@when(parsers.parse('the node "{node}" is uncordoned'))
+def uncordon(world: World, node: str) -> None:
+    world.api.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": None}})
+
+
+@when(parsers.parse("the scheduler is killed after at least {count:d} of its pods are bound"))
+def kill_scheduler(world: World, count: int) -> None:
+    wait_for(f"{count} bound pods",
+             lambda: sum(1 for p in world.api.pods(world.namespace) if p["spec"].get("nodeName")) >= count,
+             timeout=60, interval=0.05)
+    world.cluster.components.scheduler.kill()
+
+
+@when("the scheduler is started again")
+def restart_scheduler(world: World) -> None:
+    world.restarted_at = time.time()
+    world.cluster.components.start_scheduler()
+
+
+# ---- Then ------------------------------------------------------------------------------------------------------
+
+@then(parsers.parse('pod {index:d} runs on {node} with CUDA_VISIBLE_DEVICES "{devices}"'))
+def statefulset_pod_runs(world: World, index: int, node: str, devices: str) -> None:
+    name = f"{world.statefulset}-{index}"
+    pod = wait_for(f"pod {name} Running on {node}", lambda: running_on(world, name, node), timeout=90)
+    assert_cuda(pod, devices)
+
+
+@then(parsers.parse('the pod "{name}" runs on {node} with CUDA_VISIBLE_DEVICES "{devices}"'))
+def pod_runs(world: World, name: str, node: str, devices: str) -> None:
+    pod = wait_for(f"pod {name} Running on {node}", lambda: running_on(world, name, node), timeout=60)
+    assert_cuda(pod, devices)
+
+
+def check_all_pods_on_mapped_nodes(world: World, replicas: int) -> None:
+    gpu_map = gpumap.parse(world.gpu_map)
+
+    def all_running() -> list[dict[str, Any]] | None:
+        pods = [p for p in world.api.pods(world.namespace) if p["metadata"]["name"].startswith(world.statefulset)]
+        if len(pods) == replicas and all(p["status"].get("phase") == "Running" for p in pods):
+            return pods
+        return None
+
+    pods = wait_for(f"{replicas} pods Running", all_running, timeout=120)
+    for pod in pods:
+        entry = gpu_map.entry_for(gpumap.pod_index(pod["metadata"]))
+        assert pod["spec"]["nodeName"] == entry.node, (pod["metadata"]["name"], pod["spec"]["nodeName"], entry)
+        assert_cuda(pod, entry.cuda_visible_devices)
+
+
+@then(parsers.parse("all {replicas:d} pods run on their mapped nodes"))
+def all_n_pods_on_mapped_nodes(world: World, replicas: int) -> None:
+    check_all_pods_on_mapped_nodes(world, replicas)
+
+
+def bind_counts(world: World) -> Counter[str]:
+    return Counter(b["name"] for b in world.cluster.cp.bindings() if b["namespace"] == world.namespace)
+
+
+@then("every pod was bound exactly once")
+def bound_exactly_once(world: World) -> None:
+    pods = [p["metadata"]["name"] for p in world.api.pods(world.namespace)]
+    counts = bind_counts(world)
+    assert pods and {name: counts[name] for name in pods} == {name: 1 for name in pods}, counts
+
+
+@then("every pod was bound exactly once and has a Scheduled event from gpu-scheduler")
+def bound_once_with_event(world: World) -> None:
+    bound_exactly_once(world)
+    for pod in world.api.pods(world.namespace):
+        name = pod["metadata"]["name"]
+        events = wait_for(f"a Scheduled event for {name}", lambda: events_for(world, "Pod", name, "Scheduled"))
+        assert len(events) == 1, events
+        assert events[0]["source"]["component"] == constants.DEFAULT_SCHEDULER_NAME
+        assert events[0]["message"] == f"Successfully assigned {world.namespace}/{name} to {pod['spec']['nodeName']}"
+
+
+@then("every pod bound after the restart has a Scheduled event from gpu-scheduler")
+def events_after_restart(world: World) -> None:
+    for pod in world.api.pods(world.namespace):
+        name = pod["metadata"]["name"]
+        events = events_for(world, "Pod", name, "Scheduled")
+        assert len(events) <= 1, f"{name} has {len(events)} Scheduled events"
+        created = time.mktime(time.strptime(pod["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+        if created - time.timezone > world.restarted_at:
+            assert len(events) == 1, f"{name} was created after the restart but has no Scheduled event"
+
+
+@then(parsers.parse('the creation is refused with a message containing "{fragment}"'))
+def refused(world: World, fragment: str) -> None:
+    assert world.error is not None, "the pod was created, expected a refusal"
+    assert fragment in world.error.message, world.error.message
+
+
+@then(parsers.parse('the message also contains "{fragment}"'))
+def refused_also(world: World, fragment: str) -> None:
+    refused(world, fragment)
+
+
+@then(parsers.parse('there is no pod "{name}"'))
+def no_pod(world: World, name: str) -> None:
+    try:
+        get_pod(world, name)
+    except ApiError as exc:
+        assert exc.status == 404
+    else:
+        raise AssertionError(f"pod {name} exists")
+
+
+@then(parsers.parse('the pod "{name}" exists'))
+def pod_exists(world: World, name: str) -> None:
+    assert world.error is None, world.error
+    assert get_pod(world, name)["metadata"]["name"] == name
+
+
+@then(parsers.parse('the StatefulSet has a FailedCreate event containing "{fragment}"'))
+def statefulset_event(world: World, fragment: str) -> None:
+    events = wait_for("a FailedCreate event on the StatefulSet",
+                      lambda: [e for e in events_for(world, "StatefulSet", world.statefulset, "FailedCreate")
+                               if fragment in e["message"]], timeout=60)
+    assert constants.WEBHOOK_NAME in events[0]["message"], events[0]["message"]
+
+
+@then("pods 0 to 4 are the same pods on the same nodes as before")
+def same_pods(world: World) -> None:
+    now = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName", ""))
+           for p in world.api.pods(world.namespace)}
+    before = {f"{world.statefulset}-{i}" for i in range(5)}
+    assert {k: v for k, v in now.items() if k in before} == {k: world.snapshot[k] for k in before}
+    sts = world.api.get(f"/apis/apps/v1/namespaces/{world.namespace}/statefulsets/{world.statefulset}")
+    assert sts["status"].get("replicas") == 5, sts["status"]
+
+
+@then(parsers.parse('the pod "{name}" is Pending with reason Unschedulable and a message containing "{fragment}"'))
+def pending_unschedulable(world: World, name: str, fragment: str) -> None:
+    def condition() -> dict[str, Any] | None:
+        pod = get_pod(world, name)
+        for c in pod["status"].get("conditions") or []:
+            if c["type"] == "PodScheduled" and c["status"] == "False" and fragment in (c.get("message") or ""):
+                return c
+        return None
+
+    cond = wait_for(f"PodScheduled=False on {name} mentioning {fragment!r}", condition, timeout=30)
+    assert cond["reason"] == constants.REASON_UNSCHEDULABLE
+    pod = get_pod(world, name)
+    assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
+
+
+@then(parsers.parse('the pod "{name}" has a FailedScheduling event containing "{fragment}"'))
+def failed_scheduling_event(world: World, name: str, fragment: str) -> None:
+    events = wait_for(f"FailedScheduling event for {name}",
+                      lambda: [e for e in events_for(world, "Pod", name, constants.EVENT_FAILED_SCHEDULING)
+                               if fragment in e["message"]])
+    assert events[0]["type"] == "Warning" and events[0]["source"]["component"] == constants.DEFAULT_SCHEDULER_NAME
+
+
+@then(parsers.parse('the pod "{name}" is not bound and has CUDA_VISIBLE_DEVICES "{devices}"'))
+def not_bound_with_cuda(world: World, name: str, devices: str) -> None:
+    pod = get_pod(world, name)
+    assert not pod["spec"].get("nodeName"), pod["spec"].get("nodeName")
+    assert_cuda(pod, devices)
+    assert bind_counts(world)[name] == 0
+
+
+@then(parsers.parse('the pod "{name}" is not bound, has no CUDA_VISIBLE_DEVICES and no events'))
+def untouched(world: World, name: str) -> None:
+    pod = get_pod(world, name)
+    assert not pod["spec"].get("nodeName")
+    assert all(v == [] for v in cuda_values(pod)), cuda_values(pod)
+    assert not pod["status"].get("conditions"), pod["status"].get("conditions")
+    assert [e for e in world.api.events(world.namespace) if e["involvedObject"]["name"] == name] == []
+    assert bind_counts(world)[name] == 0

@@ -1,0 +1,207 @@
+"""etcd + kube-apiserver + kube-controller-manager + kwok on loopback, with fake Ready nodes.
+
+The binaries come from hack/toolchain.py's cache (built from the Go module proxy at the versions in
+versions.yml). Everything is written below one working folder that the caller owns.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+import ssl
+import subprocess
+import sys
+import time
+from typing import Any
+
+from tests.harness import pki
+from tests.harness.api import Api, ApiError, wait_for
+from tests.harness.processes import Process, free_port
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources:
+  - group: ""
+    resources: ["pods/binding"]
+- level: None
+"""
+
+
+def bindir() -> pathlib.Path:
+    out = subprocess.run([sys.executable, str(ROOT / "hack" / "toolchain.py"), "bindir"], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    return pathlib.Path(out)
+
+
+def kubeconfig(server: str, ca: bytes, cert: pki.Pair, user: str = "admin") -> str:
+    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: {server}
+    certificate-authority-data: {b64(ca)}
+users:
+- name: {user}
+  user:
+    client-certificate-data: {b64(cert.cert.read_bytes())}
+    client-key-data: {b64(cert.key.read_bytes())}
+contexts:
+- name: test
+  context: {{cluster: test, user: {user}}}
+current-context: test
+"""
+
+
+class ControlPlane:
+    def __init__(self, workdir: pathlib.Path):
+        self.dir = workdir
+        self.logs = workdir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.pki_dir = workdir / "pki"
+        self.pki_dir.mkdir(exist_ok=True)
+        self.bin = bindir()
+        missing = [b for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")
+                   if not (self.bin / b).exists()]
+        if missing:
+            raise RuntimeError(f"missing control-plane binaries {missing} in {self.bin}; run `make toolchain`")
+        self.processes: dict[str, Process] = {}
+        self.ca = pki.CA(self.pki_dir, "kubernetes")
+        self.kubeconfig = workdir / "admin.kubeconfig"
+        self.api: Api | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> ControlPlane:
+        started = time.monotonic()
+        etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
+        self.server = f"https://127.0.0.1:{api_port}"
+        serving = self.ca.issue("apiserver", "kube-apiserver", server=True,
+                                dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+                                ips=("127.0.0.1", "10.96.0.1"))
+        admin = self.ca.issue("admin", "admin", org="system:masters", client=True)
+        sa = pki.service_account_keys(self.pki_dir)
+        self.kubeconfig.write_text(kubeconfig(self.server, self.ca.pem, admin))
+
+        self._run("etcd", [
+            str(self.bin / "etcd"), "--data-dir", str(self.dir / "etcd"), "--name", "test",
+            "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
+            "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
+            "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-cluster", f"test=http://127.0.0.1:{etcd_peer}",
+            "--unsafe-no-fsync", "--log-level", "warn",
+        ]).wait_http(f"http://127.0.0.1:{etcd_port}/health")
+
+        # Audit every pods/binding request: the scenarios count binds per pod from this log, the apiserver's own
+        # record, to prove that no pod is ever bound twice.
+        self.audit_log = self.logs / "audit.jsonl"
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        ctx = ssl.create_default_context(cafile=str(self.ca.cert_path))
+        ctx.load_cert_chain(str(admin.cert), str(admin.key))
+        self._run("kube-apiserver", [
+            str(self.bin / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1", f"--secure-port={api_port}", "--advertise-address=127.0.0.1",
+            f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
+            f"--client-ca-file={self.ca.cert_path}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={sa.cert}", f"--service-account-signing-key-file={sa.key}",
+            "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC",
+            "--endpoint-reconciler-type=none", f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}", "--audit-log-format=json", "--audit-log-mode=blocking", f"--cert-dir={self.pki_dir}", "--profiling=false",
+        ]).wait_http(f"{self.server}/readyz", timeout=120, context=ctx)
+        self.api = Api(str(self.kubeconfig))
+
+        self._run("kube-controller-manager", [
+            str(self.bin / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--controllers=serviceaccount,serviceaccount-token,statefulset,namespace,garbagecollector",
+            f"--service-account-private-key-file={sa.key}", f"--root-ca-file={self.ca.cert_path}",
+            "--leader-elect=false", "--use-service-account-credentials=false",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", f"--cert-dir={self.pki_dir}",
+        ])
+        self._run("kwok", [
+            str(self.bin / "kwok"), f"--kubeconfig={self.kubeconfig}",
+            "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+            "--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
+            "--cidr=10.0.0.1/16", "--node-ip=10.0.0.1", "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{free_port()}",
+        ])
+        wait_for("the default ServiceAccount (controller manager up)",
+                 lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"), timeout=90)
+        self.elapsed = time.monotonic() - started
+        return self
+
+    def _exists(self, path: str) -> bool:
+        assert self.api is not None
+        try:
+            self.api.get(path)
+            return True
+        except ApiError:
+            return False
+
+    def _run(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
+        proc = Process(name, argv, self.logs, env).start()
+        self.processes[name] = proc
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.processes.values())):
+            proc.stop()
+
+    def check_alive(self) -> None:
+        dead = [p for p in self.processes.values() if p.proc is not None and not p.running]
+        if dead:
+            raise RuntimeError("; ".join(f"{p.name} exited ({p.proc.returncode}):\n{p.tail()}" for p in dead))
+
+    def bindings(self) -> list[dict[str, Any]]:
+        """Every binding request the apiserver completed: namespace, pod name, response code."""
+        out = []
+        if not self.audit_log.exists():
+            return out
+        for line in self.audit_log.read_text().splitlines():
+            event = json.loads(line)
+            ref = event.get("objectRef") or {}
+            if ref.get("subresource") == "binding" and event.get("stage") == "ResponseComplete":
+                out.append({"namespace": ref.get("namespace"), "name": ref.get("name"),
+                            "code": (event.get("responseStatus") or {}).get("code")})
+        return out
+
+    # ---- nodes -----------------------------------------------------------------------------------------------
+    def add_node(self, name: str, gpus: int = 8, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        """Create a kwok-managed fake node; kwok keeps it Ready and runs the pods bound to it."""
+        assert self.api is not None
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok",
+                           **(labels or {})},
+            },
+            "status": {
+                "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)},
+                "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)},
+            },
+        }
+        try:
+            self.api.create("/api/v1/nodes", body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        return wait_for(f"node {name} Ready", lambda: self._ready_node(name), timeout=60)
+
+    def _ready_node(self, name: str) -> dict[str, Any] | None:
+        assert self.api is not None
+        node = self.api.get(f"/api/v1/nodes/{name}")
+        conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
+        return node if conditions.get("Ready") == "True" else None
