@@ -55,6 +55,9 @@ def make_app(metrics: WebhookMetrics | None = None) -> web.Application:
             body = await request.read()
             review_request = admission.parse_review(body)
             review = admission.review_pod(review_request)
+        except web.HTTPException:  # e.g. 413 for a body over MAX_BODY_BYTES: aiohttp's own answer is right
+            metrics.bad_requests += 1
+            raise
         except admission.BadRequest as exc:
             metrics.bad_requests += 1
             log.warning("bad admission request from %s: %s", request.remote, exc)
