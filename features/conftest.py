@@ -15,6 +15,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
+import parse
 import pytest
 from pytest_bdd import given, parsers, then, when
 
@@ -22,6 +23,16 @@ from gpu_scheduling import constants, gpumap
 from tests.harness.api import Api, ApiError, wait_for
 from tests.harness.components import Components
 from tests.harness.controlplane import ControlPlane
+
+@parse.with_pattern(r'[^"]*')
+def _quoted(text: str) -> str:
+    return text
+
+
+def step(text: str) -> parsers.StepParser:
+    """A step pattern whose `{x:q}` fields match a quoted value that holds no quote of its own."""
+    return parsers.parse(text, extra_types={"q": _quoted})
+
 
 TAKE_HOME_MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
 WORKER_NODES = ("node1", "node2", "node3", "node4")
@@ -187,15 +198,15 @@ def take_home_map(world: World) -> None:
     world.gpu_map = TAKE_HOME_MAP
 
 
-@given(parsers.parse('the StatefulSet "{name}" with {replicas:d} replicas is created with that map'))
-@when(parsers.parse('the StatefulSet "{name}" with {replicas:d} replicas is created with that map'))
+@given(step('the StatefulSet "{name:q}" with {replicas:d} replicas is created with that map'))
+@when(step('the StatefulSet "{name:q}" with {replicas:d} replicas is created with that map'))
 def create_statefulset(world: World, name: str, replicas: int) -> None:
     world.api.create(f"/apis/apps/v1/namespaces/{world.namespace}/statefulsets",
                      statefulset_body(name, replicas, world.gpu_map))
     world.statefulset = name
 
 
-@given(parsers.parse('a StatefulSet "{name}" of {replicas:d} parallel replicas mapped round-robin onto node1..node4'))
+@given(step('a StatefulSet "{name:q}" of {replicas:d} parallel replicas mapped round-robin onto node1..node4'))
 def create_round_robin_statefulset(world: World, name: str, replicas: int) -> None:
     # Map more indices than replicas, so that the later scale-up is covered by the same map.
     entries = {i: gpumap.Entry(i, WORKER_NODES[i % 4], (i % 8,)) for i in range(100)}
@@ -211,13 +222,13 @@ def all_pods_on_mapped_nodes(world: World) -> None:
     check_all_pods_on_mapped_nodes(world, sts["spec"]["replicas"])
 
 
-@given(parsers.parse('the node "{node}" is cordoned'))
+@given(step('the node "{node:q}" is cordoned'))
 def cordon(world: World, node: str) -> None:
     world.api.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}})
     world.node_undo.append((node, {"spec": {"unschedulable": None}}))
 
 
-@given(parsers.parse('the node "{node}" has the taint "{key}={value}:{effect}"'))
+@given(step('the node "{node:q}" has the taint "{key}={value}:{effect}"'))
 def taint(world: World, node: str, key: str, value: str, effect: str) -> None:
     current = world.api.get(f"/api/v1/nodes/{node}")["spec"].get("taints") or []
     world.api.patch(f"/api/v1/nodes/{node}",
@@ -240,39 +251,39 @@ def try_create_pod(world: World, body: dict[str, Any]) -> None:
         world.error = exc
 
 
-@when(parsers.parse('the pod "{name}" is created with the map'))
+@when(step('the pod "{name:q}" is created with the map'))
 def create_pod_with_docstring_map(world: World, name: str, docstring: str) -> None:
     try_create_pod(world, pod_body(name, gpu_map=docstring))
 
 
-@when(parsers.parse('the pod "{name}" is created with the map "{gpu_map}"'))
+@when(step('the pod "{name:q}" is created with the map "{gpu_map:q}"'))
 def create_pod_with_map(world: World, name: str, gpu_map: str) -> None:
     try_create_pod(world, pod_body(name, gpu_map=gpu_map))
 
 
-@when(parsers.parse('the pod "{name}" tolerating "{key}" is created with the map "{gpu_map}"'))
+@when(step('the pod "{name:q}" tolerating "{key:q}" is created with the map "{gpu_map:q}"'))
 def create_tolerating_pod(world: World, name: str, key: str, gpu_map: str) -> None:
     try_create_pod(world, pod_body(name, gpu_map=gpu_map, tolerations=[{"key": key, "operator": "Exists"}]))
 
 
-@when(parsers.parse('the pod "{name}" for scheduler "{scheduler}" is created with the map "{gpu_map}"'))
+@when(step('the pod "{name:q}" for scheduler "{scheduler:q}" is created with the map "{gpu_map:q}"'))
 def create_pod_for_scheduler(world: World, name: str, scheduler: str, gpu_map: str) -> None:
     try_create_pod(world, pod_body(name, gpu_map=gpu_map, scheduler=scheduler))
     assert world.error is None, world.error
 
 
-@when(parsers.parse('the pod "{name}" for scheduler "{scheduler}" is created without a map'))
+@when(step('the pod "{name:q}" for scheduler "{scheduler:q}" is created without a map'))
 def create_pod_without_map(world: World, name: str, scheduler: str) -> None:
     try_create_pod(world, pod_body(name, gpu_map=None, scheduler=scheduler))
     assert world.error is None, world.error
 
 
-@when(parsers.parse('a pod with generateName "{prefix}" is created with the take-home map'))
+@when(step('a pod with generateName "{prefix:q}" is created with the take-home map'))
 def create_generate_name_pod(world: World, prefix: str) -> None:
     try_create_pod(world, pod_body(prefix, gpu_map=TAKE_HOME_MAP, generate_name=True))
 
 
-@when(parsers.parse("the StatefulSet is scaled to {replicas:d} replicas"))
+@when(step("the StatefulSet is scaled to {replicas:d} replicas"))
 def scale(world: World, replicas: int) -> None:
     world.snapshot = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName", ""))
                       for p in world.api.pods(world.namespace)}
@@ -280,25 +291,25 @@ def scale(world: World, replicas: int) -> None:
                     {"spec": {"replicas": replicas}})
 
 
-@when(parsers.parse("the StatefulSet is scaled to {replicas:d} replicas while the scheduler is down"))
+@when(step("the StatefulSet is scaled to {replicas:d} replicas while the scheduler is down"))
 def scale_while_down(world: World, replicas: int) -> None:
     assert not world.cluster.components.scheduler.running
     scale(world, replicas)
     wait_for(f"{replicas} pods to exist", lambda: len(world.api.pods(world.namespace)) >= replicas, timeout=60)
 
 
-@when(parsers.parse('the node "{node}" joins the cluster'))
+@when(step('the node "{node:q}" joins the cluster'))
 def node_joins(world: World, node: str) -> None:
     world.cluster.cp.add_node(node)
     world.added_nodes.append(node)
 
 
-@when(parsers.parse('the node "{node}" is uncordoned'))
+@when(step('the node "{node:q}" is uncordoned'))
 def uncordon(world: World, node: str) -> None:
     world.api.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": None}})
 
 
-@when(parsers.parse("the scheduler is killed after at least {count:d} of its pods are bound"))
+@when(step("the scheduler is killed after at least {count:d} of its pods are bound"))
 def kill_scheduler(world: World, count: int) -> None:
     wait_for(f"{count} bound pods",
              lambda: sum(1 for p in world.api.pods(world.namespace) if p["spec"].get("nodeName")) >= count,
@@ -314,14 +325,14 @@ def restart_scheduler(world: World) -> None:
 
 # ---- Then ------------------------------------------------------------------------------------------------------
 
-@then(parsers.parse('pod {index:d} runs on {node} with CUDA_VISIBLE_DEVICES "{devices}"'))
+@then(step('pod {index:d} runs on {node} with CUDA_VISIBLE_DEVICES "{devices:q}"'))
 def statefulset_pod_runs(world: World, index: int, node: str, devices: str) -> None:
     name = f"{world.statefulset}-{index}"
     pod = wait_for(f"pod {name} Running on {node}", lambda: running_on(world, name, node), timeout=90)
     assert_cuda(pod, devices)
 
 
-@then(parsers.parse('the pod "{name}" runs on {node} with CUDA_VISIBLE_DEVICES "{devices}"'))
+@then(step('the pod "{name:q}" runs on {node} with CUDA_VISIBLE_DEVICES "{devices:q}"'))
 def pod_runs(world: World, name: str, node: str, devices: str) -> None:
     pod = wait_for(f"pod {name} Running on {node}", lambda: running_on(world, name, node), timeout=60)
     assert_cuda(pod, devices)
@@ -343,7 +354,7 @@ def check_all_pods_on_mapped_nodes(world: World, replicas: int) -> None:
         assert_cuda(pod, entry.cuda_visible_devices)
 
 
-@then(parsers.parse("all {replicas:d} pods run on their mapped nodes"))
+@then(step("all {replicas:d} pods run on their mapped nodes"))
 def all_n_pods_on_mapped_nodes(world: World, replicas: int) -> None:
     check_all_pods_on_mapped_nodes(world, replicas)
 
@@ -381,18 +392,23 @@ def events_after_restart(world: World) -> None:
             assert len(events) == 1, f"{name} was created after the restart but has no Scheduled event"
 
 
-@then(parsers.parse('the creation is refused with a message containing "{fragment}"'))
+@then(step('the creation is refused with a message containing "{fragment:q}"'))
 def refused(world: World, fragment: str) -> None:
     assert world.error is not None, "the pod was created, expected a refusal"
     assert fragment in world.error.message, world.error.message
 
 
-@then(parsers.parse('the message also contains "{fragment}"'))
+@then(step('the creation is refused because the webhook "{name:q}" could not be called'))
+def refused_webhook_down(world: World, name: str) -> None:
+    refused(world, f'failed calling webhook "{name}"')
+
+
+@then(step('the message also contains "{fragment:q}"'))
 def refused_also(world: World, fragment: str) -> None:
     refused(world, fragment)
 
 
-@then(parsers.parse('there is no pod "{name}"'))
+@then(step('there is no pod "{name:q}"'))
 def no_pod(world: World, name: str) -> None:
     try:
         get_pod(world, name)
@@ -402,13 +418,13 @@ def no_pod(world: World, name: str) -> None:
         raise AssertionError(f"pod {name} exists")
 
 
-@then(parsers.parse('the pod "{name}" exists'))
+@then(step('the pod "{name:q}" exists'))
 def pod_exists(world: World, name: str) -> None:
     assert world.error is None, world.error
     assert get_pod(world, name)["metadata"]["name"] == name
 
 
-@then(parsers.parse('the StatefulSet has a FailedCreate event containing "{fragment}"'))
+@then(step('the StatefulSet has a FailedCreate event containing "{fragment:q}"'))
 def statefulset_event(world: World, fragment: str) -> None:
     events = wait_for("a FailedCreate event on the StatefulSet",
                       lambda: [e for e in events_for(world, "StatefulSet", world.statefulset, "FailedCreate")
@@ -426,7 +442,7 @@ def same_pods(world: World) -> None:
     assert sts["status"].get("replicas") == 5, sts["status"]
 
 
-@then(parsers.parse('the pod "{name}" is Pending with reason Unschedulable and a message containing "{fragment}"'))
+@then(step('the pod "{name:q}" is Pending with reason Unschedulable and a message containing "{fragment:q}"'))
 def pending_unschedulable(world: World, name: str, fragment: str) -> None:
     def condition() -> dict[str, Any] | None:
         pod = get_pod(world, name)
@@ -441,7 +457,7 @@ def pending_unschedulable(world: World, name: str, fragment: str) -> None:
     assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
 
 
-@then(parsers.parse('the pod "{name}" has a FailedScheduling event containing "{fragment}"'))
+@then(step('the pod "{name:q}" has a FailedScheduling event containing "{fragment:q}"'))
 def failed_scheduling_event(world: World, name: str, fragment: str) -> None:
     events = wait_for(f"FailedScheduling event for {name}",
                       lambda: [e for e in events_for(world, "Pod", name, constants.EVENT_FAILED_SCHEDULING)
@@ -449,7 +465,7 @@ def failed_scheduling_event(world: World, name: str, fragment: str) -> None:
     assert events[0]["type"] == "Warning" and events[0]["source"]["component"] == constants.DEFAULT_SCHEDULER_NAME
 
 
-@then(parsers.parse('the pod "{name}" is not bound and has CUDA_VISIBLE_DEVICES "{devices}"'))
+@then(step('the pod "{name:q}" is not bound and has CUDA_VISIBLE_DEVICES "{devices:q}"'))
 def not_bound_with_cuda(world: World, name: str, devices: str) -> None:
     pod = get_pod(world, name)
     assert not pod["spec"].get("nodeName"), pod["spec"].get("nodeName")
@@ -457,7 +473,7 @@ def not_bound_with_cuda(world: World, name: str, devices: str) -> None:
     assert bind_counts(world)[name] == 0
 
 
-@then(parsers.parse('the pod "{name}" is not bound, has no CUDA_VISIBLE_DEVICES and no events'))
+@then(step('the pod "{name:q}" is not bound, has no CUDA_VISIBLE_DEVICES and no events'))
 def untouched(world: World, name: str) -> None:
     pod = get_pod(world, name)
     assert not pod["spec"].get("nodeName")

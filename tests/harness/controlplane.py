@@ -123,7 +123,8 @@ class ControlPlane:
         self._run("kube-controller-manager", [
             str(self.bin / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-            "--controllers=serviceaccount,serviceaccount-token,statefulset,namespace,garbagecollector",
+            # nodelifecycle lifts the not-ready taint that admission puts on every new node, as in a real cluster.
+            "--controllers=serviceaccount,serviceaccount-token,statefulset,namespace,garbagecollector,nodelifecycle",
             f"--service-account-private-key-file={sa.key}", f"--root-ca-file={self.ca.cert_path}",
             "--leader-elect=false", "--use-service-account-credentials=false",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}", f"--cert-dir={self.pki_dir}",
@@ -204,4 +205,5 @@ class ControlPlane:
         assert self.api is not None
         node = self.api.get(f"/api/v1/nodes/{name}")
         conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
-        return node if conditions.get("Ready") == "True" else None
+        tainted = any(t.get("key") == "node.kubernetes.io/not-ready" for t in node["spec"].get("taints") or [])
+        return node if conditions.get("Ready") == "True" and not tainted else None
