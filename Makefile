@@ -6,21 +6,21 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PLAYBOOK := $(BIN)/ansible-playbook
 # Control-plane binaries the test harness runs (built from the Go module proxy, cached by version).
 CONTROL_PLANE := etcd kube-apiserver kube-controller-manager kwok
 
-.PHONY: all venv toolchain unit scenarios test demo clean help
+.PHONY: help venv toolchain unit scenarios testbed idempotence test demo teardown clean
 
 help:
-	@echo "make test   install what is needed, run unit tests then every Gherkin scenario"
-	@echo "make demo   install what is needed and run the take-home end to end"
-
-all: test
+	@echo "make test   install what is needed, run unit tests, the control-plane scenarios, the KinD test-bed"
+	@echo "            acceptance run and a second run of site.yml that must change nothing"
+	@echo "make demo   install what is needed and run the KinD test-bed end to end, writing evidence/"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,testbed]'
 	@touch $@
 
 venv: $(STAMP)
@@ -28,16 +28,29 @@ venv: $(STAMP)
 toolchain:
 	$(PYTHON) hack/toolchain.py build $(CONTROL_PLANE)
 
+# Unit tests of the pure modules and the webhook program.
 unit: venv
 	$(BIN)/python -m pytest tests
 
+# Gherkin scenarios on a real control plane (etcd, kube-apiserver, kube-controller-manager, kwok).
 scenarios: venv toolchain
-	$(BIN)/python -m pytest features
+	$(BIN)/python -m pytest features -m "not kind"
 
-test: unit scenarios
+# The KinD test-bed: cluster, TLS, images, deploy, and the acceptance scenarios on it.
+testbed: venv
+	$(PLAYBOOK) site.yml
 
-demo: venv toolchain
-	$(BIN)/python -m pytest features -m takehome -v
+# A second run of site.yml must report changed=0.
+idempotence: venv
+	hack/check-idempotent.sh $(PLAYBOOK) site.yml
+
+test: unit scenarios testbed idempotence
+
+demo: venv
+	$(PLAYBOOK) site.yml -e testbed_write_evidence=true
+
+teardown: venv
+	$(PLAYBOOK) teardown.yml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis build

@@ -3,6 +3,10 @@
 One control plane per test session (real etcd, kube-apiserver, kube-controller-manager, kwok with Ready fake
 nodes node1..node4) with gpu-webhook and gpu-scheduler running as real processes; every scenario works in its
 own namespace and undoes what it changed on shared nodes.
+
+With GPU_TEST_KUBECONFIG set, the scenarios run instead against that cluster (the KinD test-bed, where the
+scheduler and the webhook are deployed and kubelets run real containers); select the scenarios that apply
+there with `-m "takehome or errors or kind"`. Pod logs are then checked too.
 """
 
 from __future__ import annotations
@@ -36,22 +40,26 @@ def step(text: str) -> parsers.StepParser:
 
 TAKE_HOME_MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
 WORKER_NODES = ("node1", "node2", "node3", "node4")
-CHECK_IMAGE = "gpu-scheduler-check:dev"
+CHECK_IMAGE = os.environ.get("GPU_TEST_CHECK_IMAGE", "gpu-scheduler-check:dev")
+EXTERNAL_KUBECONFIG = os.environ.get("GPU_TEST_KUBECONFIG")
 
 
 @dataclasses.dataclass
 class Cluster:
-    cp: ControlPlane
-    components: Components
+    api: Api
+    cp: ControlPlane | None = None  # None on an external cluster
+    components: Components | None = None
 
     @property
-    def api(self) -> Api:
-        assert self.cp.api is not None
-        return self.cp.api
+    def real_kubelets(self) -> bool:
+        return self.cp is None
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+    if EXTERNAL_KUBECONFIG:
+        yield Cluster(Api(EXTERNAL_KUBECONFIG))
+        return
     workdir = pathlib.Path(os.environ.get("GPU_TEST_WORKDIR") or tmp_path_factory.mktemp("controlplane"))
     cp = ControlPlane(workdir).start()
     print(f"\ncontrol plane up in {cp.elapsed:.1f}s at {cp.server}; logs in {cp.logs}")
@@ -60,7 +68,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
         for name in WORKER_NODES:
             cp.add_node(name)
         components = Components(cp).start()
-        yield Cluster(cp, components)
+        assert cp.api is not None
+        yield Cluster(cp.api, cp, components)
     finally:
         if components is not None:
             components.stop()
@@ -80,6 +89,7 @@ class World:
     snapshot: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     restarted_at: float = 0.0
     added_nodes: list[str] = dataclasses.field(default_factory=list)
+    keep_namespace: bool = False  # the scenario looked at a namespace it does not own
     node_undo: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
 
 
@@ -92,11 +102,13 @@ def world(cluster: Cluster) -> World:
              lambda: api.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default"), timeout=30)
     w = World(api, cluster, namespace)
     yield w
+    if w.keep_namespace:
+        w.namespace = namespace
     # Undo what this scenario changed on shared things, then drop its namespace.
     comps = cluster.components
-    if not comps.webhook.running:
+    if comps is not None and not comps.webhook.running:
         comps.start_webhook()
-    if not comps.scheduler.running:
+    if comps is not None and not comps.scheduler.running:
         comps.start_scheduler()
     for node, patch in reversed(w.node_undo):
         api.patch(f"/api/v1/nodes/{node}", patch, kind="strategic")
@@ -105,7 +117,8 @@ def world(cluster: Cluster) -> World:
     for node in w.added_nodes:
         api.delete(f"/api/v1/nodes/{node}")
     api.delete(f"/api/v1/namespaces/{namespace}")
-    cluster.cp.check_alive()
+    if cluster.cp is not None:
+        cluster.cp.check_alive()
 
 
 # ---- objects ---------------------------------------------------------------------------------------------------
@@ -300,6 +313,7 @@ def scale_while_down(world: World, replicas: int) -> None:
 
 @when(step('the node "{node:q}" joins the cluster'))
 def node_joins(world: World, node: str) -> None:
+    assert world.cluster.cp is not None
     world.cluster.cp.add_node(node)
     world.added_nodes.append(node)
 
@@ -328,8 +342,37 @@ def restart_scheduler(world: World) -> None:
 @then(step('pod {index:d} runs on {node} with CUDA_VISIBLE_DEVICES "{devices:q}"'))
 def statefulset_pod_runs(world: World, index: int, node: str, devices: str) -> None:
     name = f"{world.statefulset}-{index}"
-    pod = wait_for(f"pod {name} Running on {node}", lambda: running_on(world, name, node), timeout=90)
+    pod = wait_for(f"pod {name} Running on {node}", lambda: running_on(world, name, node), timeout=180)
     assert_cuda(pod, devices)
+    if world.cluster.real_kubelets:
+        logs_show(world, name, node, devices)
+
+
+def logs_show(world: World, name: str, node: str, devices: str, iterations: int = 2) -> None:
+    """The check container's log holds `iterations` complete reports naming this node and these GPUs."""
+    report = f"Node Name: {node}\n{constants.CUDA_ENV}: {devices}\n---\n"
+
+    def enough() -> str | None:
+        text = world.api.text(f"/api/v1/namespaces/{world.namespace}/pods/{name}/log", container="check")
+        return text if text.count(report) >= iterations else None
+
+    text = wait_for(f"{iterations} reports in the log of {name}", enough, timeout=60, interval=1)
+    foreign = [line for line in text.splitlines() if line.startswith(("Node Name:", constants.CUDA_ENV))
+               and line not in report]
+    assert not foreign, f"{name} logged other values: {foreign[:4]}"
+
+
+@given(step('the deployed StatefulSet "{name:q}" in namespace "{namespace:q}"'))
+def deployed_statefulset(world: World, name: str, namespace: str) -> None:
+    world.namespace, world.statefulset = namespace, name
+    world.keep_namespace = True
+
+
+@then(step("pod {index:d} logs its node {node} and CUDA_VISIBLE_DEVICES \"{devices:q}\" at least twice"))
+def pod_logs(world: World, index: int, node: str, devices: str) -> None:
+    name = f"{world.statefulset}-{index}"
+    wait_for(f"pod {name} Running on {node}", lambda: running_on(world, name, node), timeout=180)
+    logs_show(world, name, node, devices)
 
 
 @then(step('the pod "{name:q}" runs on {node} with CUDA_VISIBLE_DEVICES "{devices:q}"'))
@@ -362,6 +405,7 @@ def all_n_pods_on_mapped_nodes(world: World, replicas: int) -> None:
 def bind_counts(world: World, codes: range = range(200, 300)) -> Counter[str]:
     """Binding requests per pod of this scenario's namespace whose response code is in `codes`, as the
     apiserver's audit log recorded them."""
+    assert world.cluster.cp is not None, "binding counts come from the test control plane's audit log"
     return Counter(b["name"] for b in world.cluster.cp.bindings()
                    if b["namespace"] == world.namespace and b["code"] in codes)
 

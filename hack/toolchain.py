@@ -78,6 +78,7 @@ def components() -> dict[str, Component]:
     found["etcd"] = Component("etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3", "etcd_version")
     found["kwok"] = Component("kwok", "sigs.k8s.io/kwok", "sigs.k8s.io/kwok/cmd/kwok", "kwok_version")
     found["kind"] = Component("kind", "sigs.k8s.io/kind", "sigs.k8s.io/kind", "kind_version")
+    found["coredns"] = Component("coredns", "github.com/coredns/coredns", "github.com/coredns/coredns", "coredns_version")
     return found
 
 

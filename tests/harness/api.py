@@ -48,6 +48,15 @@ class Api:
                 parsed = {"message": raw.decode(errors="replace")}
             raise ApiError(exc.code, parsed) from None
 
+    def text(self, path: str, **params: str) -> str:
+        """GET a plain-text resource such as pods/log."""
+        url = self.cfg.server + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        try:
+            with self._opener.open(urllib.request.Request(url), timeout=30) as resp:
+                return resp.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            raise ApiError(exc.code, {"message": exc.read().decode(errors="replace")}) from None
+
     def get(self, path: str, **params: str) -> dict[str, Any]:
         return self.request("GET", path, params=params or None)
 

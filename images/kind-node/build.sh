@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Assemble a kind node image offline, the way `kind build node-image` does, from things built on this machine:
+#   1. root filesystems from debootstrap (Debian bookworm): a minimal one, one with python3, one for the node;
+#   2. the node's base image: kind's own base files (from the kind module source) on the node root filesystem,
+#      with Debian's systemd, containerd 1.6 and runc;
+#   3. images for every pod kubeadm and kind start: kube-apiserver, kube-controller-manager, kube-scheduler,
+#      kube-proxy, etcd, coredns, pause (compiled from the Kubernetes source) and testbed-netd (the CNI);
+#   4. the node image: base + kubeadm/kubelet/kubectl + /kind/version + /kind/manifests + those images imported
+#      into containerd's k8s.io namespace, committed with kind's entrypoint.
+# Every step is skipped when its image already exists, so a second run builds nothing.
+#
+# Usage: build.sh NODE_IMAGE   (reads versions.yml; binaries from hack/toolchain.py; needs docker, debootstrap)
+# Env:   DEBIAN_MIRROR (default: the first deb.debian.org-style URI in the apt sources)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+node_image=${1:?usage: build.sh NODE_IMAGE}
+version() { sed -n "s/^$1: *\"\(.*\)\".*/\1/p" "$repo/versions.yml"; }
+k8s=$(version kubernetes_version)
+kind_version=$(version kind_version)
+etcd_tag=$(version etcd_image_tag)
+cache=${GPU_TESTBED_CACHE:-$HOME/.cache/gpu-scheduling-testbed}
+bin=$cache/bin
+work=$cache/node-image
+mkdir -p "$work"
+mirror=${DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)}
+mirror=${mirror:-http://deb.debian.org/debian}
+
+log() { printf '%s node-image: %s\n' "$(date -u +%T)" "$*"; }
+have() { docker image inspect "$1" >/dev/null 2>&1; }
+timed() { local started=$SECONDS; "$@"; log "  done in $((SECONDS - started))s"; }
+
+# --- 1. root filesystems ---------------------------------------------------------------------------------------
+rootfs_image() {  # NAME PACKAGES(comma-separated, may be empty)
+  local name=$1 packages=$2 dir="$work/rootfs-${1//[:\/]/-}"
+  have "$name" && return
+  log "debootstrap $name (${packages:-minbase})"
+  rm -rf "$dir"
+  debootstrap --variant=minbase ${packages:+--include="$packages"} bookworm "$dir" "$mirror" >"$dir.log" 2>&1 \
+    || { tail -20 "$dir.log"; exit 1; }
+  rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
+  tar -C "$dir" -c . | docker import - "$name" >/dev/null
+  rm -rf "$dir"
+}
+
+# --- 2. base image ------------------------------------------------------------------------------------------------
+kind_source() {
+  GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$kind_version" | sed -n 's/.*"Dir": *"\(.*\)".*/\1/p'
+}
+
+base_image() {  # NAME
+  have "$1" && return
+  log "base image $1 from kind $kind_version's base files"
+  local ctx="$work/base-context"
+  rm -rf "$ctx" && mkdir -p "$ctx"
+  cp -r "$(kind_source)/images/base/files" "$ctx/files"
+  chmod -R u+w "$ctx/files"
+  cp "$here/base.Dockerfile" "$ctx/Dockerfile"
+  docker build --quiet --build-arg ROOTFS=gpu-testbed/kind-rootfs:bookworm --tag "$1" "$ctx" >/dev/null
+}
+
+# --- 3. images of the cluster's own pods ----------------------------------------------------------------------
+binary_image() {  # NAME BASE BINARY... ; ENTRYPOINT is the first binary
+  local name=$1 base=$2; shift 2
+  have "$name" && return
+  log "image $name"
+  local ctx="$work/ctx-$(basename "${name%%:*}")"
+  rm -rf "$ctx" && mkdir -p "$ctx"
+  local copies=""
+  for b in "$@"; do cp -L "$b" "$ctx/"; copies+="COPY $(basename "$b") /usr/local/bin/$(basename "$b")"$'\n'; done
+  printf 'FROM %s\n%sENTRYPOINT ["/usr/local/bin/%s"]\n' "$base" "$copies" "$(basename "$1")" >"$ctx/Dockerfile"
+  docker build --quiet --tag "$name" "$ctx" >/dev/null
+}
+
+pause_image() {  # NAME...
+  local name
+  for name in "$@"; do have "$name" || break; done
+  have "$name" && return
+  log "image pause (compiled from Kubernetes $k8s build/pause/linux/pause.c)"
+  local ctx="$work/ctx-pause" src
+  src=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$k8s" | sed -n 's/.*"Dir": *"\(.*\)".*/\1/p')
+  rm -rf "$ctx" && mkdir -p "$ctx"
+  gcc -Os -Wall -Werror -static -DVERSION="\"$k8s-testbed\"" -o "$ctx/pause" "$src/build/pause/linux/pause.c"
+  strip "$ctx/pause"
+  printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$ctx/Dockerfile"
+  docker build --quiet --tag "$1" "$ctx" >/dev/null
+  for name in "${@:2}"; do docker tag "$1" "$name"; done
+}
+
+# --- 4. node image --------------------------------------------------------------------------------------------------
+node_image() {
+  have "$node_image" && { log "$node_image is cached"; return; }
+  log "assembling $node_image"
+  local images=("$@") id
+  id=$(docker run -d --privileged --entrypoint=sleep gpu-testbed/kind-base:"$kind_version" infinity)
+  trap 'docker rm -f "$id" >/dev/null 2>&1 || true' EXIT
+  for b in kubeadm kubelet kubectl; do docker cp -L "$bin/$b" "$id:/usr/bin/$b"; done
+  docker exec "$id" bash -c "mkdir -p /kind/manifests && echo $k8s > /kind/version"
+  sed "s/IMAGE_TAG/$k8s/" "$here/../kind-netd/default-cni.yaml" | docker exec -i "$id" tee /kind/manifests/default-cni.yaml >/dev/null
+  docker exec "$id" bash -c 'nohup containerd >/tmp/containerd.log 2>&1 & for i in $(seq 50); do ctr version >/dev/null 2>&1 && exit 0; sleep 0.2; done; cat /tmp/containerd.log; exit 1'
+  log "  importing ${#images[@]} images into containerd (k8s.io)"
+  docker save "${images[@]}" | docker exec -i "$id" ctr --namespace=k8s.io images import --all-platforms --no-unpack --digests - >/dev/null
+  docker exec "$id" bash -c 'pkill containerd; while pgrep -x containerd >/dev/null; do sleep 0.2; done; rm -f /tmp/containerd.log'
+  docker commit --change 'ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]' "$id" "$node_image" >/dev/null
+  docker rm -f "$id" >/dev/null
+  trap - EXIT
+}
+
+started=$SECONDS
+timed rootfs_image gpu-testbed/debian:bookworm ""
+timed rootfs_image gpu-testbed/python:bookworm "python3,python3-venv,iproute2,ca-certificates"
+timed rootfs_image gpu-testbed/kind-rootfs:bookworm \
+  "systemd,dbus,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,containerd,runc,containernetworking-plugins"
+timed base_image "gpu-testbed/kind-base:$kind_version"
+reg=registry.k8s.io
+for c in kube-apiserver kube-controller-manager kube-scheduler; do
+  timed binary_image "$reg/$c:$k8s" gpu-testbed/debian:bookworm "$bin/$c"
+done
+# kube-proxy programs iptables/nftables: it gets the node's own userland.
+timed binary_image "$reg/kube-proxy:$k8s" gpu-testbed/kind-rootfs:bookworm "$bin/kube-proxy"
+timed binary_image "$reg/etcd:$etcd_tag" gpu-testbed/debian:bookworm "$bin/etcd"
+coredns_version=$(version coredns_version)
+timed binary_image "$reg/coredns/coredns:$coredns_version" gpu-testbed/debian:bookworm "$bin/coredns"
+pause_tags=("$reg/pause:3.10.1" "$reg/pause:3.10")  # kubeadm's pause, and the sandbox image kind's containerd names
+timed pause_image "${pause_tags[@]}"
+if ! have "$reg/testbed-netd:$k8s"; then
+  log "image testbed-netd"
+  docker build --quiet --tag "$reg/testbed-netd:$k8s" "$here/../kind-netd" >/dev/null
+fi
+timed node_image "$reg/kube-apiserver:$k8s" "$reg/kube-controller-manager:$k8s" "$reg/kube-scheduler:$k8s" \
+  "$reg/kube-proxy:$k8s" "$reg/etcd:$etcd_tag" "$reg/coredns/coredns:$coredns_version" "${pause_tags[@]}" \
+  "$reg/testbed-netd:$k8s"
+log "node image $node_image ready ($(docker image inspect --format '{{.Size}}' "$node_image" | numfmt --to=iec)) in $((SECONDS - started))s"

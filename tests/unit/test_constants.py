@@ -1,0 +1,76 @@
+"""The test-bed's templates and inventory use the same keys as the programs (src/gpu_scheduling/constants.py),
+and its MutatingWebhookConfiguration scopes the webhook exactly as the control-plane tests do."""
+
+import pathlib
+
+import jinja2
+import pytest
+import yaml
+
+from gpu_scheduling import constants, gpumap
+from tests.harness.components import match_conditions
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GROUP_VARS = yaml.safe_load((ROOT / "inventory/localhost/group_vars/all.yml").read_text())
+DEPLOY_DEFAULTS = yaml.safe_load((ROOT / "roles/deploy/defaults/main.yml").read_text())
+
+
+@pytest.mark.parametrize(
+    "var, constant",
+    [
+        ("testbed_map_annotation", constants.MAP_ANNOTATION),
+        ("testbed_scheduler_name", constants.DEFAULT_SCHEDULER_NAME),
+        ("testbed_cuda_env", constants.CUDA_ENV),
+        ("testbed_node_name_env", constants.NODE_NAME_ENV),
+        ("testbed_webhook_name", constants.WEBHOOK_NAME),
+        ("testbed_webhook_tls_secret", constants.WEBHOOK_TLS_SECRET),
+    ],
+)
+def test_inventory_keys_match_the_programs(var, constant):
+    assert GROUP_VARS[var] == constant
+
+
+def render(template: str) -> list[dict]:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "roles/deploy/templates"),
+                             undefined=jinja2.StrictUndefined)
+    values = {**GROUP_VARS, **DEPLOY_DEFAULTS, "webhook_tls_ca_bundle": "Q0E=", "webhook_tls_checksum": "abc",
+              "deploy_images": {"scheduler": "s:1", "webhook": "w:1", "check": "c:1"}}
+    return [d for d in yaml.safe_load_all(env.get_template(template).render(**values)) if d]
+
+
+def test_webhook_configuration_scopes_like_the_tests():
+    (config,) = render("webhook-configuration.yaml.j2")
+    hook = config["webhooks"][0]
+    assert hook["name"] == constants.WEBHOOK_NAME
+    assert hook["matchConditions"] == match_conditions(constants.DEFAULT_SCHEDULER_NAME)
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["admissionReviewVersions"] == ["v1"]
+
+
+def test_check_statefulset_carries_the_take_home_map():
+    service, sts = render("check.yaml.j2")
+    template = sts["spec"]["template"]
+    assert sts["spec"]["replicas"] == 5 and template["spec"]["schedulerName"] == constants.DEFAULT_SCHEDULER_NAME
+    parsed = gpumap.parse(template["metadata"]["annotations"][constants.MAP_ANNOTATION])
+    assert gpumap.encode(parsed) == "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
+
+
+@pytest.mark.parametrize("template", ["scheduler.yaml.j2", "webhook.yaml.j2", "check.yaml.j2"])
+def test_workloads_are_locked_down(template):
+    for doc in render(template):
+        if doc["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] and sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+
+
+def test_scheduler_rbac_is_least_privilege():
+    role = next(d for d in render("scheduler-rbac.yaml.j2") if d["kind"] == "ClusterRole")
+    granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+    assert granted == {("pods", "get"), ("pods", "list"), ("pods", "watch"), ("nodes", "get"), ("nodes", "list"),
+                       ("nodes", "watch"), ("pods/binding", "create"), ("pods/status", "patch"),
+                       ("events", "create"), ("events", "patch")}
