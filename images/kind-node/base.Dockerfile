@@ -25,6 +25,10 @@ RUN chmod 0755 /usr/local/bin/* /kind/bin /kind/bin/* \
  && ctr oci spec \
     | jq '.hooks.createContainer[.hooks.createContainer | length] |= . + {"path": "/kind/bin/mount-product-files.sh"}' \
     | jq 'del(.process.rlimits)' > /etc/containerd/cri-base.json \
+ # Let containerd clamp each container's oom_score_adj to its own: lowering it needs CAP_SYS_RESOURCE, which
+ # machines whose capability bounding set lacks it cannot grant (runc then fails with "can't get final child's
+ # PID from pipe"). Costs nothing where the capability exists.
+ && sed -i 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' /etc/containerd/config.toml \
  # The fuse-overlayfs snapshotter is only for rootless docker, which this test-bed does not use.
  && rm -f /etc/systemd/system/containerd-fuse-overlayfs.service \
  && systemctl enable kubelet.service containerd.service undo-mount-hacks.service \

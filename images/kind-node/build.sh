@@ -29,6 +29,10 @@ mirror=${mirror:-http://deb.debian.org/debian}
 
 log() { printf '%s node-image: %s\n' "$(date -u +%T)" "$*"; }
 have() { docker image inspect "$1" >/dev/null 2>&1; }
+build() {  # docker build ARGS...; quiet unless it fails (the legacy builder's deprecation notice is noise here)
+  local out
+  out=$(docker build --quiet "$@" 2>&1) || { printf '%s\n' "$out" >&2; return 1; }
+}
 timed() { local started=$SECONDS; "$@"; log "  done in $((SECONDS - started))s"; }
 
 # --- 1. root filesystems ---------------------------------------------------------------------------------------
@@ -57,7 +61,7 @@ base_image() {  # NAME
   cp -r "$(kind_source)/images/base/files" "$ctx/files"
   chmod -R u+w "$ctx/files"
   cp "$here/base.Dockerfile" "$ctx/Dockerfile"
-  docker build --quiet --build-arg ROOTFS=gpu-testbed/kind-rootfs:bookworm --tag "$1" "$ctx" >/dev/null
+  build --build-arg ROOTFS=gpu-testbed/kind-rootfs:bookworm --tag "$1" "$ctx"
 }
 
 # --- 3. images of the cluster's own pods ----------------------------------------------------------------------
@@ -70,7 +74,7 @@ binary_image() {  # NAME BASE BINARY... ; ENTRYPOINT is the first binary
   local copies=""
   for b in "$@"; do cp -L "$b" "$ctx/"; copies+="COPY $(basename "$b") /usr/local/bin/$(basename "$b")"$'\n'; done
   printf 'FROM %s\n%sENTRYPOINT ["/usr/local/bin/%s"]\n' "$base" "$copies" "$(basename "$1")" >"$ctx/Dockerfile"
-  docker build --quiet --tag "$name" "$ctx" >/dev/null
+  build --tag "$name" "$ctx"
 }
 
 pause_image() {  # NAME...
@@ -84,7 +88,7 @@ pause_image() {  # NAME...
   gcc -Os -Wall -Werror -static -DVERSION="\"$k8s-testbed\"" -o "$ctx/pause" "$src/build/pause/linux/pause.c"
   strip "$ctx/pause"
   printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$ctx/Dockerfile"
-  docker build --quiet --tag "$1" "$ctx" >/dev/null
+  build --tag "$1" "$ctx"
   for name in "${@:2}"; do docker tag "$1" "$name"; done
 }
 
@@ -93,7 +97,7 @@ node_image() {
   have "$node_image" && { log "$node_image is cached"; return; }
   log "assembling $node_image"
   local images=("$@") id
-  id=$(docker run -d --privileged --entrypoint=sleep gpu-testbed/kind-base:"$kind_version" infinity)
+  id=$(docker run -d --init --privileged --entrypoint=sleep gpu-testbed/kind-base:"$kind_version" infinity)
   trap 'docker rm -f "$id" >/dev/null 2>&1 || true' EXIT
   for b in kubeadm kubelet kubectl; do docker cp -L "$bin/$b" "$id:/usr/bin/$b"; done
   docker exec "$id" bash -c "mkdir -p /kind/manifests && echo $k8s > /kind/version"
@@ -126,9 +130,10 @@ pause_tags=("$reg/pause:3.10.1" "$reg/pause:3.10")  # kubeadm's pause, and the s
 timed pause_image "${pause_tags[@]}"
 if ! have "$reg/testbed-netd:$k8s"; then
   log "image testbed-netd"
-  docker build --quiet --tag "$reg/testbed-netd:$k8s" "$here/../kind-netd" >/dev/null
+  build --tag "$reg/testbed-netd:$k8s" "$here/../kind-netd"
 fi
 timed node_image "$reg/kube-apiserver:$k8s" "$reg/kube-controller-manager:$k8s" "$reg/kube-scheduler:$k8s" \
   "$reg/kube-proxy:$k8s" "$reg/etcd:$etcd_tag" "$reg/coredns/coredns:$coredns_version" "${pause_tags[@]}" \
   "$reg/testbed-netd:$k8s"
-log "node image $node_image ready ($(docker image inspect --format '{{.Size}}' "$node_image" | numfmt --to=iec)) in $((SECONDS - started))s"
+log "node image $node_image ready ($(docker image inspect --format '{{.Size}}' "$node_image" | numfmt --to=iec)) in $((SECONDS - started))s"; echo
+
