@@ -1,0 +1,150 @@
+"""The GpuClaim allocator: every policy, exclusivity mixes, islands and bandwidth, health, fallback, packing."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_scheduling.claims.allocator import Allocation, Device, Holding, Node, NoFit, Request, allocate
+
+
+def dgx(name: str, unhealthy=(), labels=None, bandwidth=600) -> Node:
+    """8 GPUs in two NVLink islands of four, like the reference's example node."""
+    return Node(name, tuple(Device(i, f"nvlink-group-{i // 4}", bandwidth, i not in unhealthy) for i in range(8)),
+                labels or {})
+
+
+def ids(decision) -> tuple[int, ...]:
+    assert isinstance(decision, Allocation), decision
+    return decision.gpu_ids
+
+
+def test_contiguous_takes_the_lowest_adjacent_run():
+    assert ids(allocate(Request(2), [dgx("a")])) == (0, 1)
+
+
+def test_contiguous_skips_held_gpus():
+    held = [Holding("a", (1,))]
+    assert ids(allocate(Request(2), [dgx("a")], held)) == (2, 3)
+
+
+def test_spread_alternates_islands():
+    assert ids(allocate(Request(4, policy="spread"), [dgx("a")])) == (0, 4, 1, 5)
+
+
+def test_prefer_ids_when_free():
+    assert ids(allocate(Request(2, policy="preferIds", prefer_ids=(5, 6)), [dgx("a")])) == (5, 6)
+
+
+def test_prefer_ids_falls_back_when_taken():
+    d = allocate(Request(2, policy="preferIds", prefer_ids=(5, 6)), [dgx("a")], [Holding("a", (6,))])
+    assert ids(d) == (0, 5) and "preferred ids [6] were taken; fell back" in d.message
+
+
+def test_unhealthy_gpus_are_never_allocated():
+    assert ids(allocate(Request(2), [dgx("a", unhealthy=(0,))])) == (1, 2)
+    assert ids(allocate(Request(1, policy="preferIds", prefer_ids=(3,)), [dgx("a", unhealthy=(3,))])) == (0,)
+
+
+def test_exclusive_never_shares():
+    held = [Holding("a", tuple(range(8)), "Shared")]
+    d = allocate(Request(1), [dgx("a")], held)
+    assert isinstance(d, NoFit) and d.phase == "Pending"
+
+
+def test_shared_shares_only_with_shared():
+    assert ids(allocate(Request(1, exclusivity="Shared"), [dgx("a")], [Holding("a", (0,), "Shared")])) == (0,)
+    assert ids(allocate(Request(1, exclusivity="Shared"), [dgx("a")], [Holding("a", (0,), "Exclusive")])) == (1,)
+
+
+def test_mig_is_refused():
+    d = allocate(Request(1, exclusivity="MIG"), [dgx("a")])
+    assert d == NoFit("Failed", "MIG is not supported: use Exclusive or Shared")
+
+
+def test_selector_filters_nodes():
+    nodes = [dgx("a", labels={"gpu-type": "v100"}), dgx("b", labels={"gpu-type": "a100"})]
+    assert allocate(Request(1, match_labels={"gpu-type": "a100"}), nodes).node == "b"
+    d = allocate(Request(1, match_labels={"gpu-type": "h100"}), nodes)
+    assert isinstance(d, NoFit) and d.phase == "Pending" and "no node matches selector" in d.message
+
+
+def test_required_topology_stays_in_one_island():
+    held = [Holding("a", (0, 5))]
+    d = allocate(Request(3, topology="Required", min_bandwidth_gbps=600), [dgx("a")], held)
+    assert ids(d) == (1, 2, 3)
+
+
+def test_required_topology_pending_when_islands_are_busy_now():
+    held = [Holding("a", (0, 4))]
+    d = allocate(Request(4, topology="Required", min_bandwidth_gbps=600), [dgx("a")], held)
+    assert isinstance(d, NoFit) and d.phase == "Pending"
+
+
+def test_required_topology_failed_when_never_possible():
+    d = allocate(Request(5, topology="Required", min_bandwidth_gbps=600), [dgx("a")])
+    assert isinstance(d, NoFit) and d.phase == "Failed" and "one NVLink island" in d.message
+    d = allocate(Request(2, topology="Required", min_bandwidth_gbps=900), [dgx("a")])
+    assert isinstance(d, NoFit) and d.phase == "Failed"
+
+
+def test_preferred_topology_falls_back_across_islands():
+    held = [Holding("a", (0, 4))]
+    d = allocate(Request(4, topology="Preferred", min_bandwidth_gbps=600), [dgx("a")], held)
+    assert ids(d) == (1, 2, 3, 5)
+
+
+def test_preferred_topology_picks_the_node_that_satisfies_it():
+    nodes = [dgx("a"), dgx("b")]
+    held = [Holding("a", (0, 4))]  # a cannot give 4 in one island, b can
+    assert allocate(Request(4, topology="Preferred", min_bandwidth_gbps=600), nodes, held).node == "b"
+
+
+def test_pack_prefers_the_fuller_node_then_name():
+    nodes = [dgx("a"), dgx("b"), dgx("c")]
+    held = [Holding("b", (0, 1, 2))]
+    assert allocate(Request(1), nodes, held).node == "b"
+    assert allocate(Request(1), [dgx("b"), dgx("a")]).node == "a"
+
+
+def test_pack_prefers_the_fuller_island():
+    held = [Holding("a", (0, 1, 2))]
+    assert ids(allocate(Request(1, topology="Preferred"), [dgx("a")], held)) == (3,)
+
+
+def test_too_large_everywhere_is_failed():
+    d = allocate(Request(9), [dgx("a"), dgx("b", unhealthy=(1,))])
+    assert isinstance(d, NoFit) and d.phase == "Failed" and "largest node has 8 healthy GPUs" in d.message
+
+
+requests = st.builds(
+    Request,
+    count=st.integers(1, 8),
+    policy=st.sampled_from(["contiguous", "spread", "preferIds"]),
+    prefer_ids=st.lists(st.integers(0, 7), max_size=4, unique=True).map(tuple),
+    exclusivity=st.sampled_from(["Exclusive", "Shared"]),
+    topology=st.sampled_from(["Required", "Preferred", "Ignore"]),
+    min_bandwidth_gbps=st.sampled_from([0, 300, 600]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(requests, min_size=1, max_size=25), st.sets(st.integers(0, 7), max_size=3))
+def test_invariants_over_a_sequence_of_claims(reqs, unhealthy):
+    nodes = [dgx("a", unhealthy=unhealthy), dgx("b"), Node("c", tuple(Device(i, "pcie", 0) for i in range(4)))]
+    by_name = {n.name: n for n in nodes}
+    held: list[Holding] = []
+    for req in reqs:
+        d = allocate(req, nodes, held)
+        if isinstance(d, NoFit):
+            continue
+        node = by_name[d.node]
+        devices = {dev.id: dev for dev in node.devices}
+        assert len(d.gpu_ids) == req.count and len(set(d.gpu_ids)) == req.count
+        assert all(devices[i].healthy for i in d.gpu_ids)
+        if req.topology == "Required":
+            assert len({devices[i].island for i in d.gpu_ids}) == 1
+            assert all(devices[i].bandwidth_gbps >= req.min_bandwidth_gbps for i in d.gpu_ids)
+        for h in held:
+            if h.node == d.node and set(h.gpu_ids) & set(d.gpu_ids):
+                assert h.exclusivity == "Shared" and req.exclusivity == "Shared", (h, req, d)
+        held.append(Holding(d.node, d.gpu_ids, req.exclusivity))
