@@ -84,12 +84,11 @@ Decision = Allocation | NoFit
 
 
 def _usable(node: Node, request: Request, holdings: Iterable[Holding]) -> list[Device]:
-    """Healthy GPUs of `node` this request may take now."""
+    """Healthy GPUs of `node` this request may take now, given the holdings on that node."""
     exclusive: set[int] = set()
     shared: set[int] = set()
     for h in holdings:
-        if h.node == node.name:
-            (exclusive if h.exclusivity == "Exclusive" else shared).update(h.gpu_ids)
+        (exclusive if h.exclusivity == "Exclusive" else shared).update(h.gpu_ids)
     blocked = exclusive | (shared if request.exclusivity == "Exclusive" else set())
     return [d for d in node.devices if d.healthy and d.id not in blocked]
 
@@ -192,7 +191,9 @@ def allocate(request: Request, nodes: Iterable[Node], holdings: Iterable[Holding
         return NoFit("Failed", "MIG is not supported: use Exclusive or Shared")
     if request.count < 1:
         return NoFit("Failed", f"devices.count must be at least 1, got {request.count}")
-    holdings = list(holdings)
+    by_node: dict[str, list[Holding]] = {}
+    for h in holdings:
+        by_node.setdefault(h.node, []).append(h)
     candidates = [n for n in nodes if all(n.labels.get(k) == v for k, v in request.match_labels.items())]
     if not candidates:
         return NoFit("Pending", f"no node matches selector {dict(request.match_labels)}")
@@ -205,7 +206,7 @@ def allocate(request: Request, nodes: Iterable[Node], holdings: Iterable[Holding
 
     best: tuple[tuple[int, int, int, str], Allocation] | None = None
     for node in candidates:
-        free = _usable(node, request, holdings)
+        free = _usable(node, request, by_node.get(node.name, ()))
         picked = _pick(free, request)
         if picked is None:
             continue
