@@ -540,3 +540,54 @@ def untouched(world: World, name: str) -> None:
     assert not pod["status"].get("conditions"), pod["status"].get("conditions")
     assert [e for e in world.api.events(world.namespace) if e["involvedObject"]["name"] == name] == []
     assert bind_counts(world, range(0, 1000))[name] == 0, "gpu-scheduler tried to bind it"
+
+
+# ---- GpuClaim --------------------------------------------------------------------------------------------------
+
+def claims_path(world: World) -> str:
+    return f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}/namespaces/{world.namespace}/gpuclaims"
+
+
+@when(step('the GpuClaim "{name:q}" asking for {count:d} GPUs with policy "{policy:q}" is created'))
+def create_claim(world: World, name: str, count: int, policy: str) -> None:
+    body = {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuClaim",
+            "metadata": {"name": name}, "spec": {"devices": {"count": count, "policy": policy}}}
+    try:
+        world.api.create(claims_path(world), body)
+        world.error = None
+    except ApiError as exc:
+        world.error = exc
+
+
+@then(step('the GpuClaim "{name:q}" exists with exclusivity "{exclusivity:q}" and topology mode "{mode:q}"'))
+def claim_defaults(world: World, name: str, exclusivity: str, mode: str) -> None:
+    assert world.error is None, world.error
+    claim = world.api.get(f"{claims_path(world)}/{name}")
+    # Defaults come from the CRD's schema, applied by the apiserver.
+    assert claim["spec"]["devices"]["exclusivity"] == exclusivity
+    assert claim["spec"].get("topology", {}).get("mode", "Ignore") == mode
+
+
+def claim_pod_body(name: str, claim: str, gpu_map: str | None = None) -> dict[str, Any]:
+    body = pod_body(name, gpu_map=gpu_map)
+    body["metadata"].setdefault("annotations", {})[constants.CLAIM_ANNOTATION] = claim
+    return body
+
+
+@when(step('the pod "{name:q}" naming the GpuClaim "{claim:q}" is created with the map "{gpu_map:q}"'))
+def create_claim_and_map_pod(world: World, name: str, claim: str, gpu_map: str) -> None:
+    try_create_pod(world, claim_pod_body(name, claim, gpu_map))
+
+
+@when(step('the pod "{name:q}" naming the GpuClaim "{claim:q}" is created'))
+def create_claim_pod(world: World, name: str, claim: str) -> None:
+    try_create_pod(world, claim_pod_body(name, claim))
+    assert world.error is None, world.error
+
+
+@then(step('every container of "{name:q}" reads CUDA_VISIBLE_DEVICES from the annotation "{annotation:q}"'))
+def cuda_from_annotation(world: World, name: str, annotation: str) -> None:
+    spec = get_pod(world, name)["spec"]
+    refs = [[e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c.get("env") or []
+             if e["name"] == constants.CUDA_ENV] for c in (spec.get("initContainers") or []) + spec["containers"]]
+    assert refs and all(r == [f"metadata.annotations['{annotation}']"] for r in refs), refs

@@ -111,6 +111,9 @@ def review_pod(request: AdmissionRequest) -> AdmissionReview:
         return allow(uid)
     pod = request.get("object") or {}
     meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if constants.CLAIM_ANNOTATION in annotations:
+        return _review_claim_pod(request, pod, annotations)
     try:
         entry = gpumap.entry_for_pod(meta)
     except gpumap.PodMapError as exc:
@@ -118,3 +121,21 @@ def review_pod(request: AdmissionRequest) -> AdmissionReview:
     if entry is None:
         return allow(uid)
     return allow(uid, patches.cuda_patch(pod, entry.cuda_visible_devices))
+
+
+def _review_claim_pod(request: AdmissionRequest, pod: dict[str, Any], annotations: dict[str, str]) -> AdmissionReview:
+    uid = request["uid"]
+    if constants.MAP_ANNOTATION in annotations:
+        return deny(uid, f"{_describe(request)}: it carries both {constants.CLAIM_ANNOTATION} and "
+                         f"{constants.MAP_ANNOTATION}; use one: the map pins the node and GPU ids, the claim lets "
+                         "the scheduler choose them")
+    claim = annotations[constants.CLAIM_ANNOTATION].strip()
+    if not claim:
+        return deny(uid, f"{_describe(request)}: annotation {constants.CLAIM_ANNOTATION} is empty; expected the "
+                         "name of a GpuClaim in the pod's namespace")
+    # The GPUs are chosen after admission, when the pod is scheduled; the scheduler writes them to an annotation
+    # before binding, and the kubelet resolves this downward-API reference when it starts the containers.
+    return allow(uid, patches.env_patch(pod, {
+        "name": constants.CUDA_ENV,
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{constants.GPU_IDS_ANNOTATION}']"}},
+    }))

@@ -34,3 +34,22 @@ WEBHOOK_TLS_SECRET: Final = "cuda-env-webhook-tls"
 REASON_UNSCHEDULABLE: Final = "Unschedulable"
 EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"
 EVENT_SCHEDULED: Final = "Scheduled"
+
+# ---- GpuClaim (see README "GpuClaim") --------------------------------------------------------------------------
+
+#: API group and version of GpuClaim and GpuNodeStatus.
+CLAIM_GROUP: Final = "gpu.scheduling"
+CLAIM_VERSION: Final = "v1"
+
+#: Pod annotation naming the pod's GpuClaim (same namespace), set by the user.
+CLAIM_ANNOTATION: Final = "gpu.scheduling/claim"
+
+#: Pod annotation `<node>:<gpu ids>` the scheduler writes before binding a claim pod.
+ALLOCATED_ANNOTATION: Final = "gpu.scheduling/allocated"
+
+#: Pod annotation holding only the GPU ids; the webhook points CUDA_VISIBLE_DEVICES at it through the downward
+#: API, because a container's env is fixed at creation while the allocation happens later, before binding.
+GPU_IDS_ANNOTATION: Final = "gpu.scheduling/gpu-ids"
+
+#: Namespace of the per-GPU Leases `gpu-<node>-<id>`: one place, so a GPU is locked cluster-wide.
+LEASE_NAMESPACE: Final = "kube-system"

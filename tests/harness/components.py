@@ -10,11 +10,15 @@ import sys
 from typing import Any
 
 from gpu_scheduling import constants
+import yaml
+
 from tests.harness import pki
+from tests.harness.api import wait_for
 from tests.harness.controlplane import ControlPlane
 from tests.harness.processes import Process, free_port
 
 SCRIPTS = pathlib.Path(sys.executable).parent  # console scripts of the installed package
+CRD_DIR = pathlib.Path(__file__).resolve().parents[2] / "roles" / "deploy" / "files" / "crds"
 
 
 def match_conditions(scheduler_name: str) -> list[dict[str, str]]:
@@ -87,7 +91,21 @@ class Components:
             webhook_configuration(self.webhook_url, self.webhook_ca.pem, self.scheduler_name),
         )
 
+    def install_crds(self) -> None:
+        """The GpuClaim and GpuNodeStatus CRDs, from the same files the test-bed's deploy role applies."""
+        assert self.cp.api is not None
+        api = self.cp.api
+        for path in sorted(CRD_DIR.glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            api.apply_or_replace("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            name = crd["metadata"]["name"]
+            wait_for(f"CRD {name} Established", lambda n=name: any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
+                .get("status", {}).get("conditions", [])))
+
     def start(self) -> Components:
+        self.install_crds()
         self.start_webhook()
         self.register_webhook()
         self.start_scheduler()

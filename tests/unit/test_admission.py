@@ -95,3 +95,28 @@ def test_generate_name_pod_is_denied():
 def test_malformed_bodies_are_bad_requests(body, fragment):
     with pytest.raises(admission.BadRequest, match=fragment):
         admission.parse_review(body)
+
+
+def claim_pod(claim="train", extra=None):
+    annotations = {"gpu.scheduling/claim": claim, **(extra or {})}
+    return {"metadata": {"name": "job", "namespace": "default", "annotations": annotations},
+            "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "c", "env": [{"name": "A", "value": "a"}]}]}}
+
+
+def test_claim_pod_gets_cuda_from_the_allocation_annotation():
+    resp = decide(review(claim_pod()))
+    ops = json.loads(base64.b64decode(resp["patch"]))
+    env = patches.apply(claim_pod(), ops)["spec"]["containers"][0]["env"]
+    assert env == [{"name": "A", "value": "a"}, {"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {
+        "fieldRef": {"fieldPath": "metadata.annotations['gpu.scheduling/gpu-ids']"}}}]
+
+
+def test_claim_and_map_together_are_refused():
+    resp = decide(review(claim_pod(extra={"gpu-scheduling-map": "0=node1:0"})))
+    assert not resp["allowed"]
+    assert "carries both gpu.scheduling/claim and gpu-scheduling-map" in resp["status"]["message"]
+
+
+def test_empty_claim_name_is_refused():
+    resp = decide(review(claim_pod(claim="  ")))
+    assert not resp["allowed"] and "is empty; expected the name of a GpuClaim" in resp["status"]["message"]

@@ -82,6 +82,10 @@ def node_problem(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) 
 def decide(pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> Decision:
     """Decide for one schedulable pod given the current nodes (name -> node)."""
     meta = pod.get("metadata") or {}
+    claim = (meta.get("annotations") or {}).get(constants.CLAIM_ANNOTATION)
+    if claim is not None:
+        return Unschedulable(f"pod names GpuClaim {claim!r}: claim-based allocation is not available in this "
+                             f"version of the gpu-scheduler yet; use the {constants.MAP_ANNOTATION} annotation")
     try:
         entry = gpumap.entry_for_pod(meta)
     except gpumap.PodMapError as exc:
