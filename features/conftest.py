@@ -591,3 +591,106 @@ def cuda_from_annotation(world: World, name: str, annotation: str) -> None:
     refs = [[e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c.get("env") or []
              if e["name"] == constants.CUDA_ENV] for c in (spec.get("initContainers") or []) + spec["containers"]]
     assert refs and all(r == [f"metadata.annotations['{annotation}']"] for r in refs), refs
+
+
+# ---- GpuClaim scheduling (control-plane tier: the simulated inventory is written here, not by the agent) -------
+
+def simulated_inventory(node: str) -> dict[str, Any]:
+    """The reference's example: GPUs 0-3 in an island at 600 GB/s, 4-7 in another at 64 GB/s."""
+    devices = [{"id": i, "health": "Healthy", "island": f"nvlink-group-{i // 4}",
+                "bandwidthGBps": 600 if i < 4 else 64, "inUseBy": []} for i in range(8)]
+    return {"total": 8, "free": 8, "unhealthy": 0, "devices": devices}
+
+
+@given("every kwok node has the simulated inventory of 8 GPUs in two NVLink islands")
+def inventory(world: World) -> None:
+    path = f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}/gpunodestatuses"
+    for node in WORKER_NODES:
+        body = {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuNodeStatus",
+                "metadata": {"name": node}, "spec": {"nodeName": node}}
+
+        def write(body: dict[str, Any] = body, node: str = node) -> bool:
+            try:
+                world.api.create(path, body)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+            world.api.patch(f"{path}/{node}/status", {"status": simulated_inventory(node)})
+            return True
+
+        # Right after the CRD is Established the apiserver may still answer 404 for a moment.
+        wait_for(f"the GpuNodeStatus of {node} written", write, timeout=30)
+
+
+def create_claim_body(world: World, name: str, devices: dict[str, Any], node: str | None = None) -> None:
+    spec: dict[str, Any] = {"devices": devices}
+    if node:
+        spec["selector"] = {"matchLabels": {"kubernetes.io/hostname": node}}
+    world.api.create(claims_path(world), {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}",
+                                          "kind": "GpuClaim", "metadata": {"name": name}, "spec": spec})
+
+
+@given(step('the GpuClaim "{name:q}" asking for {count:d} GPUs with policy "{policy:q}" on node "{node:q}" is created'))
+def claim_on_node(world: World, name: str, count: int, policy: str, node: str) -> None:
+    create_claim_body(world, name, {"count": count, "policy": policy}, node)
+
+
+@given(step('the GpuClaim "{name:q}" asking for {count:d} GPUs with exclusivity "{exclusivity:q}" is created'))
+def claim_with_exclusivity(world: World, name: str, count: int, exclusivity: str) -> None:
+    create_claim_body(world, name, {"count": count, "exclusivity": exclusivity})
+
+
+def claim_status(world: World, name: str) -> dict[str, Any]:
+    return world.api.get(f"{claims_path(world)}/{name}").get("status") or {}
+
+
+@then(step('the GpuClaim "{name:q}" is Bound with GPUs "{gpus:q}" on {node}'))
+def claim_bound(world: World, name: str, gpus: str, node: str) -> None:
+    status = wait_for(f"GpuClaim {name} Bound", lambda: (s := claim_status(world, name)).get("phase") == "Bound"
+                      and s, timeout=60)
+    assert status["nodeName"] == node and status["allocated"] == f"{node}:{gpus}", status
+    assert status["gpuIds"] == [int(g) for g in gpus.split(",")], status
+
+
+@then(step('the GpuClaim "{name:q}" is {phase} with a message containing "{fragment:q}"'))
+def claim_phase(world: World, name: str, phase: str, fragment: str) -> None:
+    wait_for(f"GpuClaim {name} {phase} mentioning {fragment!r}",
+             lambda: (s := claim_status(world, name)).get("phase") == phase and fragment in s.get("message", ""),
+             timeout=60)
+
+
+@then(step('the pod "{name:q}" runs on {node} with its allocation annotations "{allocated:q}" and "{ids:q}"'))
+def claim_pod_runs(world: World, name: str, node: str, allocated: str, ids: str) -> None:
+    pod = wait_for(f"pod {name} Running on {node}", lambda: running_on(world, name, node), timeout=60)
+    annotations = pod["metadata"]["annotations"]
+    assert annotations[constants.ALLOCATED_ANNOTATION] == allocated
+    assert annotations[constants.GPU_IDS_ANNOTATION] == ids
+
+
+def leases_of(world: World, uid: str) -> list[str]:
+    leases = world.api.get(f"/apis/coordination.k8s.io/v1/namespaces/{constants.LEASE_NAMESPACE}/leases")["items"]
+    return sorted(lease["metadata"]["name"] for lease in leases
+                  if uid in (lease["metadata"].get("annotations") or {}).get("gpu.scheduling/holders", "").split(","))
+
+
+@then(step('the pod "{name:q}" holds the leases "{names:q}"'))
+def holds_leases(world: World, name: str, names: str) -> None:
+    assert leases_of(world, get_pod(world, name)["metadata"]["uid"]) == sorted(names.split(","))
+
+
+@when(step('the pod "{name:q}" is deleted'))
+def delete_pod(world: World, name: str) -> None:
+    world.snapshot[name] = (get_pod(world, name)["metadata"]["uid"], "")
+    world.api.delete(f"/api/v1/namespaces/{world.namespace}/pods/{name}", gracePeriodSeconds="0")
+
+
+@when("the scheduler is stopped")
+def stop_scheduler(world: World) -> None:
+    assert world.cluster.components is not None
+    world.cluster.components.scheduler.stop()
+
+
+@then(step('no GPU lease is held by the pod "{name:q}"'))
+def no_leases(world: World, name: str) -> None:
+    uid = world.snapshot[name][0]
+    wait_for(f"the leases of {name} released", lambda: not leases_of(world, uid), timeout=30)

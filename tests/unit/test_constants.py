@@ -69,8 +69,16 @@ def test_workloads_are_locked_down(template):
 
 
 def test_scheduler_rbac_is_least_privilege():
-    role = next(d for d in render("scheduler-rbac.yaml.j2") if d["kind"] == "ClusterRole")
+    docs = render("scheduler-rbac.yaml.j2")
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
     granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
     assert granted == {("pods", "get"), ("pods", "list"), ("pods", "watch"), ("nodes", "get"), ("nodes", "list"),
-                       ("nodes", "watch"), ("pods/binding", "create"), ("pods/status", "patch"),
-                       ("events", "create"), ("events", "patch")}
+                       ("nodes", "watch"), ("pods/binding", "create"), ("pods/status", "patch"), ("pods", "patch"),
+                       ("events", "create"), ("events", "patch"), ("gpuclaims", "get"), ("gpuclaims", "list"),
+                       ("gpuclaims", "watch"), ("gpunodestatuses", "get"), ("gpunodestatuses", "list"),
+                       ("gpunodestatuses", "watch"), ("gpuclaims/status", "patch")}
+    # Leases only in the scheduler's own namespace, where the GPU locks live.
+    lease_role = next(d for d in docs if d["kind"] == "Role")
+    assert lease_role["metadata"]["namespace"] == constants.LEASE_NAMESPACE
+    assert lease_role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                                    "verbs": ["get", "list", "watch", "create", "update", "delete"]}]

@@ -1,8 +1,9 @@
 """The scheduling loop: two informers (our unbound pods, all nodes), a de-duplicating work queue and workers
-that bind concurrently. No per-pod LIST: everything a decision needs is in the informer caches.
+that bind concurrently. No per-pod LIST: everything a decision needs is in the informer caches. Pods that name a
+GpuClaim take the claim path (scheduler.claims), which adds its own caches and the GPU leases.
 
-It must not touch pods of other schedulers, bound pods, or anything but bindings, pod status conditions and
-events.
+It must not touch pods of other schedulers, bound pods, or anything but bindings, pod status conditions, events,
+and for claim pods their allocation annotations, their claims' status and the GPU leases.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gpu_scheduling import constants
 from gpu_scheduling.kube.client import ApiError, Client
 from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.scheduler import decision
+from gpu_scheduling.scheduler.claims import ClaimPath
 from gpu_scheduling.scheduler.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -64,13 +66,25 @@ class Scheduler:
         self._attempts: dict[str, int] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._instance = socket.gethostname()
+        self._pending_uids: set[str] = set()
+        # A key is worked on by one worker at a time; a key enqueued meanwhile is marked dirty and comes back
+        # once that worker is done (client-go's workqueue does the same).
+        self._processing: set[str] = set()
+        self._dirty: set[str] = set()
+        # Pods we bound whose watch has not yet said so: never place them again from a stale cache.
+        self._assumed_bound: set[str] = set()
+        self._claims_started = False
+        self.claim_path = ClaimPath(client, self._requeue_claim_pods, self._pending_uids.__contains__)
 
     # ---- readiness -------------------------------------------------------------------------------------------
     def ready(self) -> bool:
-        return self.pods.synced.is_set() and self.nodes.synced.is_set()
+        return self.pods.synced.is_set() and self.nodes.synced.is_set() and self._claims_started
 
     # ---- informer handlers (must not block) ------------------------------------------------------------------
     def _enqueue(self, key: str) -> None:
+        if key in self._processing:
+            self._dirty.add(key)
+            return
         if key not in self._queued:
             self._queued.add(key)
             self._queue.put_nowait(key)
@@ -85,11 +99,19 @@ class Scheduler:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         if kind == "DELETED":  # deleted, or bound (no longer matches spec.nodeName=)
             self._forget(key)
+            self._assumed_bound.discard(key)
+            self._pending_uids.discard(pod["metadata"]["uid"])
             return
+        self._pending_uids.add(pod["metadata"]["uid"])
         if kind == "ADDED":
             self.metrics.pods_seen += 1
         if decision.is_schedulable_pod(pod, self.config.name):
             self._enqueue(key)
+
+    def _requeue_claim_pods(self) -> None:
+        for key, pod in self.pods.cache.items():
+            if decision.is_claim_pod(pod) and decision.is_schedulable_pod(pod, self.config.name):
+                self._enqueue(key)
 
     def _on_node(self, _kind: str, node: dict[str, Any], _old: dict[str, Any] | None) -> None:
         for key in list(self._waiting.get(node["metadata"]["name"], ())):
@@ -104,6 +126,8 @@ class Scheduler:
         await self.nodes.synced.wait()
         tasks.append(asyncio.create_task(self.pods.run(), name="pods-informer"))
         await self.pods.synced.wait()
+        tasks += await self.claim_path.start()
+        self._claims_started = True
         log.info("caches synced: %d nodes, %d unbound pods for %s", len(self.nodes.cache), len(self.pods.cache),
                  self.config.name)
         tasks += [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.config.workers)]
@@ -125,6 +149,7 @@ class Scheduler:
         while True:
             key = await self._queue.get()
             self._queued.discard(key)
+            self._processing.add(key)
             try:
                 await self._schedule(key)
             except asyncio.CancelledError:
@@ -132,6 +157,11 @@ class Scheduler:
             except Exception:  # one bad pod must not stop the worker
                 log.exception("unexpected error scheduling %s", key)
                 self._retry_later(key)
+            finally:
+                self._processing.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self._enqueue(key)
 
     def _retry_later(self, key: str) -> None:
         attempts = self._attempts.get(key, 0) + 1
@@ -141,12 +171,15 @@ class Scheduler:
 
     async def _schedule(self, key: str) -> None:
         pod = self.pods.cache.get(key)
-        if pod is None or not decision.is_schedulable_pod(pod, self.config.name):
+        if pod is None or key in self._assumed_bound or not decision.is_schedulable_pod(pod, self.config.name):
             return
         nodes = self.nodes.cache  # cluster-scoped: key == node name
-        verdict = decision.decide(pod, nodes)
         for waiting in self._waiting.values():
             waiting.discard(key)
+        if decision.is_claim_pod(pod):
+            await self._schedule_claim_pod(key, pod)
+            return
+        verdict = decision.decide(pod, nodes)
         if isinstance(verdict, decision.Unschedulable):
             if verdict.node:
                 self._waiting[verdict.node].add(key)
@@ -154,7 +187,21 @@ class Scheduler:
             return
         await self._bind(key, pod, verdict.node)
 
-    async def _bind(self, key: str, pod: dict[str, Any], node: str) -> None:
+    async def _schedule_claim_pod(self, key: str, pod: dict[str, Any]) -> None:
+        if not self.claim_path.enabled:
+            await self._report_unschedulable(pod, "pod names a GpuClaim but the GpuClaim CRDs are not installed")
+            return
+        placed = await self.claim_path.place(pod, self.nodes.cache)
+        if isinstance(placed, decision.Unschedulable):
+            await self._report_unschedulable(pod, placed.message)
+            return
+        if await self._bind(key, pod, placed.allocation.node):
+            await self.claim_path.bound(placed)
+        else:
+            await self.claim_path.release(pod["metadata"]["uid"])
+
+    async def _bind(self, key: str, pod: dict[str, Any], node: str) -> bool:
+        """Bind; True when the pod is bound to `node` (now or already)."""
         meta = pod["metadata"]
         body = {
             "apiVersion": "v1",
@@ -171,16 +218,20 @@ class Scheduler:
                 # Already bound (by us before a restart) or gone: never bind twice, nothing to retry.
                 log.info("not binding %s: %s", key, exc.message)
                 self.metrics.bind_conflicts += 1
-                return
+                if exc.status == 409:
+                    self._assumed_bound.add(key)
+                return exc.status == 409
             log.warning("binding %s to %s failed: %s; will retry", key, node, exc)
             self.metrics.bind_errors += 1
             self._retry_later(key)
-            return
+            return False
         self.metrics.observe_bind(time.monotonic() - started)
         self._forget(key)
+        self._assumed_bound.add(key)
         log.info("bound %s to %s", key, node)
         self._spawn(self._event(pod, "Normal", constants.EVENT_SCHEDULED,
                                 f"Successfully assigned {key} to {node}"))
+        return True
 
     async def _report_unschedulable(self, pod: dict[str, Any], message: str) -> None:
         meta = pod["metadata"]

@@ -79,13 +79,14 @@ def node_problem(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) 
     return None
 
 
+def is_claim_pod(pod: Mapping[str, Any]) -> bool:
+    return constants.CLAIM_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {})
+
+
 def decide(pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> Decision:
-    """Decide for one schedulable pod given the current nodes (name -> node)."""
+    """Decide for one schedulable map pod given the current nodes (name -> node). Claim pods go through
+    scheduler.claims instead."""
     meta = pod.get("metadata") or {}
-    claim = (meta.get("annotations") or {}).get(constants.CLAIM_ANNOTATION)
-    if claim is not None:
-        return Unschedulable(f"pod names GpuClaim {claim!r}: claim-based allocation is not available in this "
-                             f"version of the gpu-scheduler yet; use the {constants.MAP_ANNOTATION} annotation")
     try:
         entry = gpumap.entry_for_pod(meta)
     except gpumap.PodMapError as exc:

@@ -1,0 +1,44 @@
+@claims_scheduling
+Feature: GpuClaims are allocated with leases, reported in the claim, and released when their pod goes away
+
+  Background:
+    Given every kwok node has the simulated inventory of 8 GPUs in two NVLink islands
+
+  Scenario: A contiguous claim is bound and its pod gets the claim's GPUs
+    Given the GpuClaim "train" asking for 2 GPUs with policy "contiguous" on node "node2" is created
+    When the pod "train-0" naming the GpuClaim "train" is created
+    Then the GpuClaim "train" is Bound with GPUs "0,1" on node2
+    And the pod "train-0" runs on node2 with its allocation annotations "node2:0,1" and "0,1"
+    And the pod "train-0" holds the leases "gpu-node2-0,gpu-node2-1"
+
+  Scenario: An exclusive claim waits while its GPUs are taken, then binds when the holder is deleted
+    Given the GpuClaim "big" asking for 8 GPUs with policy "contiguous" on node "node3" is created
+    And the GpuClaim "small" asking for 1 GPUs with policy "contiguous" on node "node3" is created
+    When the pod "big-0" naming the GpuClaim "big" is created
+    Then the GpuClaim "big" is Bound with GPUs "0,1,2,3,4,5,6,7" on node3
+    When the pod "small-0" naming the GpuClaim "small" is created
+    Then the GpuClaim "small" is Pending with a message containing "every matching node is busy"
+    And the pod "small-0" is Pending with reason Unschedulable and a message containing "GpuClaim small"
+    When the pod "big-0" is deleted
+    Then the GpuClaim "small" is Bound with GPUs "0" on node3
+    And no GPU lease is held by the pod "big-0"
+
+  Scenario: MIG is refused with a Failed claim
+    Given the GpuClaim "mig" asking for 1 GPUs with exclusivity "MIG" is created
+    When the pod "mig-0" naming the GpuClaim "mig" is created
+    Then the GpuClaim "mig" is Failed with a message containing "MIG is not supported"
+    And the pod "mig-0" is Pending with reason Unschedulable and a message containing "MIG is not supported"
+
+  Scenario: A pod naming a missing claim stays Pending with an event naming the claim
+    When the pod "lost-0" naming the GpuClaim "nowhere" is created
+    Then the pod "lost-0" is Pending with reason Unschedulable and a message containing "GpuClaim 'nowhere' not found"
+    And the pod "lost-0" has a FailedScheduling event containing "nowhere"
+
+  Scenario: Leases of a pod deleted while the scheduler is down are released when it comes back
+    Given the GpuClaim "gone" asking for 2 GPUs with policy "spread" on node "node4" is created
+    When the pod "gone-0" naming the GpuClaim "gone" is created
+    Then the GpuClaim "gone" is Bound with GPUs "0,4" on node4
+    When the scheduler is stopped
+    And the pod "gone-0" is deleted
+    And the scheduler is started again
+    Then no GPU lease is held by the pod "gone-0"
