@@ -370,7 +370,11 @@ def deployed_statefulset(world: World, name: str, namespace: str) -> None:
 
 @then(step("pod {index:d} logs its node {node} and CUDA_VISIBLE_DEVICES \"{devices:q}\" at least twice"))
 def pod_logs(world: World, index: int, node: str, devices: str) -> None:
-    name = f"{world.statefulset}-{index}"
+    named_pod_logs(world, f"{world.statefulset}-{index}", node, devices)
+
+
+@then(step('the pod "{name:q}" logs its node {node} and CUDA_VISIBLE_DEVICES "{devices:q}" at least twice'))
+def named_pod_logs(world: World, name: str, node: str, devices: str) -> None:
     wait_for(f"pod {name} Running on {node}", lambda: running_on(world, name, node), timeout=180)
     logs_show(world, name, node, devices)
 

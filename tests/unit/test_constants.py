@@ -34,7 +34,7 @@ def render(template: str) -> list[dict]:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "roles/deploy/templates"),
                              undefined=jinja2.StrictUndefined)
     values = {**GROUP_VARS, **DEPLOY_DEFAULTS, "webhook_tls_ca_bundle": "Q0E=", "webhook_tls_checksum": "abc",
-              "deploy_images": {"scheduler": "s:1", "webhook": "w:1", "check": "c:1"}}
+              "deploy_images": {"scheduler": "s:1", "webhook": "w:1", "check": "c:1", "agent": "a:1"}}
     return [d for d in yaml.safe_load_all(env.get_template(template).render(**values)) if d]
 
 
@@ -55,10 +55,10 @@ def test_check_statefulset_carries_the_take_home_map():
     assert gpumap.encode(parsed) == "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
 
 
-@pytest.mark.parametrize("template", ["scheduler.yaml.j2", "webhook.yaml.j2", "check.yaml.j2"])
+@pytest.mark.parametrize("template", ["scheduler.yaml.j2", "webhook.yaml.j2", "check.yaml.j2", "agent.yaml.j2"])
 def test_workloads_are_locked_down(template):
     for doc in render(template):
-        if doc["kind"] not in ("Deployment", "StatefulSet"):
+        if doc["kind"] not in ("Deployment", "StatefulSet", "DaemonSet"):
             continue
         pod = doc["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000

@@ -1,0 +1,1 @@
+"""gpu-inventory-agent: keeps its node's GpuNodeStatus current (NVML where a driver is present, else simulated)."""

@@ -1,0 +1,97 @@
+"""`gpu-inventory-agent`: every few seconds, write this node's GpuNodeStatus from NVML (or the simulated
+declaration) and the node's GPU leases. Touches only the GpuNodeStatus named after its node."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from typing import Any
+
+from gpu_scheduling import constants
+from gpu_scheduling.agent import inventory
+from gpu_scheduling.kube import config as kubeconfig
+from gpu_scheduling.kube.client import ApiError, Client
+
+log = logging.getLogger("gpu_scheduling.agent")
+API = f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}/gpunodestatuses"
+
+
+def read_devices(source: str, node: dict[str, Any], default_simulated: str) -> tuple[list[dict[str, Any]], str]:
+    if source in ("auto", "nvml"):
+        try:
+            return inventory.from_nvml(), "nvml"
+        except Exception as exc:  # no library, no driver, no GPU
+            if source == "nvml":
+                raise
+            log.debug("NVML unavailable (%s); using the simulated inventory", exc)
+    declared = (node["metadata"].get("annotations") or {}).get(inventory.SIMULATED_ANNOTATION, default_simulated)
+    return inventory.parse_simulated(declared), "simulated"
+
+
+async def sync(client: Client, node_name: str, source: str, default_simulated: str) -> str:
+    node = await client.get(f"/api/v1/nodes/{node_name}")
+    devices, used = read_devices(source, node, default_simulated)
+    leases = (await client.get(inventory.LEASES_PATH,
+                               labelSelector=inventory.LEASE_SELECTOR_FOR.format(node=node_name)))["items"]
+    status = inventory.node_status(devices, leases)
+    body = {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuNodeStatus",
+            "metadata": {"name": node_name}, "spec": {"nodeName": node_name}}
+    try:
+        await client.post(API, body)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    await client.patch(f"{API}/{node_name}/status", {"status": status})
+    return used
+
+
+async def run(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with Client(kubeconfig.load(args.kubeconfig), user_agent="gpu-inventory-agent") as client:
+        last = ""
+        while not stop.is_set():
+            try:
+                used = await sync(client, args.node_name, args.source, args.simulated)
+                if used != last:
+                    log.info("GpuNodeStatus %s kept from %s inventory", args.node_name, used)
+                    last = used
+            except (ApiError, inventory.InventoryError, OSError) as exc:
+                log.warning("could not update GpuNodeStatus %s: %s", args.node_name, exc)
+            try:
+                await asyncio.wait_for(stop.wait(), args.interval)
+            except asyncio.TimeoutError:
+                pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="gpu-inventory-agent", description=__doc__)
+    p.add_argument("--kubeconfig")
+    p.add_argument("--node-name", default=os.environ.get(constants.NODE_NAME_ENV), help="default: $NODE_NAME")
+    p.add_argument("--source", choices=["auto", "nvml", "simulated"], default="auto",
+                   help="auto: NVML when a driver answers, else simulated (default)")
+    p.add_argument("--simulated", default=inventory.DEFAULT_SIMULATED,
+                   help=f"simulated inventory when the node has no {inventory.SIMULATED_ANNOTATION} annotation")
+    p.add_argument("--interval", type=float, default=10.0, help="seconds between updates (default 10)")
+    p.add_argument("--print", action="store_true", help="print this machine's inventory as JSON and exit")
+    p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.print:
+        import json
+
+        devices, used = read_devices(args.source, {"metadata": {}}, args.simulated)
+        print(json.dumps({"source": used, **inventory.node_status(devices, [])}, indent=2))
+        return
+    if not args.node_name:
+        raise SystemExit("gpu-inventory-agent: --node-name or NODE_NAME is required")
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""The inventory agent's pure parts: simulated declarations, NVLink islands, the status it writes."""
+
+import pytest
+
+from gpu_scheduling.agent import inventory
+
+
+def test_the_reference_example_node():
+    devices = inventory.parse_simulated("count=8,islands=2,bandwidth=600/64,unhealthy=7")
+    assert [(d["id"], d["island"], d["bandwidthGBps"], d["health"]) for d in devices] == [
+        (0, "nvlink-group-0", 600, "Healthy"), (1, "nvlink-group-0", 600, "Healthy"),
+        (2, "nvlink-group-0", 600, "Healthy"), (3, "nvlink-group-0", 600, "Healthy"),
+        (4, "nvlink-group-1", 64, "Healthy"), (5, "nvlink-group-1", 64, "Healthy"),
+        (6, "nvlink-group-1", 64, "Healthy"), (7, "nvlink-group-1", 0, "Unhealthy")]
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("count=8,colour=red", "expected count=N"),
+    ("count=eight", "expected integers"),
+    ("count=2,bandwidth=", "at least one bandwidth"),
+])
+def test_bad_declarations_say_what_was_expected(text, fragment):
+    with pytest.raises(inventory.InventoryError, match=fragment):
+        inventory.parse_simulated(text)
+
+
+def test_islands_are_connected_components():
+    assert inventory.islands_from_links(6, [(0, 1), (1, 2), (4, 5)]) == {0: 0, 1: 0, 2: 0, 3: 1, 4: 2, 5: 2}
+    assert inventory.islands_from_links(1, []) == {0: 0}
+
+
+def test_status_counts_and_in_use_by_follow_leases():
+    devices = inventory.parse_simulated("count=4,islands=1,bandwidth=600,unhealthy=3")
+    leases = [
+        {"metadata": {"labels": {"gpu.scheduling/gpu": "0"}, "annotations": {"gpu.scheduling/holders": "p1"}},
+         "spec": {"holderIdentity": "p1"}},
+        {"metadata": {"labels": {"gpu.scheduling/gpu": "1"}, "annotations": {"gpu.scheduling/holders": "p2,p3"}},
+         "spec": {"holderIdentity": "p2"}},
+    ]
+    status = inventory.node_status(devices, leases)
+    assert (status["total"], status["free"], status["unhealthy"]) == (4, 1, 1)
+    assert [d["inUseBy"] for d in status["devices"]] == [["p1"], ["p2", "p3"], [], []]
