@@ -42,3 +42,31 @@ Feature: GpuClaims are allocated with leases, reported in the claim, and release
     And the pod "gone-0" is deleted
     And the scheduler is started again
     Then no GPU lease is held by the pod "gone-0"
+
+  Scenario: preferIds takes the preferred GPUs, and falls back when one is taken
+    Given the GpuClaim "first" asking for 1 GPUs preferring ids "5" on node "node1" is created
+    And the GpuClaim "second" asking for 2 GPUs preferring ids "5,6" on node "node1" is created
+    When the pod "first-0" naming the GpuClaim "first" is created
+    Then the GpuClaim "first" is Bound with GPUs "5" on node1
+    When the pod "second-0" naming the GpuClaim "second" is created
+    Then the GpuClaim "second" is Bound with GPUs "0,6" on node1
+    And the GpuClaim "second" says "preferred ids [5] were taken; fell back"
+
+  Scenario: Required topology keeps the claim inside one fast island
+    Given the GpuClaim "fast" asking for 3 GPUs with topology "Required" at 600 GB/s on node "node1" is created
+    And GPU 0 of node1 is Unhealthy
+    When the pod "fast-0" naming the GpuClaim "fast" is created
+    Then the GpuClaim "fast" is Bound with GPUs "1,2,3" on node1
+
+  Scenario: Required topology fails when no island can ever hold the claim
+    Given the GpuClaim "wide" asking for 5 GPUs with topology "Required" at 600 GB/s on node "node1" is created
+    When the pod "wide-0" naming the GpuClaim "wide" is created
+    Then the GpuClaim "wide" is Failed with a message containing "no node can ever provide 5 Exclusive GPU(s) in one NVLink island"
+
+  Scenario: Preferred topology falls back across islands when the fast island is busy
+    Given the GpuClaim "hold" asking for 1 GPUs with policy "contiguous" on node "node1" is created
+    And the GpuClaim "pref" asking for 4 GPUs with topology "Preferred" at 600 GB/s on node "node1" is created
+    When the pod "hold-0" naming the GpuClaim "hold" is created
+    Then the GpuClaim "hold" is Bound with GPUs "0" on node1
+    When the pod "pref-0" naming the GpuClaim "pref" is created
+    Then the GpuClaim "pref" is Bound with GPUs "4,5,6,7" on node1

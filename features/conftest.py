@@ -698,3 +698,30 @@ def stop_scheduler(world: World) -> None:
 def no_leases(world: World, name: str) -> None:
     uid = world.snapshot[name][0]
     wait_for(f"the leases of {name} released", lambda: not leases_of(world, uid), timeout=30)
+
+
+@given(step('the GpuClaim "{name:q}" asking for {count:d} GPUs preferring ids "{ids:q}" on node "{node:q}" is created'))
+def claim_prefer_ids(world: World, name: str, count: int, ids: str, node: str) -> None:
+    create_claim_body(world, name, {"count": count, "policy": "preferIds",
+                                    "preferIds": [int(i) for i in ids.split(",")]}, node)
+
+
+@given(step('the GpuClaim "{name:q}" asking for {count:d} GPUs with topology "{mode:q}" at {gbps:d} GB/s '
+            'on node "{node:q}" is created'))
+def claim_topology(world: World, name: str, count: int, mode: str, gbps: int, node: str) -> None:
+    create_claim_body(world, name, {"count": count}, node)
+    world.api.patch(f"{claims_path(world)}/{name}", {"spec": {"topology": {"mode": mode, "minBandwidthGBps": gbps}}})
+
+
+@given(step("GPU {gpu:d} of {node} is Unhealthy"))
+def unhealthy_gpu(world: World, gpu: int, node: str) -> None:
+    status = simulated_inventory(node)
+    status["devices"][gpu]["health"] = "Unhealthy"
+    status["unhealthy"], status["free"] = 1, status["free"] - 1
+    world.api.patch(f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}/gpunodestatuses/{node}/status",
+                    {"status": status})
+
+
+@then(step('the GpuClaim "{name:q}" says "{fragment:q}"'))
+def claim_says(world: World, name: str, fragment: str) -> None:
+    assert fragment in claim_status(world, name).get("message", ""), claim_status(world, name)

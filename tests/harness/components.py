@@ -102,7 +102,7 @@ class Components:
             wait_for(f"CRD {name} Established", lambda n=name: any(
                 c["type"] == "Established" and c["status"] == "True"
                 for c in api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
-                .get("status", {}).get("conditions", [])))
+                .get("status", {}).get("conditions") or []))
 
     def start(self) -> Components:
         self.install_crds()

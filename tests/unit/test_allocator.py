@@ -93,6 +93,12 @@ def test_preferred_topology_falls_back_across_islands():
     assert ids(d) == (1, 2, 3, 5)
 
 
+def test_preferred_topology_takes_one_slower_island_before_crossing_islands():
+    node = Node("a", tuple(Device(i, f"g{i // 4}", 600 if i < 4 else 64) for i in range(8)))
+    d = allocate(Request(4, topology="Preferred", min_bandwidth_gbps=600), [node], [Holding("a", (0,))])
+    assert ids(d) == (4, 5, 6, 7) and "below 600 GB/s" in d.message
+
+
 def test_preferred_topology_picks_the_node_that_satisfies_it():
     nodes = [dgx("a"), dgx("b")]
     held = [Holding("a", (0, 4))]  # a cannot give 4 in one island, b can

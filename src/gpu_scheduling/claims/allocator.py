@@ -8,7 +8,8 @@ Rules
   * Unhealthy GPUs are never allocated; `selector.matchLabels` filters the nodes.
   * Exclusive GPUs are never shared; Shared GPUs are shared only with other Shared claims; MIG is refused.
   * Topology `Required`: all GPUs in one island whose bandwidth meets `minBandwidthGBps`. `Preferred`: such an
-    allocation wins over any other, else the best other one is taken. `Ignore`: islands play no part.
+    allocation wins over any other; failing that, one island below the bandwidth; failing that, any GPUs.
+    `Ignore`: islands play no part.
   * Within a node, `contiguous` takes the lowest run of adjacent ids (inside one island when it can),
     `spread` takes GPUs round-robin across islands, `preferIds` takes the preferred ids that are free and fills
     up like `contiguous` (the message says so).
@@ -117,12 +118,13 @@ def _lowest_run(devices: Sequence[Device], count: int) -> list[Device] | None:
     return None
 
 
-def _contiguous(free: Sequence[Device], request: Request, within_island: bool) -> list[Device] | None:
+def _contiguous(free: Sequence[Device], request: Request, within_island: bool,
+                qualifying_only: bool = True) -> list[Device] | None:
     count = request.count
     if within_island:
         # Prefer the island left fullest afterwards (packing), then the lowest ids.
         candidates = []
-        for island, devs in _islands(free, request, qualifying_only=request.topology != "Ignore").items():
+        for island, devs in _islands(free, request, qualifying_only=qualifying_only).items():
             if len(devs) >= count:
                 chosen = _lowest_run(devs, count) or devs[:count]
                 candidates.append((len(devs) - count, chosen[0].id, chosen))
@@ -173,6 +175,10 @@ def _pick(free: Sequence[Device], request: Request) -> tuple[list[Device], str] 
             return chosen, "within one island"
         if request.topology == "Required":
             return None
+        # Preferred: one slower island still beats crossing islands over PCIe.
+        chosen = _contiguous(free, request, within_island=True, qualifying_only=False)
+        if chosen:
+            return chosen, f"within one island below {request.min_bandwidth_gbps} GB/s (preferred, not required)"
     chosen = _contiguous(free, request, within_island=False)
     return (chosen, "contiguous ids" if chosen and chosen[-1].id - chosen[0].id == len(chosen) - 1 else
             "lowest free ids") if chosen else None
