@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from collections.abc import Callable
 
@@ -36,7 +35,3 @@ async def serve(app: web.Application, host: str, port: int, ssl_context: ssl.SSL
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
     await site.start()
     return runner
-
-
-async def wait_forever_until(stop: asyncio.Event) -> None:
-    await stop.wait()

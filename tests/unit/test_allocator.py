@@ -1,6 +1,5 @@
 """The GpuClaim allocator: every policy, exclusivity mixes, islands and bandwidth, health, fallback, packing."""
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -136,7 +136,6 @@ class ClaimPath:
 
     # ---- leases -----------------------------------------------------------------------------------------------
     async def _acquire(self, alloc: allocator.Allocation, pod_uid: str, exclusivity: str) -> bool:
-        taken: list[int] = []
         for gpu in alloc.gpu_ids:
             body = objects.lease_body(alloc.node, gpu, pod_uid, exclusivity)
             try:
@@ -149,7 +148,6 @@ class ClaimPath:
                     return False
             else:
                 self.leases.cache[f"{constants.LEASE_NAMESPACE}/{created['metadata']['name']}"] = created
-            taken.append(gpu)
         return True
 
     async def _join(self, node: str, gpu: int, pod_uid: str, exclusivity: str) -> bool:
