@@ -24,6 +24,7 @@ import pytest
 from pytest_bdd import given, parsers, then, when
 
 from gpu_scheduling import constants, gpumap
+from gpu_scheduling.claims import objects
 from tests.harness.api import Api, ApiError, wait_for
 from tests.harness.components import Components
 from tests.harness.controlplane import ControlPlane
@@ -672,9 +673,8 @@ def claim_pod_runs(world: World, name: str, node: str, allocated: str, ids: str)
 
 
 def leases_of(world: World, uid: str) -> list[str]:
-    leases = world.api.get(f"/apis/coordination.k8s.io/v1/namespaces/{constants.LEASE_NAMESPACE}/leases")["items"]
-    return sorted(lease["metadata"]["name"] for lease in leases
-                  if uid in (lease["metadata"].get("annotations") or {}).get("gpu.scheduling/holders", "").split(","))
+    leases = world.api.get(objects.LEASES_PATH)["items"]
+    return sorted(lease["metadata"]["name"] for lease in leases if uid in objects.lease_holders(lease))
 
 
 @then(step('the pod "{name:q}" holds the leases "{names:q}"'))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpu_scheduling import constants
+from gpu_scheduling.claims import objects
 
 DEFAULT_SIMULATED = "count=8,islands=2,bandwidth=600/64,unhealthy="
 SIMULATED_ANNOTATION = "gpu.scheduling/simulated-inventory"
@@ -115,16 +115,9 @@ def node_status(devices: list[dict[str, Any]], leases: Iterable[Mapping[str, Any
     users: dict[int, list[str]] = {}
     for lease in leases:
         labels = lease["metadata"].get("labels") or {}
-        annotations = lease["metadata"].get("annotations") or {}
-        holders = [h for h in annotations.get("gpu.scheduling/holders", "").split(",") if h]
-        if not holders and (lease.get("spec") or {}).get("holderIdentity"):
-            holders = [lease["spec"]["holderIdentity"]]
-        users.setdefault(int(labels.get("gpu.scheduling/gpu", -1)), []).extend(holders)
+        users.setdefault(int(labels.get(objects.LEASE_GPU_LABEL, -1)), []).extend(objects.lease_holders(lease))
     out = [dict(d, inUseBy=sorted(users.get(d["id"], []))) for d in devices]
     unhealthy = sum(1 for d in out if d["health"] != "Healthy")
     free = sum(1 for d in out if d["health"] == "Healthy" and not d["inUseBy"])
     return {"total": len(out), "free": free, "unhealthy": unhealthy, "devices": out}
 
-
-LEASE_SELECTOR_FOR = "gpu.scheduling/lease=gpu,gpu.scheduling/node={node}"
-LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{constants.LEASE_NAMESPACE}/leases"

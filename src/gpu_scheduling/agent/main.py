@@ -12,6 +12,7 @@ from typing import Any
 
 from gpu_scheduling import constants
 from gpu_scheduling.agent import inventory
+from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import config as kubeconfig
 from gpu_scheduling.kube.client import ApiError, Client
 
@@ -34,8 +35,7 @@ def read_devices(source: str, node: dict[str, Any], default_simulated: str) -> t
 async def sync(client: Client, node_name: str, source: str, default_simulated: str) -> str:
     node = await client.get(f"/api/v1/nodes/{node_name}")
     devices, used = read_devices(source, node, default_simulated)
-    leases = (await client.get(inventory.LEASES_PATH,
-                               labelSelector=inventory.LEASE_SELECTOR_FOR.format(node=node_name)))["items"]
+    leases = (await client.get(objects.LEASES_PATH, labelSelector=objects.node_lease_selector(node_name)))["items"]
     status = inventory.node_status(devices, leases)
     body = {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuNodeStatus",
             "metadata": {"name": node_name}, "spec": {"nodeName": node_name}}

@@ -19,6 +19,14 @@ LEASE_HOLDERS_ANNOTATION = "gpu.scheduling/holders"
 CLAIMED_POD_LABEL = "gpu.scheduling/claimed"
 
 
+# Where the GPU leases live, and the selector of one node's leases.
+LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{constants.LEASE_NAMESPACE}/leases"
+
+
+def node_lease_selector(node: str) -> str:
+    return f"{LEASE_LABEL}=gpu,{LEASE_NODE_LABEL}={node}"
+
+
 def lease_name(node: str, gpu: int) -> str:
     return f"gpu-{node}-{gpu}"
 

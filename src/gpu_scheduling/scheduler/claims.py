@@ -10,6 +10,7 @@ Lease itself (create fails when it exists) is the cluster-wide lock.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
@@ -24,7 +25,7 @@ from gpu_scheduling.scheduler import decision
 log = logging.getLogger(__name__)
 
 API = f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}"
-LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{constants.LEASE_NAMESPACE}/leases"
+LEASES = objects.LEASES_PATH
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,9 +179,10 @@ class ClaimPath:
             rest = [h for h in holders if h != pod_uid]
             try:
                 if rest:
-                    lease["metadata"]["annotations"][objects.LEASE_HOLDERS_ANNOTATION] = ",".join(rest)
-                    lease["spec"]["holderIdentity"] = rest[0]
-                    await self.client.request("PUT", f"{LEASES}/{name}", body=lease)
+                    update = copy.deepcopy(lease)
+                    update["metadata"]["annotations"][objects.LEASE_HOLDERS_ANNOTATION] = ",".join(rest)
+                    update["spec"]["holderIdentity"] = rest[0]
+                    self.leases.cache[key] = await self.client.request("PUT", f"{LEASES}/{name}", body=update)
                 else:
                     await self.client.request("DELETE", f"{LEASES}/{name}", body={
                         "kind": "DeleteOptions", "apiVersion": "v1",

@@ -89,11 +89,14 @@ class Scheduler:
             self._queued.add(key)
             self._queue.put_nowait(key)
 
+    def _unwait(self, key: str) -> None:
+        for waiting in self._waiting.values():
+            waiting.discard(key)
+
     def _forget(self, key: str) -> None:
         self._reported.pop(key, None)
         self._attempts.pop(key, None)
-        for waiting in self._waiting.values():
-            waiting.discard(key)
+        self._unwait(key)
 
     def _on_pod(self, kind: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
@@ -174,8 +177,7 @@ class Scheduler:
         if pod is None or key in self._assumed_bound or not decision.is_schedulable_pod(pod, self.config.name):
             return
         nodes = self.nodes.cache  # cluster-scoped: key == node name
-        for waiting in self._waiting.values():
-            waiting.discard(key)
+        self._unwait(key)
         if decision.is_claim_pod(pod):
             await self._schedule_claim_pod(key, pod)
             return
