@@ -61,8 +61,14 @@ current-context: test
 
 
 class ControlPlane:
-    def __init__(self, workdir: pathlib.Path):
+    """`extra_args` adds flags per program ("kube-apiserver", "kube-controller-manager", "kwok"); a flag given
+    again there overrides the default (the last occurrence wins). The benchmark tunes the plane this way."""
+
+    def __init__(self, workdir: pathlib.Path, *, audit_policy: str = AUDIT_POLICY,
+                 extra_args: dict[str, list[str]] | None = None):
         self.dir = workdir
+        self.audit_policy = audit_policy
+        self.extra_args = extra_args or {}
         self.logs = workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.pki_dir = workdir / "pki"
@@ -85,7 +91,7 @@ class ControlPlane:
         serving = self.ca.issue("apiserver", "kube-apiserver", server=True,
                                 dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
                                 ips=("127.0.0.1", "10.96.0.1"))
-        admin = self.ca.issue("admin", "admin", org="system:masters", client=True)
+        admin = self.admin = self.ca.issue("admin", "admin", org="system:masters", client=True)
         sa = pki.service_account_keys(self.pki_dir)
         self.kubeconfig.write_text(kubeconfig(self.server, self.ca.pem, admin))
 
@@ -103,7 +109,7 @@ class ControlPlane:
         # record, to prove that no pod is ever bound twice.
         self.audit_log = self.logs / "audit.jsonl"
         policy = self.dir / "audit-policy.yaml"
-        policy.write_text(AUDIT_POLICY)
+        policy.write_text(self.audit_policy)
         ctx = ssl.create_default_context(cafile=str(self.ca.cert_path))
         ctx.load_cert_chain(str(admin.cert), str(admin.key))
         self._run("kube-apiserver", [
@@ -116,7 +122,8 @@ class ControlPlane:
             f"--service-account-key-file={sa.cert}", f"--service-account-signing-key-file={sa.key}",
             "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC",
             "--endpoint-reconciler-type=none", f"--audit-policy-file={policy}",
-            f"--audit-log-path={self.audit_log}", "--audit-log-format=json", "--audit-log-mode=blocking", f"--cert-dir={self.pki_dir}", "--profiling=false",
+            f"--audit-log-path={self.audit_log}", "--audit-log-format=json", "--audit-log-mode=blocking",
+            f"--cert-dir={self.pki_dir}", "--profiling=false",
         ]).wait_http(f"{self.server}/readyz", timeout=120, context=ctx)
         self.api = Api(str(self.kubeconfig))
 
@@ -150,7 +157,7 @@ class ControlPlane:
             return False
 
     def _run(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
-        proc = Process(name, argv, self.logs, env).start()
+        proc = Process(name, argv + self.extra_args.get(name, []), self.logs, env).start()
         self.processes[name] = proc
         return proc
 

@@ -1,0 +1,3 @@
+module gpu-scheduling.local/bench/loadgen
+
+go 1.22

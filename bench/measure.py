@@ -1,0 +1,130 @@
+"""Turn the apiserver's audit log into per-pod create and bind times, and those into the figures. Pure except for
+reading the log.
+
+A pod is created when its create request completes (after admission and the etcd write) and bound when its
+pods/binding request completes with 201. Throughput runs from the first create request received to the last
+bind completed, so it includes creating the pods, as a user would see it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import pathlib
+import statistics
+from collections.abc import Iterable, Sequence
+
+
+def _ts(text: str) -> float:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@dataclasses.dataclass
+class PodTimes:
+    received: float  # create request received
+    created: float  # create response complete
+    bound: float | None = None
+
+
+class AuditTail:
+    """Reads an audit log incrementally (it grows while the run goes on) and keeps per-pod times of one
+    namespace."""
+
+    def __init__(self, path: pathlib.Path, namespace: str):
+        self.path, self.namespace = path, namespace
+        self.pods: dict[str, PodTimes] = {}
+        self.bound = 0
+        self.failed_binds = 0
+        self._offset = 0
+        self._partial = b""
+
+    def poll(self) -> int:
+        """Read what was appended since the last call; returns the number of pods bound so far."""
+        if not self.path.exists():
+            return self.bound
+        with self.path.open("rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+            self._offset = f.tell()
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            if line.strip():
+                self._event(json.loads(line))
+        return self.bound
+
+    def _event(self, event: dict) -> None:
+        ref = event.get("objectRef") or {}
+        if ref.get("namespace") != self.namespace or event.get("stage") != "ResponseComplete":
+            return
+        code = (event.get("responseStatus") or {}).get("code")
+        name = ref.get("name")
+        if ref.get("resource") != "pods" or not name:
+            return
+        if ref.get("subresource") == "binding":
+            pod = self.pods.get(name)
+            if code == 201 and pod is not None and pod.bound is None:
+                pod.bound = _ts(event["stageTimestamp"])
+                self.bound += 1
+            elif code != 201:
+                self.failed_binds += 1
+        elif not ref.get("subresource") and code == 201:
+            self.pods[name] = PodTimes(_ts(event["requestReceivedTimestamp"]), _ts(event["stageTimestamp"]))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
+    return ordered[rank - 1]
+
+
+@dataclasses.dataclass
+class RunFigures:
+    pods: int
+    bound: int
+    seconds: float  # first create received -> last bind
+    throughput: float  # bound pods / seconds
+    create_seconds: float  # first create received -> last create complete
+    latency_p50_ms: float
+    latency_p90_ms: float
+    latency_p99_ms: float
+    failed_binds: int
+    curve: list[tuple[float, int]]  # (seconds since first create, pods bound so far)
+
+
+def figures(times: dict[str, PodTimes], failed_binds: int = 0) -> RunFigures:
+    start = min(t.received for t in times.values())
+    bound = sorted(t.bound for t in times.values() if t.bound is not None)
+    latencies = [(t.bound - t.created) * 1000 for t in times.values() if t.bound is not None]
+    end = bound[-1] if bound else start
+    seconds = end - start
+    return RunFigures(
+        pods=len(times),
+        bound=len(bound),
+        seconds=seconds,
+        throughput=len(bound) / seconds if seconds > 0 else 0.0,
+        create_seconds=max(t.created for t in times.values()) - start,
+        latency_p50_ms=percentile(latencies, 50) if latencies else 0.0,
+        latency_p90_ms=percentile(latencies, 90) if latencies else 0.0,
+        latency_p99_ms=percentile(latencies, 99) if latencies else 0.0,
+        failed_binds=failed_binds,
+        curve=[(b - start, i + 1) for i, b in enumerate(bound)],
+    )
+
+
+def spread(values: Iterable[float]) -> tuple[float, float, float]:
+    """(median, min, max)."""
+    vals = list(values)
+    return statistics.median(vals), min(vals), max(vals)
+
+
+def request_latencies_ms(csv_path: pathlib.Path) -> list[float]:
+    """Per-request latencies from a load generator CSV (`seq,start_unix_ns,end_unix_ns,http_status`)."""
+    out = []
+    for line in csv_path.read_text().splitlines()[1:]:
+        _seq, start, end, _status = line.split(",")
+        out.append((int(end) - int(start)) / 1e6)
+    return out

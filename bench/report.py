@@ -1,0 +1,266 @@
+"""Write a benchmark's results: raw JSON and CSV, a plot of bound pods over time, and the markdown report.
+
+Every figure in the report is computed here from the results of the run; nothing is typed in by hand.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+from bench import measure
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+COLOURS = {"gpu-scheduler": "tab:green", "kube-scheduler": "tab:blue", "ceiling": "tab:gray"}
+TARGETS = """\
+| target | measured | met |
+|---|---|---|
+"""
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kib = next(int(line.split()[1]) for line in pathlib.Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal:"))
+    go = subprocess.run(["go", "version"], capture_output=True, text=True).stdout.strip()
+    versions = {}
+    for line in (ROOT / "versions.yml").read_text().splitlines():
+        if line and not line.startswith("#") and ":" in line:
+            key, value = line.split(":", 1)
+            versions[key.strip()] = value.strip().strip('"')
+    return {"cpus": os.cpu_count(), "cpu_model": cpu, "memory_gib": round(mem_kib / 2**20, 1),
+            "kernel": platform.release(), "python": sys.version.split()[0], "go": go, "versions": versions}
+
+
+def _summary(runs: list[dict[str, Any]], wl: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(r["contender"] for r in runs if r["workload"] == wl):
+        mine = [r for r in runs if r["workload"] == wl and r["contender"] == name]
+        out[name] = {
+            "runs": len(mine),
+            "bound": f"{min(r['bound'] for r in mine)}/{mine[0]['pods']}",
+            "throughput": measure.spread(r["throughput"] for r in mine),
+            "p50": measure.spread(r["latency_p50_ms"] for r in mine),
+            "p90": measure.spread(r["latency_p90_ms"] for r in mine),
+            "p99": measure.spread(r["latency_p99_ms"] for r in mine),
+            "cpu": measure.spread(sum(v for k, v in r["cpu_seconds"].items()
+                                      if k not in ("kube-apiserver", "etcd")) for r in mine),
+            "rss": measure.spread(r["peak_rss_mib"].get("scheduler", 0.0) for r in mine),
+            "apiserver_cpu": measure.spread(r["cpu_seconds"]["kube-apiserver"] for r in mine),
+            "etcd_cpu": measure.spread(r["cpu_seconds"]["etcd"] for r in mine),
+            "create_rate": measure.spread(r["pods"] / r["create_seconds"] for r in mine if r["create_seconds"] > 0),
+        }
+    return out
+
+
+def _fmt(triple: tuple[float, float, float], digits: int = 0) -> str:
+    med, lo, hi = triple
+    if lo == hi:
+        return f"{med:.{digits}f}"
+    return f"{med:.{digits}f} ({lo:.{digits}f}–{hi:.{digits}f})"
+
+
+def plot(runs: list[dict[str, Any]], wl: str, path: pathlib.Path) -> bool:
+    mine = [r for r in runs if r["workload"] == wl]
+    if not mine:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
+    seen: set[str] = set()
+    for r in mine:
+        xs = [0.0] + [t for t, _ in r["curve"]]
+        ys = [0] + [n for _, n in r["curve"]]
+        label = r["contender"] if r["contender"] not in seen else None
+        seen.add(r["contender"])
+        ax.step(xs, ys, where="post", color=COLOURS.get(r["contender"], "black"), alpha=0.85, label=label,
+                linewidth=1.4)
+    ax.set_xlabel("seconds since the first pod create request")
+    ax.set_ylabel("pods bound")
+    ax.set_title(f"{wl.upper()}: pods bound over time, {mine[0]['pods']} pods on {mine[0]['nodes']} nodes "
+                 f"(every repetition)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def write_csv(runs: list[dict[str, Any]], path: pathlib.Path) -> None:
+    fields = ["workload", "contender", "rep", "nodes", "pods", "bound", "seconds", "throughput", "create_seconds",
+              "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "failed_binds", "scheduler_cpu_s",
+              "webhook_cpu_s", "apiserver_cpu_s", "etcd_cpu_s", "scheduler_peak_rss_mib"]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in runs:
+            row = {k: r[k] for k in fields if k in r}
+            row.update(scheduler_cpu_s=r["cpu_seconds"].get("scheduler"), webhook_cpu_s=r["cpu_seconds"].get("webhook"),
+                       apiserver_cpu_s=r["cpu_seconds"]["kube-apiserver"], etcd_cpu_s=r["cpu_seconds"]["etcd"],
+                       scheduler_peak_rss_mib=r["peak_rss_mib"].get("scheduler"))
+            w.writerow({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def _table(summary: dict[str, dict[str, Any]]) -> str:
+    lines = ["| contender | bound | pods/s | create→bound p50 ms | p90 ms | p99 ms | contender CPU s | "
+             "peak RSS MiB | apiserver CPU s | etcd CPU s | create rate pods/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, s in summary.items():
+        lines.append(f"| {name} | {s['bound']} | {_fmt(s['throughput'], 1)} | {_fmt(s['p50'])} | {_fmt(s['p90'])} | "
+                     f"{_fmt(s['p99'])} | {_fmt(s['cpu'], 1)} | {_fmt(s['rss'])} | {_fmt(s['apiserver_cpu'], 1)} | "
+                     f"{_fmt(s['etcd_cpu'], 1)} | {_fmt(s['create_rate'])} |")
+    return "\n".join(lines)
+
+
+def _targets(summary: dict[str, dict[str, Any]], hooks: dict[str, Any] | None) -> str:
+    g, k, c = (summary.get(n) for n in ("gpu-scheduler", "kube-scheduler", "ceiling"))
+    rows = []
+    if g and k:
+        ratio = g["throughput"][0] / k["throughput"][0]
+        rows.append(("throughput ≥ 1.2× kube-scheduler", f"{ratio:.2f}×", ratio >= 1.2))
+        rows.append(("p99 latency ≤ kube-scheduler's", f"{g['p99'][0]:.0f} ms vs {k['p99'][0]:.0f} ms",
+                     g["p99"][0] <= k["p99"][0]))
+    if g and c:
+        ratio = g["throughput"][0] / c["throughput"][0]
+        rows.append(("throughput ≥ 0.8× the ceiling", f"{ratio:.2f}×", ratio >= 0.8))
+    if g:
+        rows.append(("scheduler RSS ≤ 150 MiB", f"{g['rss'][0]:.0f} MiB", g["rss"][0] <= 150))
+    if hooks and "200" in hooks["admission"]:
+        p99 = hooks["admission"]["200"]["p99_ms"]
+        rows.append(("webhook p99 ≤ 5 ms at 200 req/s", f"{p99:.1f} ms", p99 <= 5))
+    return TARGETS + "\n".join(f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in rows)
+
+
+def _webhook(hooks: dict[str, Any]) -> str:
+    lines = ["| measurement | requests | p50 ms | p90 ms | p99 ms | max ms |", "|---|---|---|---|---|---|"]
+    for rate, q in hooks["admission"].items():
+        lines.append(f"| AdmissionReview straight to the webhook at {rate} req/s | {q['requests']} | {q['p50_ms']} | "
+                     f"{q['p90_ms']} | {q['p99_ms']} | {q['max_ms']} |")
+    for label, q in hooks["pod_create"].items():
+        lines.append(f"| pod create through the apiserver at 50/s, {label} the webhook | {q['requests']} | "
+                     f"{q['p50_ms']} | {q['p90_ms']} | {q['p99_ms']} | {q['max_ms']} |")
+    return "\n".join(lines)
+
+
+def render(results: dict[str, Any], assets: str) -> str:
+    s, m, runs = results["settings"], results["machine"], results["runs"]
+    when = datetime.datetime.fromtimestamp(results["started"], datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    v = m["versions"]
+    parts = [f"""# Benchmarks
+
+Generated by `make bench` ({when}, {results['seconds'] // 60} min {results['seconds'] % 60} s); do not edit by
+hand, rerun it. Raw results: [`results.json`]({assets}/results.json), one row per run:
+[`runs.csv`]({assets}/runs.csv).
+
+## Machine
+
+{m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB memory, Linux {m['kernel']}, Python {m['python']},
+{m['go']}. Kubernetes {v.get('kubernetes_version')} (kube-apiserver, kube-controller-manager, kube-scheduler),
+etcd {v.get('etcd_version')}, kwok {v.get('kwok_version')}, all built from the Go module proxy by
+`hack/toolchain.py`. Everything (etcd, apiserver, controller manager, kwok, the contender, the load generator)
+shares these {m['cpus']} CPUs, so every figure is a figure of the whole machine under load.
+
+## Set-up
+
+- {s['nodes']} kwok nodes with 8 GPUs each (`nvidia.com/gpu` capacity, and for W2 the simulated GpuNodeStatus
+  inventory), on a fresh etcd + kube-apiserver + kube-controller-manager + kwok for every run, so no run
+  inherits another's objects. kwok renews node leases every 5 min and runs no pods (see `bench/plane.py`).
+- Contenders (`bench/contenders.py`), each in namespace `bench`, same apiserver build and flags:
+  1. **gpu-scheduler** with the webhook in the admission path, {results['client']['workers']} bind workers;
+  2. **kube-scheduler** {v.get('kubernetes_version')}, default profile, the same pods pinned natively
+     (required node affinity on `kubernetes.io/hostname`, `nvidia.com/gpu` requests);
+  3. **ceiling**: `loadgen bind` (Go, `bench/loadgen`), list+watch and POST the binding from
+     {results['client']['workers']} goroutines, nothing else.
+- Client settings: both schedulers QPS {results['client']['qps']}, burst {results['client']['burst']} (neither
+  is held back by its own limiter); the ceiling has no limiter.
+- Pods are created by `loadgen create` over HTTP/2 with {s['create_concurrency']} requests in flight, as fast
+  as the apiserver takes them. Times come from the apiserver's audit log: created = the create request
+  completed, bound = the binding request completed with 201. Throughput = pods bound / (last bind − first
+  create received). Contender CPU is the scheduler's (plus the webhook's, for gpu-scheduler) during that window;
+  peak RSS is the scheduler process's high-water mark.
+- {s['reps']} repetitions of every contender, interleaved. Figures: median (min–max).
+"""]
+    w1 = _summary(runs, "w1")
+    if w1:
+        r0 = next(r for r in runs if r["workload"] == "w1")
+        parts.append(f"""## W1: {r0['pods']} map-pinned pods
+
+{r0['pods']} pods in groups of {s['group_size']} sharing one `gpu-scheduling-map` (the replicas of one
+StatefulSet), pod p on node p mod {s['nodes']}, one GPU each.
+
+{_table(w1)}
+
+![W1 bound pods over time]({assets}/w1-bound-over-time.png)
+
+### Targets
+
+{_targets(w1, results.get('webhook'))}
+""")
+    w2 = _summary(runs, "w2")
+    if w2:
+        r0 = next(r for r in runs if r["workload"] == "w2")
+        parts.append(f"""## W2: {r0['pods']} GpuClaims
+
+Claims of 8, 4, 2 and 1 GPUs (10 %, 15 %, 25 % and 50 % of the GPUs they ask for), largest first,
+{r0['gpus_requested']} GPUs of {s['nodes'] * 8}. gpu-scheduler gets one GpuClaim per pod (contiguous policy,
+one Lease per GPU); kube-scheduler gets the same pods with `nvidia.com/gpu` requests. The claims are created
+before the timed window; the pods inside it.
+
+{_table(w2)}
+
+![W2 bound pods over time]({assets}/w2-bound-over-time.png)
+""")
+    hooks = results.get("webhook")
+    if hooks:
+        parts.append(f"""## Webhook
+
+Straight at the webhook: `loadgen admit`, open loop, one AdmissionReview with a W1 pod and its
+{s['group_size']}-line map, {s['webhook_seconds']:.0f} s per rate. Through the apiserver: {s['create_latency_pods']}
+pods created open-loop at 50/s in a namespace, first without the webhook registered, then with it.
+
+{_webhook(hooks)}
+""")
+    history = ROOT / "docs" / "benchmarks-history.md"
+    if history.exists():
+        parts.append(history.read_text())
+    parts.append(f"""## Reproduce
+
+```
+make bench                                   # {s['nodes']} nodes, {s['pods']} pods, {s['reps']} repetitions
+.venv/bin/python -m bench --nodes 200 --pods 1000 --reps 1 --docs /tmp/bench.md   # a quicker look
+```
+""")
+    return "\n".join(parts)
+
+
+def write(results: dict[str, Any], out: pathlib.Path, docs: pathlib.Path | None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    write_csv(results["runs"], out / "runs.csv")
+    for wl in ("w1", "w2"):
+        plot(results["runs"], wl, out / f"{wl}-bound-over-time.png")
+    assets_dir = out if docs is None else docs.parent / docs.stem
+    if docs is not None:
+        assets_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("results.json", "runs.csv", "w1-bound-over-time.png", "w2-bound-over-time.png"):
+            if (out / name).exists():
+                shutil.copyfile(out / name, assets_dir / name)
+    target = docs if docs is not None else out / "benchmarks.md"
+    target.write_text(render(results, os.path.relpath(assets_dir, target.parent)))
+    print(f"wrote {target}", flush=True)
