@@ -30,7 +30,8 @@ SCHEDULER_WORKERS = 32  # gpu-scheduler bind workers and ceiling binder goroutin
 class Contender:
     name: str
     scheduler_name: str
-    needs_webhook = False
+    python_processes: tuple[str, ...] = ()
+    """Names (keys of processes()) that py-spy can profile."""
 
     def start(self, plane: BenchPlane) -> None:
         raise NotImplementedError
@@ -51,7 +52,7 @@ class Contender:
 class GpuScheduler(Contender):
     name = "gpu-scheduler"
     scheduler_name = constants.DEFAULT_SCHEDULER_NAME
-    needs_webhook = True
+    python_processes = ("scheduler", "webhook")
 
     def start(self, plane: BenchPlane) -> None:
         self.components = Components(plane.cp, self.scheduler_name)

@@ -12,6 +12,9 @@ import dataclasses
 import json
 import pathlib
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -55,6 +58,9 @@ class Settings:
     create_latency_pods: int = 1000
     """Pods created at 50/s with and without the webhook, for the pod-create latency."""
 
+    profile: bool = False
+    """Record py-spy flame graphs of the contender's Python processes during the timed window."""
+
     out: pathlib.Path = ROOT / "build" / "bench"
     docs: pathlib.Path | None = ROOT / "docs" / "benchmarks.md"
 
@@ -94,6 +100,7 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         watched = {"kube-apiserver": plane.stats("kube-apiserver"), "etcd": plane.stats("etcd"),
                    **contender.processes()}
         cpu_before = _snapshot(watched)
+        profilers = _start_profilers(contender, workdir) if settings.profile else []
         creating = threading.Thread(target=plane.create, args=(pods, "pods"),
                                     kwargs={"concurrency": settings.create_concurrency})
         creating.start()
@@ -103,6 +110,7 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
             time.sleep(0.2)
         creating.join()
         cpu = {k: v - cpu_before[k] for k, v in _snapshot(watched).items()}
+        _stop_profilers(profilers)
         rss = {k: s.peak_rss_mib() for k, s in watched.items()}
         tail.poll()
         figs = measure.figures(tail.pods, tail.failed_binds)
@@ -120,6 +128,26 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
           f"{cpu.get('scheduler', 0):.1f}s, RSS {rss.get('scheduler', 0):.0f} MiB; apiserver CPU "
           f"{cpu['kube-apiserver']:.1f}s", flush=True)
     return result
+
+
+def _start_profilers(contender: contenders.Contender, workdir: pathlib.Path) -> list[subprocess.Popen[bytes]]:
+    """py-spy on every Python process of the contender (sampling, so the run is slowed only a little)."""
+    py_spy = pathlib.Path(sys.executable).parent / "py-spy"
+    out = []
+    for name, stats in contender.processes().items():
+        if name in contender.python_processes:
+            svg = workdir / f"profile-{contender.name}-{name}.svg"
+            out.append(subprocess.Popen([str(py_spy), "record", "--nonblocking", "--rate", "100", "-p",
+                                         str(stats.pid), "-o", str(svg)], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL))
+    return out
+
+
+def _stop_profilers(profilers: list[subprocess.Popen[bytes]]) -> None:
+    for proc in profilers:
+        proc.send_signal(signal.SIGINT)  # py-spy writes its flame graph on SIGINT
+    for proc in profilers:
+        proc.wait(60)
 
 
 def _thin(curve: list[tuple[float, int]], points: int) -> list[tuple[float, int]]:
@@ -142,8 +170,6 @@ def admission_review(settings: Settings) -> dict[str, Any]:
 def run_webhook(settings: Settings, loadgen: pathlib.Path) -> dict[str, Any]:
     """Admission latency at fixed rates straight at the webhook, then pod-create latency through the apiserver
     without and with the webhook registered."""
-    import subprocess
-
     from tests.harness.components import Components
 
     workdir = settings.out / "runs" / "webhook"
@@ -205,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workloads", help="comma-separated: w1,w2")
     p.add_argument("--contenders", help=f"comma-separated: {','.join(contenders.BY_NAME)}")
     p.add_argument("--skip-webhook", action="store_true")
+    p.add_argument("--profile", action="store_true", help="py-spy flame graphs of the contenders, in the run folders")
     p.add_argument("--out", type=pathlib.Path, help="working and results folder")
     p.add_argument("--docs", type=pathlib.Path, help="the markdown report to write (default docs/benchmarks.md)")
     args = p.parse_args(argv)
@@ -212,6 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     for key in ("nodes", "pods", "reps", "out", "docs"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
+    if args.profile:
+        overrides["profile"] = True
     if args.workloads:
         overrides["workloads"] = tuple(args.workloads.split(","))
     if args.contenders:

@@ -142,3 +142,22 @@ def test_random_text_never_crashes(text):
         gpumap.parse(text)
     except gpumap.MapError as exc:
         assert exc.problems and all(p.line >= 1 for p in exc.problems)
+
+
+def test_parse_cached_parses_each_distinct_map_once():
+    text = "0=node1:0\n1=node2:1\n"
+    first = gpumap.parse_cached(text)
+    assert first == gpumap.parse(text)
+    assert gpumap.parse_cached(text) is first
+
+
+def test_parse_cached_raises_a_fresh_error_with_every_problem_each_time():
+    text = "0=node1:x\nbroken\n"
+    errors = []
+    for _ in range(2):
+        with pytest.raises(gpumap.MapError) as info:
+            gpumap.parse_cached(text)
+        errors.append(info.value)
+    assert errors[0] is not errors[1]
+    assert [p.line for p in errors[1].problems] == [1, 2]
+    assert str(errors[0]) == str(errors[1])

@@ -2,9 +2,15 @@
 pod and the claim, and release the locks when the pod goes away, even if it went away while we were down.
 
 Caches (watches, no polling): GpuClaims, GpuNodeStatuses, the GPU Leases of LEASE_NAMESPACE, and the pods this
-path has allocated to (labelled CLAIMED_POD_LABEL). Allocation decisions are serialized by one lock, and each
-acquired Lease goes into the cache at once, so two claims never pick the same free GPU from a stale view; the
-Lease itself (create fails when it exists) is the cluster-wide lock.
+path has allocated to (labelled CLAIMED_POD_LABEL). Allocation decisions are serialized by one short lock that
+covers no API call: the chosen GPUs are *assumed* held (as kube-scheduler assumes a pod bound) before the lock
+is let go, so the next claim never picks them from a view the watch has not caught up with, and the Leases are
+then created concurrently. The Lease itself (create fails when it exists) is the cluster-wide lock.
+
+A pending claim pod is reconsidered only when something that could let it fit changes: a GPU is freed, an
+inventory changes in what the allocator reads, or its own GpuClaim's spec changes. Taking a GPU never helps
+anyone, so the path's own Lease creates and claim status updates wake nobody (the benchmark's W2 showed what
+waking every pending pod on every Lease costs: a full re-placement of the queue per GPU taken).
 """
 
 from __future__ import annotations
@@ -35,17 +41,21 @@ class Placed:
 
 
 class ClaimPath:
-    def __init__(self, client: Client, requeue: Callable[[], None], is_pending_pod: Callable[[str], bool],
+    def __init__(self, client: Client, requeue: Callable[[str | None], None], is_pending_pod: Callable[[str], bool],
                  gc_seconds: float = 60.0):
         self.client = client
-        self._requeue = requeue
+        self._requeue = requeue  # requeue("<namespace>/<claim>"): the pods naming that claim; None: every claim pod
         self._is_pending_pod = is_pending_pod  # uid -> still an unbound pod of ours (its leases are in flight)
         self.gc_seconds = gc_seconds
         self.enabled = False
-        self.claims = Informer(client, f"{API}/gpuclaims", self._changed, name="gpuclaims")
-        self.statuses = Informer(client, f"{API}/gpunodestatuses", self._changed, name="gpunodestatuses")
-        self.leases = Informer(client, LEASES, self._changed, params={"labelSelector": f"{objects.LEASE_LABEL}=gpu"},
+        self.claims = Informer(client, f"{API}/gpuclaims", self._on_claim, name="gpuclaims")
+        self.statuses = Informer(client, f"{API}/gpunodestatuses", self._on_status, name="gpunodestatuses")
+        self.leases = Informer(client, LEASES, self._on_lease, params={"labelSelector": f"{objects.LEASE_LABEL}=gpu"},
                                name="gpu-leases")
+        # GPUs chosen but whose Leases are not created yet: pod uid -> holdings.
+        self._assumed: dict[str, list[allocator.Holding]] = {}
+        # The allocator's view of each GpuNodeStatus, rebuilt only when the status or the node's labels change.
+        self._inventory: dict[str, tuple[tuple[str, str], allocator.Node]] = {}
         self.claimed_pods = Informer(client, "/api/v1/pods", self._on_claimed_pod,
                                      params={"labelSelector": objects.CLAIMED_POD_LABEL}, name="claimed-pods")
         self._lock = asyncio.Lock()
@@ -74,8 +84,21 @@ class ClaimPath:
         return all(i.synced.is_set() for i in (self.claims, self.statuses, self.leases, self.claimed_pods))
 
     # ---- watch handlers ---------------------------------------------------------------------------------------
-    def _changed(self, _kind: str, _obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-        self._requeue()
+    def _on_claim(self, kind: str, claim: dict[str, Any], old: dict[str, Any] | None) -> None:
+        meta = claim["metadata"]
+        # Status updates (ours) leave metadata.generation alone; only a new claim or a spec change can help.
+        if kind == "ADDED" or (kind == "MODIFIED" and old is not None
+                               and old["metadata"].get("generation") != meta.get("generation")):
+            self._requeue(f"{meta['namespace']}/{meta['name']}")
+
+    def _on_status(self, kind: str, status: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind != "MODIFIED" or old is None or _allocator_view(status) != _allocator_view(old):
+            self._requeue(None)
+
+    def _on_lease(self, kind: str, lease: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind == "DELETED" or (kind == "MODIFIED" and old is not None
+                                 and len(objects.lease_holders(lease)) < len(objects.lease_holders(old))):
+            self._requeue(None)
 
     def _on_claimed_pod(self, kind: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
         if kind == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -94,22 +117,24 @@ class ClaimPath:
         if claim is None:
             return decision.Unschedulable(f"GpuClaim {claim_name!r} not found in namespace {meta['namespace']}")
         request = objects.request_from_claim(claim)
-        tolerations = (pod.get("spec") or {}).get("tolerations") or []
-        inventory = []
-        for status in self.statuses.cache.values():
-            name = (status.get("spec") or {}).get("nodeName") or status["metadata"]["name"]
-            node = nodes.get(name)
-            if node is not None and decision.node_problem(node, tolerations) is None:
-                inventory.append(objects.node_from_status(status, node["metadata"].get("labels") or {}))
-        async with self._lock:
-            holdings = objects.holdings_from_leases(self.leases.cache.values(), except_pod=meta["uid"])
+        inventory = self._usable_inventory(nodes, (pod.get("spec") or {}).get("tolerations") or [])
+        uid = meta["uid"]
+        async with self._lock:  # no await inside: the decision and the assumption are one step
+            holdings = objects.holdings_from_leases(self.leases.cache.values(), except_pod=uid)
+            holdings += [h for pod_uid, held in self._assumed.items() if pod_uid != uid for h in held]
             outcome = allocator.allocate(request, inventory, holdings)
-            if isinstance(outcome, allocator.NoFit):
-                await self.set_claim_status(claim, {"phase": outcome.phase, "message": outcome.message})
-                return decision.Unschedulable(f"GpuClaim {claim_name}: {outcome.message}")
-            if not await self._acquire(outcome, meta["uid"], request.exclusivity):
-                return decision.Unschedulable(f"GpuClaim {claim_name}: GPUs {outcome.allocated} were taken "
-                                              "meanwhile; retrying")
+            if not isinstance(outcome, allocator.NoFit):
+                self._assumed[uid] = [allocator.Holding(outcome.node, outcome.gpu_ids, request.exclusivity)]
+        if isinstance(outcome, allocator.NoFit):
+            await self.set_claim_status(claim, {"phase": outcome.phase, "message": outcome.message})
+            return decision.Unschedulable(f"GpuClaim {claim_name}: {outcome.message}")
+        try:
+            acquired = await self._acquire(outcome, uid, request.exclusivity)
+        finally:
+            self._assumed.pop(uid, None)  # from here on the Leases in the cache say it (or nothing holds them)
+        if not acquired:
+            return decision.Unschedulable(f"GpuClaim {claim_name}: GPUs {outcome.allocated} were taken "
+                                          "meanwhile; retrying")
         message = outcome.message
         if (claim.get("spec") or {}).get("gangRef"):
             message += f"; gangRef {claim['spec']['gangRef']!r} is not supported yet, the claim is served alone"
@@ -124,6 +149,23 @@ class ClaimPath:
                                             "message": message})
         return Placed(claim, dataclasses.replace(outcome, message=message))
 
+    def _usable_inventory(self, nodes: Mapping[str, dict[str, Any]],
+                          tolerations: list[Mapping[str, Any]]) -> list[allocator.Node]:
+        """The allocator's nodes: every inventory whose node exists and takes this pod now."""
+        out = []
+        for key, status in self.statuses.cache.items():
+            name = (status.get("spec") or {}).get("nodeName") or status["metadata"]["name"]
+            node = nodes.get(name)
+            if node is None or decision.node_problem(node, tolerations) is not None:
+                continue
+            version = (status["metadata"].get("resourceVersion", ""), node["metadata"].get("resourceVersion", ""))
+            cached = self._inventory.get(key)
+            if cached is None or cached[0] != version:
+                cached = (version, objects.node_from_status(status, node["metadata"].get("labels") or {}))
+                self._inventory[key] = cached
+            out.append(cached[1])
+        return out
+
     async def bound(self, placed: Placed) -> None:
         await self.set_claim_status(placed.claim, {"phase": "Bound", "message": placed.allocation.message})
 
@@ -137,18 +179,27 @@ class ClaimPath:
 
     # ---- leases -----------------------------------------------------------------------------------------------
     async def _acquire(self, alloc: allocator.Allocation, pod_uid: str, exclusivity: str) -> bool:
-        for gpu in alloc.gpu_ids:
-            body = objects.lease_body(alloc.node, gpu, pod_uid, exclusivity)
-            try:
-                created = await self.client.post(LEASES, body)
-            except ApiError as exc:
-                joined = exc.status == 409 and await self._join(alloc.node, gpu, pod_uid, exclusivity)
-                if not joined:
-                    log.info("lease %s is taken: %s", body["metadata"]["name"], exc.message)
-                    await self.release(pod_uid)
-                    return False
-            else:
-                self.leases.cache[f"{constants.LEASE_NAMESPACE}/{created['metadata']['name']}"] = created
+        """Create the Leases of every allocated GPU at once; all or nothing."""
+        results = await asyncio.gather(*(self._acquire_one(alloc.node, gpu, pod_uid, exclusivity)
+                                         for gpu in alloc.gpu_ids), return_exceptions=True)
+        if all(r is True for r in results):
+            return True
+        await self.release(pod_uid)  # also the Leases that were created: a pending pod must hold nothing
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return False
+
+    async def _acquire_one(self, node: str, gpu: int, pod_uid: str, exclusivity: str) -> bool:
+        body = objects.lease_body(node, gpu, pod_uid, exclusivity)
+        try:
+            created = await self.client.post(LEASES, body)
+        except ApiError as exc:
+            joined = exc.status == 409 and await self._join(node, gpu, pod_uid, exclusivity)
+            if not joined:
+                log.info("lease %s is taken: %s", body["metadata"]["name"], exc.message)
+            return joined
+        self.leases.cache[f"{constants.LEASE_NAMESPACE}/{created['metadata']['name']}"] = created
         return True
 
     async def _join(self, node: str, gpu: int, pod_uid: str, exclusivity: str) -> bool:
@@ -211,3 +262,9 @@ class ClaimPath:
                 await self.collect_garbage()
             except Exception:  # keep sweeping
                 log.exception("lease sweep failed")
+
+
+def _allocator_view(status: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """What the allocator reads of a GpuNodeStatus (the agent also rewrites inUseBy, which it does not read)."""
+    return [(d.get("id"), d.get("health"), d.get("island"), d.get("bandwidthGBps"))
+            for d in (status.get("status") or {}).get("devices") or []]

@@ -17,6 +17,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import aiohttp
+
 from gpu_scheduling import constants
 from gpu_scheduling.kube.client import ApiError, Client
 from gpu_scheduling.kube.informer import Informer
@@ -111,9 +113,14 @@ class Scheduler:
         if decision.is_schedulable_pod(pod, self.config.name):
             self._enqueue(key)
 
-    def _requeue_claim_pods(self) -> None:
+    def _requeue_claim_pods(self, claim_key: str | None) -> None:
+        """Reconsider the pending pods naming GpuClaim `claim_key` ("<namespace>/<name>"), or all claim pods."""
         for key, pod in self.pods.cache.items():
-            if decision.is_claim_pod(pod) and decision.is_schedulable_pod(pod, self.config.name):
+            if not decision.is_claim_pod(pod) or not decision.is_schedulable_pod(pod, self.config.name):
+                continue
+            meta = pod["metadata"]
+            claim = f"{meta['namespace']}/{meta['annotations'][constants.CLAIM_ANNOTATION].strip()}"
+            if claim_key is None or claim_key == claim:
                 self._enqueue(key)
 
     def _on_node(self, _kind: str, node: dict[str, Any], _old: dict[str, Any] | None) -> None:
@@ -138,7 +145,7 @@ class Scheduler:
         try:
             await asyncio.gather(*tasks)
         finally:
-            for t in tasks:
+            for t in [*tasks, *self._background]:
                 t.cancel()
 
     async def _resync(self) -> None:
@@ -295,5 +302,6 @@ class Scheduler:
         }
         try:
             await self.client.post(f"/api/v1/namespaces/{meta['namespace']}/events", event)
-        except ApiError as exc:
+        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            # An event is a courtesy: losing one (the apiserver busy or going away) must not disturb scheduling.
             log.warning("could not record %s event for %s/%s: %s", reason, meta["namespace"], meta["name"], exc)
