@@ -10,23 +10,30 @@ PLAYBOOK := $(BIN)/ansible-playbook
 # Control-plane binaries the test harness runs (built from the Go module proxy, cached by version).
 CONTROL_PLANE := etcd kube-apiserver kube-controller-manager kwok
 
-.PHONY: help venv toolchain unit scenarios testbed idempotence test demo teardown clean
+# kube-scheduler is the benchmark's second contender, built at the same Kubernetes version.
+BENCH_TOOLS := $(CONTROL_PLANE) kube-scheduler
+
+.PHONY: help venv toolchain bench-toolchain unit scenarios bench bench-smoke testbed idempotence test demo teardown clean
 
 help:
 	@echo "make test   install what is needed, run unit tests, the control-plane scenarios, the KinD test-bed"
 	@echo "            acceptance run and a second run of site.yml that must change nothing"
 	@echo "make demo   install what is needed and run the KinD test-bed end to end, writing evidence/"
+	@echo "make bench  gpu-scheduler vs kube-scheduler vs a bare binder on 1000 kwok nodes -> docs/benchmarks.md"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,testbed]'
+	$(BIN)/python -m pip install --quiet -e '.[test,testbed,bench]'
 	@touch $@
 
 venv: $(STAMP)
 
 toolchain:
 	$(PYTHON) hack/toolchain.py build $(CONTROL_PLANE)
+
+bench-toolchain:
+	$(PYTHON) hack/toolchain.py build $(BENCH_TOOLS)
 
 # Unit tests of the pure modules and the webhook program.
 unit: venv
@@ -36,6 +43,15 @@ unit: venv
 scenarios: venv toolchain
 	$(BIN)/python -m pytest features -m "not kind"
 
+# The benchmark (about 40 min on 2 cores): writes docs/benchmarks.md and docs/benchmarks/.
+bench: venv bench-toolchain
+	$(BIN)/python -m bench
+
+# The same benchmark with a few nodes and pods, so that it never rots; it asserts that every pod is bound and
+# the report is written, never a timing.
+bench-smoke: venv bench-toolchain
+	$(BIN)/python -m bench --smoke
+
 # The KinD test-bed: cluster, TLS, images, deploy, and the acceptance scenarios on it.
 testbed: venv
 	$(PLAYBOOK) site.yml
@@ -44,7 +60,7 @@ testbed: venv
 idempotence: venv
 	hack/check-idempotent.sh $(PLAYBOOK) site.yml
 
-test: unit scenarios testbed idempotence
+test: unit scenarios bench-smoke testbed idempotence
 
 demo: venv
 	$(PLAYBOOK) site.yml -e testbed_write_evidence=true

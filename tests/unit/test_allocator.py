@@ -153,3 +153,20 @@ def test_invariants_over_a_sequence_of_claims(reqs, unhealthy):
             if h.node == d.node and set(h.gpu_ids) & set(d.gpu_ids):
                 assert h.exclusivity == "Shared" and req.exclusivity == "Shared", (h, req, d)
         held.append(Holding(d.node, d.gpu_ids, req.exclusivity))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(requests, min_size=1, max_size=30))
+def test_nodes_sharing_one_devices_tuple_get_the_same_decisions(reqs):
+    """The allocator merges nodes whose devices tuple is the same object; merging must not change any answer."""
+    shared = dgx("x").devices
+    merged = [Node(f"n{i}", shared, {}) for i in range(6)]
+    separate = [dgx(f"n{i}") for i in range(6)]
+    held_merged: list[Holding] = []
+    held_separate: list[Holding] = []
+    for req in reqs:
+        a, b = allocate(req, merged, held_merged), allocate(req, separate, held_separate)
+        assert a == b
+        if isinstance(a, Allocation):
+            held_merged.append(Holding(a.node, a.gpu_ids, req.exclusivity))
+            held_separate.append(Holding(b.node, b.gpu_ids, req.exclusivity))

@@ -210,9 +210,29 @@ def allocate(request: Request, nodes: Iterable[Node], holdings: Iterable[Holding
         largest = max(len([d for d in n.devices if d.healthy]) for n in candidates)
         return NoFit("Failed", f"no node can ever provide {what} (largest node has {largest} healthy GPUs)")
 
-    best: tuple[tuple[int, int, int, str], Allocation] | None = None
+    # Nodes with the same devices and the same free ids are alike except for their names, and the name is the
+    # last tie-break: so pick once per distinct state, for its lowest-named node. In a cluster of identical
+    # nodes only a handful of states exist, which keeps a claim at a few microseconds per node.
+    # (States are told apart by the identity of the devices tuple; callers that share one tuple between nodes
+    # with equal devices get the most from this, and different tuples with equal devices are merely not merged.)
+    states: dict[tuple[int, tuple[int, ...]], tuple[str, list[Device]]] = {}
+    healthy: dict[int, list[Device]] = {}
     for node in candidates:
-        free = _usable(node, request, by_node.get(node.name, ()))
+        held = by_node.get(node.name)
+        if held:
+            free = _usable(node, request, held)
+        else:
+            free = healthy.get(id(node.devices))
+            if free is None:
+                free = healthy[id(node.devices)] = [d for d in node.devices if d.healthy]
+        if len(free) < request.count:
+            continue
+        state = (id(node.devices), tuple(d.id for d in free))
+        seen = states.get(state)
+        if seen is None or node.name < seen[0]:
+            states[state] = (node.name, free)
+    best: tuple[tuple[int, int, int, str], Allocation] | None = None
+    for name, free in states.values():
         picked = _pick(free, request)
         if picked is None:
             continue
@@ -220,10 +240,9 @@ def allocate(request: Request, nodes: Iterable[Node], holdings: Iterable[Holding
         topology_miss = 0 if request.topology == "Ignore" or _topology_ok(chosen, request) else 1
         island = chosen[0].island
         island_left = sum(1 for d in free if d.island == island) - sum(1 for d in chosen if d.island == island)
-        key = (topology_miss, len(free) - len(chosen), island_left, node.name)
-        alloc = Allocation(node.name, tuple(d.id for d in chosen), f"allocated {what} on {node.name}: {note}")
+        key = (topology_miss, len(free) - len(chosen), island_left, name)
         if best is None or key < best[0]:
-            best = (key, alloc)
+            best = (key, Allocation(name, tuple(d.id for d in chosen), f"allocated {what} on {name}: {note}"))
     if best is None:
         return NoFit("Pending", f"waiting for {what}: every matching node is busy")
     return best[1]

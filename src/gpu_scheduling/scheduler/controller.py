@@ -124,6 +124,7 @@ class Scheduler:
                 self._enqueue(key)
 
     def _on_node(self, _kind: str, node: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        self.claim_path.nodes_changed()
         for key in list(self._waiting.get(node["metadata"]["name"], ())):
             self._enqueue(key)
 
