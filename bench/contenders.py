@@ -68,6 +68,24 @@ class GpuScheduler(Contender):
                 "webhook": self._stats(self.components.webhook)}
 
 
+class GpuSchedulerWithoutWebhook(GpuScheduler):
+    """Not one of the three: gpu-scheduler alone, the pods admitted without the webhook (so without
+    CUDA_VISIBLE_DEVICES). Run it by name to see what the webhook costs the whole path."""
+
+    name = "gpu-scheduler-no-webhook"
+    python_processes = ("scheduler",)
+
+    def start(self, plane: BenchPlane) -> None:
+        self.components = Components(plane.cp, self.scheduler_name)
+        self.components.scheduler.argv += [f"--qps={CLIENT_QPS}", f"--burst={CLIENT_BURST}",
+                                           f"--workers={SCHEDULER_WORKERS}"]
+        self.components.install_crds()
+        self.components.start_scheduler()
+
+    def processes(self) -> dict[str, ProcessStats]:
+        return {"scheduler": self._stats(self.components.scheduler)}
+
+
 class KubeScheduler(Contender):
     name = "kube-scheduler"
     scheduler_name = workload.KUBE_SCHEDULER
@@ -126,4 +144,6 @@ class Ceiling(Contender):
         return {"scheduler": self._stats(self.proc)}
 
 
-BY_NAME: dict[str, type[Contender]] = {c.name: c for c in (GpuScheduler, KubeScheduler, Ceiling)}
+THE_THREE = (GpuScheduler.name, KubeScheduler.name, Ceiling.name)
+BY_NAME: dict[str, type[Contender]] = {c.name: c for c in (GpuScheduler, KubeScheduler, Ceiling,
+                                                           GpuSchedulerWithoutWebhook)}

@@ -19,7 +19,8 @@ from typing import Any
 from bench import measure
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-COLOURS = {"gpu-scheduler": "tab:green", "kube-scheduler": "tab:blue", "ceiling": "tab:gray"}
+COLOURS = {"gpu-scheduler": "tab:green", "kube-scheduler": "tab:blue", "ceiling": "tab:gray",
+           "gpu-scheduler-no-webhook": "tab:olive"}
 TARGETS = """\
 | target | measured | met |
 |---|---|---|

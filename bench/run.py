@@ -15,8 +15,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpu_scheduling import constants
@@ -43,7 +43,7 @@ class Settings:
     """Repetitions of every (workload, contender)."""
 
     workloads: tuple[str, ...] = ("w1", "w2")
-    contenders: tuple[str, ...] = tuple(contenders.BY_NAME)
+    contenders: tuple[str, ...] = contenders.THE_THREE
 
     create_concurrency: int = 64
     """Create requests the load generator keeps in flight ("as fast as possible")."""
@@ -101,14 +101,15 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
                    **contender.processes()}
         cpu_before = _snapshot(watched)
         profilers = _start_profilers(contender, workdir) if settings.profile else []
-        creating = threading.Thread(target=plane.create, args=(pods, "pods"),
-                                    kwargs={"concurrency": settings.create_concurrency})
-        creating.start()
-        deadline = time.monotonic() + settings.timeout
-        while tail.poll() < len(pods) and time.monotonic() < deadline:
-            plane.cp.check_alive()
-            time.sleep(0.2)
-        creating.join()
+        with ThreadPoolExecutor(1) as pool:
+            creating = pool.submit(plane.create, pods, "pods", concurrency=settings.create_concurrency)
+            deadline = time.monotonic() + settings.timeout
+            while tail.poll() < len(pods) and time.monotonic() < deadline:
+                plane.cp.check_alive()
+                if creating.done() and creating.exception() is not None:
+                    break
+                time.sleep(0.2)
+            creating.result()  # a failed create fails the run
         cpu = {k: v - cpu_before[k] for k, v in _snapshot(watched).items()}
         _stop_profilers(profilers)
         rss = {k: s.peak_rss_mib() for k, s in watched.items()}
