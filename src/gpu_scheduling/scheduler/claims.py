@@ -261,10 +261,14 @@ class ClaimPath:
 
     async def release(self, pod_uid: str) -> None:
         """Give up every GPU lease `pod_uid` holds."""
-        for key, lease in list(self.leases.cache.items()):
+        mine = [(key, lease) for key, lease in self.leases.cache.items() if pod_uid in objects.lease_holders(lease)]
+        # Forget the whole set before the first API call: a claim woken by the first deletion must see every GPU
+        # of this pod free, not some of them (the Lease stays the lock if a deletion then fails).
+        for key, lease in mine:
+            if objects.lease_holders(lease) == [pod_uid]:
+                self.leases.cache.pop(key, None)
+        for key, lease in mine:
             holders = objects.lease_holders(lease)
-            if pod_uid not in holders:
-                continue
             name = lease["metadata"]["name"]
             rest = [h for h in holders if h != pod_uid]
             try:
