@@ -54,11 +54,14 @@ class GpuScheduler(Contender):
     scheduler_name = constants.DEFAULT_SCHEDULER_NAME
     python_processes = ("scheduler", "webhook")
 
-    def start(self, plane: BenchPlane) -> None:
+    def _components(self, plane: BenchPlane) -> Components:
         self.components = Components(plane.cp, self.scheduler_name)
         self.components.scheduler.argv += [f"--qps={CLIENT_QPS}", f"--burst={CLIENT_BURST}",
                                            f"--workers={SCHEDULER_WORKERS}"]
-        self.components.start()  # CRDs, webhook, its registration, scheduler (ready once its caches synced)
+        return self.components
+
+    def start(self, plane: BenchPlane) -> None:
+        self._components(plane).start()  # CRDs, webhook, its registration, scheduler (ready once caches synced)
 
     def stop(self) -> None:
         self.components.stop()
@@ -76,11 +79,9 @@ class GpuSchedulerWithoutWebhook(GpuScheduler):
     python_processes = ("scheduler",)
 
     def start(self, plane: BenchPlane) -> None:
-        self.components = Components(plane.cp, self.scheduler_name)
-        self.components.scheduler.argv += [f"--qps={CLIENT_QPS}", f"--burst={CLIENT_BURST}",
-                                           f"--workers={SCHEDULER_WORKERS}"]
-        self.components.install_crds()
-        self.components.start_scheduler()
+        components = self._components(plane)
+        components.install_crds()
+        components.start_scheduler()
 
     def processes(self) -> dict[str, ProcessStats]:
         return {"scheduler": self._stats(self.components.scheduler)}

@@ -25,7 +25,7 @@ from typing import Any
 
 from gpu_scheduling import constants
 from tests.harness.api import ApiError, wait_for
-from tests.harness.controlplane import KWOK_NODE_ANNOTATION, ControlPlane
+from tests.harness.controlplane import ControlPlane, node_body
 
 from bench import workload
 
@@ -151,18 +151,7 @@ class BenchPlane:
         """Create `count` kwok nodes with 8 GPUs each and wait until all are Ready and untainted; returns the
         seconds that took."""
         started = time.monotonic()
-        nodes = []
-        for i in range(count):
-            name = workload.node_name(i)
-            resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(workload.GPUS_PER_NODE)}
-            nodes.append({
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name,
-                             "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                             "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                        "type": "kwok"}},
-                "status": {"allocatable": resources, "capacity": resources},
-            })
+        nodes = [node_body(workload.node_name(i), workload.GPUS_PER_NODE) for i in range(count)]
         self.create(nodes, "nodes", concurrency=32)
 
         def all_ready() -> bool:

@@ -60,6 +60,21 @@ current-context: test
 """
 
 
+def node_body(name: str, gpus: int = 8, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A kwok-managed fake node advertising `gpus` nvidia.com/gpu."""
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok", **(labels or {})},
+        },
+        "status": {"allocatable": dict(resources), "capacity": dict(resources)},
+    }
+
+
 class ControlPlane:
     """`extra_args` adds flags per program ("kube-apiserver", "kube-controller-manager", "kwok"); a flag given
     again there overrides the default (the last occurrence wins). The benchmark tunes the plane this way."""
@@ -187,20 +202,7 @@ class ControlPlane:
     def add_node(self, name: str, gpus: int = 8, labels: dict[str, str] | None = None) -> dict[str, Any]:
         """Create a kwok-managed fake node; kwok keeps it Ready and runs the pods bound to it."""
         assert self.api is not None
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok",
-                           **(labels or {})},
-            },
-            "status": {
-                "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)},
-                "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)},
-            },
-        }
+        body = node_body(name, gpus, labels)
         try:
             self.api.create("/api/v1/nodes", body)
         except ApiError as exc:
