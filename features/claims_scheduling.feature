@@ -70,3 +70,29 @@ Feature: GpuClaims are allocated with leases, reported in the claim, and release
     Then the GpuClaim "hold" is Bound with GPUs "0" on node1
     When the pod "pref-0" naming the GpuClaim "pref" is created
     Then the GpuClaim "pref" is Bound with GPUs "4,5,6,7" on node1
+
+  Scenario: A map pod's GPUs are never given to an Exclusive claim; the claim binds once the map pod is gone
+    Given the GpuClaim "all" asking for 8 GPUs with policy "contiguous" on node "node3" is created
+    When the pod "check-2" is created with the map "2=node3:0,1,2"
+    Then the pod "check-2" runs on node3 with CUDA_VISIBLE_DEVICES "0,1,2"
+    When the pod "all-0" naming the GpuClaim "all" is created
+    Then the GpuClaim "all" is Pending with a message containing "every matching node is busy"
+    And the GpuNodeStatus of node3 shows GPUs "0,1,2" in use by the pod "check-2"
+    When the pod "check-2" is deleted
+    Then the GpuClaim "all" is Bound with GPUs "0,1,2,3,4,5,6,7" on node3
+
+  Scenario: A map pod waits while an Exclusive claim holds its GPUs, and the reason names the holder
+    Given the GpuClaim "big" asking for 8 GPUs with policy "contiguous" on node "node4" is created
+    When the pod "big-0" naming the GpuClaim "big" is created
+    Then the GpuClaim "big" is Bound with GPUs "0,1,2,3,4,5,6,7" on node4
+    When the pod "check-3" is created with the map "3=node4:3"
+    Then the pod "check-3" is Pending with reason Unschedulable and a message containing "GPU 3 of node node4 (map entry 3) is held exclusively by pod"
+    And the pod "check-3" is Pending with reason Unschedulable and a message containing "(GpuClaim big)"
+    When the pod "big-0" is deleted
+    Then the pod "check-3" runs on node4 with CUDA_VISIBLE_DEVICES "3"
+    And no GPU lease is held by the pod "big-0"
+
+  Scenario: A claim whose selector matches no node with an inventory says so
+    Given the GpuClaim "lonely" asking for 1 GPUs with policy "contiguous" on node "node9" is created
+    When the pod "lonely-0" naming the GpuClaim "lonely" is created
+    Then the GpuClaim "lonely" is Pending with a message containing "nodes with a GPU inventory matches selector"

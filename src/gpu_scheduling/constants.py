@@ -44,12 +44,17 @@ CLAIM_VERSION: Final = "v1"
 #: Pod annotation naming the pod's GpuClaim (same namespace), set by the user.
 CLAIM_ANNOTATION: Final = "gpu.scheduling/claim"
 
-#: Pod annotation `<node>:<gpu ids>` the scheduler writes before binding a claim pod.
+#: Pod annotation `<node>:<gpu ids>` of a claim pod. The scheduler puts it on the Binding, and the apiserver copies a
+#: Binding's annotations onto the pod in the same write that sets spec.nodeName.
 ALLOCATED_ANNOTATION: Final = "gpu.scheduling/allocated"
 
 #: Pod annotation holding only the GPU ids; the webhook points CUDA_VISIBLE_DEVICES at it through the downward
 #: API, because a container's env is fixed at creation while the allocation happens later, before binding.
 GPU_IDS_ANNOTATION: Final = "gpu.scheduling/gpu-ids"
 
-#: Namespace of the per-GPU Leases `gpu-<node>-<id>`: one place, so a GPU is locked cluster-wide.
-LEASE_NAMESPACE: Final = "kube-system"
+#: Pod annotation with the exclusivity of the allocation (Exclusive or Shared), so a bound pod says what it holds.
+EXCLUSIVITY_ANNOTATION: Final = "gpu.scheduling/exclusivity"
+
+#: The project's own namespace: the per-GPU Leases `gpu-<node>-<id>` (one place, so a GPU is locked cluster-wide)
+#: and the scheduler's leader-election Lease. Not kube-system: the scheduler may write Leases here and nowhere else.
+LEASE_NAMESPACE: Final = "gpu-scheduling"

@@ -64,7 +64,7 @@ def test_selector_filters_nodes():
     nodes = [dgx("a", labels={"gpu-type": "v100"}), dgx("b", labels={"gpu-type": "a100"})]
     assert allocate(Request(1, match_labels={"gpu-type": "a100"}), nodes).node == "b"
     d = allocate(Request(1, match_labels={"gpu-type": "h100"}), nodes)
-    assert isinstance(d, NoFit) and d.phase == "Pending" and "no node matches selector" in d.message
+    assert isinstance(d, NoFit) and d.phase == "Pending" and "nodes with a GPU inventory matches selector" in d.message
 
 
 def test_required_topology_stays_in_one_island():

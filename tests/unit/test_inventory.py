@@ -3,6 +3,7 @@
 import pytest
 
 from gpu_scheduling.agent import inventory
+from gpu_scheduling.claims import objects
 
 
 def test_the_reference_example_node():
@@ -29,14 +30,17 @@ def test_islands_are_connected_components():
     assert inventory.islands_from_links(1, []) == {0: 0}
 
 
-def test_status_counts_and_in_use_by_follow_leases():
+def test_status_counts_and_in_use_by_follow_leases_and_map_pods():
     devices = inventory.parse_simulated("count=4,islands=1,bandwidth=600,unhealthy=3")
-    leases = [
-        {"metadata": {"labels": {"gpu.scheduling/gpu": "0"}, "annotations": {"gpu.scheduling/holders": "p1"}},
-         "spec": {"holderIdentity": "p1"}},
-        {"metadata": {"labels": {"gpu.scheduling/gpu": "1"}, "annotations": {"gpu.scheduling/holders": "p2,p3"}},
-         "spec": {"holderIdentity": "p2"}},
-    ]
-    status = inventory.node_status(devices, leases)
-    assert (status["total"], status["free"], status["unhealthy"]) == (4, 1, 1)
-    assert [d["inUseBy"] for d in status["devices"]] == [["p1"], ["p2", "p3"], [], []]
+    leases = [objects.lease_body("n1", 0, "Exclusive", {"u1": "ns/p1"}),
+              objects.lease_body("n1", 1, "Shared", {"u2": "ns/p2", "u3": ""})]
+    pods = [{"metadata": {"uid": "m", "namespace": "default", "name": "check-2",
+                          "annotations": {"gpu-scheduling-map": "2=n1:1,2"}},
+             "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}},
+            {"metadata": {"uid": "f", "namespace": "default", "name": "done-0",
+                          "annotations": {"gpu-scheduling-map": "0=n1:2"}},
+             "spec": {"nodeName": "n1"}, "status": {"phase": "Succeeded"}}]
+    status = inventory.node_status(devices, leases, pods)
+    assert (status["total"], status["free"], status["unhealthy"]) == (4, 0, 1)
+    assert [d["inUseBy"] for d in status["devices"]] == [["ns/p1"], ["default/check-2", "ns/p2", "u3"],
+                                                         ["default/check-2"], []]

@@ -110,13 +110,23 @@ def from_nvml() -> list[dict[str, Any]]:
         pynvml.nvmlShutdown()
 
 
-def node_status(devices: list[dict[str, Any]], leases: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The GpuNodeStatus status: devices with inUseBy from the node's GPU leases, and the counts."""
-    users: dict[int, list[str]] = {}
+def node_status(devices: list[dict[str, Any]], leases: Iterable[Mapping[str, Any]],
+                pods: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The GpuNodeStatus status: devices with inUseBy (the pods holding each GPU, "<namespace>/<name>" where
+    known) from the node's GPU Leases and the map pods bound to it, and the counts."""
+    users: dict[int, set[str]] = {}
     for lease in leases:
-        labels = lease["metadata"].get("labels") or {}
-        users.setdefault(int(labels.get(objects.LEASE_GPU_LABEL, -1)), []).extend(objects.lease_holders(lease))
-    out = [dict(d, inUseBy=sorted(users.get(d["id"], []))) for d in devices]
+        record = objects.lease_record(lease)
+        if record is not None:
+            users.setdefault(record.gpu, set()).update(record.pods.get(h, h) for h in record.holders)
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        hold = objects.hold_from_pod(pod)
+        if hold is not None and hold.source == "map":
+            for gpu in hold.gpu_ids:
+                users.setdefault(gpu, set()).add(hold.pod)
+    out = [dict(d, inUseBy=sorted(users.get(d["id"], ()))) for d in devices]
     unhealthy = sum(1 for d in out if d["health"] != "Healthy")
     free = sum(1 for d in out if d["health"] == "Healthy" and not d["inUseBy"])
     return {"total": len(out), "free": free, "unhealthy": unhealthy, "devices": out}

@@ -1,5 +1,5 @@
 """`gpu-inventory-agent`: every few seconds, write this node's GpuNodeStatus from NVML (or the simulated
-declaration) and the node's GPU leases. Touches only the GpuNodeStatus named after its node."""
+declaration), the node's GPU leases and the map pods bound to it. Touches only the GpuNodeStatus named after its node."""
 
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ async def sync(client: Client, node_name: str, source: str, default_simulated: s
     node = await client.get(f"/api/v1/nodes/{node_name}")
     devices, used = read_devices(source, node, default_simulated)
     leases = (await client.get(objects.LEASES_PATH, labelSelector=objects.node_lease_selector(node_name)))["items"]
-    status = inventory.node_status(devices, leases)
+    # Map pods hold GPUs without a Lease: read them from the pods bound to this node.
+    pods = (await client.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node_name}"))["items"]
+    status = inventory.node_status(devices, leases, pods)
     body = {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuNodeStatus",
             "metadata": {"name": node_name}, "spec": {"nodeName": node_name}}
     try:
@@ -56,6 +58,9 @@ async def run(args: argparse.Namespace) -> None:
     async with Client(kubeconfig.load(args.kubeconfig), user_agent="gpu-inventory-agent") as client:
         last = ""
         while not stop.is_set():
+            if args.once:
+                await sync(client, args.node_name, args.source, args.simulated)
+                return
             try:
                 used = await sync(client, args.node_name, args.source, args.simulated)
                 if used != last:
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--simulated", default=inventory.DEFAULT_SIMULATED,
                    help=f"simulated inventory when the node has no {inventory.SIMULATED_ANNOTATION} annotation")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between updates (default 10)")
+    p.add_argument("--once", action="store_true", help="write the GpuNodeStatus once and exit")
     p.add_argument("--print", action="store_true", help="print this machine's inventory as JSON and exit")
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
     args = p.parse_args(argv)

@@ -21,7 +21,7 @@ Rules
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
 Policy = Literal["contiguous", "spread", "preferIds"]
@@ -192,17 +192,26 @@ def _ever_fits(node: Node, request: Request) -> bool:
     return len(healthy) >= request.count
 
 
-def allocate(request: Request, nodes: Iterable[Node], holdings: Iterable[Holding] = ()) -> Decision:
+def allocate(request: Request, nodes: Iterable[Node], holdings: Iterable[Holding] = (),
+             held: Callable[[str], Sequence[Holding]] | None = None) -> Decision:
+    """`holdings`: every GPU held anywhere; or `held(node)`: what is held on one node (the GPU ledger's view,
+    so a claim costs O(nodes) whatever the number of holdings)."""
     if request.exclusivity == "MIG":
         return NoFit("Failed", "MIG is not supported: use Exclusive or Shared")
     if request.count < 1:
         return NoFit("Failed", f"devices.count must be at least 1, got {request.count}")
-    by_node: dict[str, list[Holding]] = {}
-    for h in holdings:
-        by_node.setdefault(h.node, []).append(h)
+    if held is None:
+        by_node: dict[str, list[Holding]] = {}
+        for h in holdings:
+            by_node.setdefault(h.node, []).append(h)
+        held = lambda node: by_node.get(node, ())  # noqa: E731
+    nodes = list(nodes)
+    if not nodes:
+        return NoFit("Pending", "no node with a GPU inventory can take the pod")
     candidates = [n for n in nodes if all(n.labels.get(k) == v for k, v in request.match_labels.items())]
     if not candidates:
-        return NoFit("Pending", f"no node matches selector {dict(request.match_labels)}")
+        return NoFit("Pending", f"none of the {len(nodes)} nodes with a GPU inventory matches selector "
+                                f"{dict(request.match_labels)}")
     what = f"{request.count} {request.exclusivity} GPU(s)"
     if request.topology == "Required":
         what += f" in one NVLink island with >= {request.min_bandwidth_gbps} GB/s"
@@ -218,9 +227,9 @@ def allocate(request: Request, nodes: Iterable[Node], holdings: Iterable[Holding
     states: dict[tuple[int, tuple[int, ...]], tuple[str, list[Device]]] = {}
     healthy: dict[int, list[Device]] = {}
     for node in candidates:
-        held = by_node.get(node.name)
-        if held:
-            free = _usable(node, request, held)
+        on_node = held(node.name)
+        if on_node:
+            free = _usable(node, request, on_node)
         else:
             free = healthy.get(id(node.devices))
             if free is None:

@@ -2,33 +2,56 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, gpumap
 from gpu_scheduling.claims.allocator import Device, Holding, Node, Request
+from gpu_scheduling.claims.ledger import Hold, LeaseRecord
 
-# Labels on every GPU lease, so the scheduler can watch them with one selector and read them without parsing names.
+# Labels on every GPU lease, so the scheduler can watch them with one selector. The node label is the node name
+# when it fits a label value (63 characters), else a shortened form with a hash; the full name is an annotation.
 LEASE_LABEL = "gpu.scheduling/lease"
 LEASE_NODE_LABEL = "gpu.scheduling/node"
 LEASE_GPU_LABEL = "gpu.scheduling/gpu"
 LEASE_EXCLUSIVITY_LABEL = "gpu.scheduling/exclusivity"
-# Pod UIDs sharing a Shared GPU, comma-separated (holderIdentity holds one identity only).
+LEASE_NODE_ANNOTATION = "gpu.scheduling/node"
+# Pod UIDs sharing a Shared GPU, comma-separated (holderIdentity holds one identity only), and the same pods'
+# "<namespace>/<name>" in the same order, so that whether a holder is alive can be asked of the API by name.
 LEASE_HOLDERS_ANNOTATION = "gpu.scheduling/holders"
-# Label the scheduler puts on every pod it allocates GPUs to, so that it can watch them to release leases.
-CLAIMED_POD_LABEL = "gpu.scheduling/claimed"
-
+LEASE_HOLDER_PODS_ANNOTATION = "gpu.scheduling/holder-pods"
 
 # Where the GPU leases live, and the selector of one node's leases.
 LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{constants.LEASE_NAMESPACE}/leases"
 
+_NAME_MAX = 253  # a Lease name is a DNS subdomain
+_LABEL_MAX = 63
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def node_label_value(node: str) -> str:
+    """A valid label value naming `node` (node names are DNS subdomains of up to 253 characters)."""
+    if len(node) <= _LABEL_MAX:
+        return node
+    return f"{node[:_LABEL_MAX - 11].rstrip('.-')}-{_digest(node)}"
+
 
 def node_lease_selector(node: str) -> str:
-    return f"{LEASE_LABEL}=gpu,{LEASE_NODE_LABEL}={node}"
+    return f"{LEASE_LABEL}=gpu,{LEASE_NODE_LABEL}={node_label_value(node)}"
 
 
 def lease_name(node: str, gpu: int) -> str:
-    return f"gpu-{node}-{gpu}"
+    """`gpu-<node>-<id>` (the reference's contract); a node name too long for that is shortened with a hash."""
+    name = f"gpu-{node}-{gpu}"
+    if len(name) <= _NAME_MAX:
+        return name
+    keep = _NAME_MAX - len(f"gpu--{_digest(node)}-{gpu}")
+    return f"gpu-{node[:keep].rstrip('.-')}-{_digest(node)}-{gpu}"
 
 
 def request_from_claim(claim: Mapping[str, Any]) -> Request:
@@ -65,29 +88,79 @@ def lease_holders(lease: Mapping[str, Any]) -> list[str]:
     return [holder] if holder else []
 
 
-def holdings_from_leases(leases: Iterable[Mapping[str, Any]], except_pod: str = "") -> list[Holding]:
-    """What every GPU lease holds, leaving out the holdings of pod `except_pod` (it is being re-placed)."""
+def lease_record(lease: Mapping[str, Any]) -> LeaseRecord | None:
+    """The ledger's view of a GPU Lease, or None when it is not one (labels missing or malformed)."""
+    meta = lease["metadata"]
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    node = annotations.get(LEASE_NODE_ANNOTATION) or labels.get(LEASE_NODE_LABEL)
+    gpu = labels.get(LEASE_GPU_LABEL, "")
+    if not node or not gpu.isdigit() or len(gpu) > 6:
+        return None
+    holders = lease_holders(lease)
+    pods = [p for p in annotations.get(LEASE_HOLDER_PODS_ANNOTATION, "").split(",")]
+    refs = {uid: pods[i] for i, uid in enumerate(holders) if i < len(pods) and pods[i]}
+    return LeaseRecord(meta["name"], node, int(gpu), labels.get(LEASE_EXCLUSIVITY_LABEL, "Exclusive"),
+                       tuple(holders), refs, meta.get("resourceVersion", ""))
+
+
+def holdings_from_leases(leases: Iterable[Mapping[str, Any]]) -> list[Holding]:
+    """What the given GPU Leases hold (for tools that read Leases without a ledger)."""
     out = []
     for lease in leases:
-        labels = lease["metadata"].get("labels") or {}
-        holders = [h for h in lease_holders(lease) if h != except_pod]
-        if not holders or LEASE_NODE_LABEL not in labels:
-            continue
-        out.append(Holding(labels[LEASE_NODE_LABEL], (int(labels[LEASE_GPU_LABEL]),),
-                           labels.get(LEASE_EXCLUSIVITY_LABEL, "Exclusive")))
+        record = lease_record(lease)
+        if record is not None and record.holders:
+            out.append(Holding(record.node, (record.gpu,), record.exclusivity))
     return out
 
 
-def lease_body(node: str, gpu: int, pod_uid: str, exclusivity: str) -> dict[str, Any]:
+def lease_body(node: str, gpu: int, exclusivity: str, holders: Mapping[str, str]) -> dict[str, Any]:
+    """A GPU Lease held by `holders` (pod uid -> "<namespace>/<name>")."""
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {
             "name": lease_name(node, gpu),
             "namespace": constants.LEASE_NAMESPACE,
-            "labels": {LEASE_LABEL: "gpu", LEASE_NODE_LABEL: node, LEASE_GPU_LABEL: str(gpu),
+            "labels": {LEASE_LABEL: "gpu", LEASE_NODE_LABEL: node_label_value(node), LEASE_GPU_LABEL: str(gpu),
                        LEASE_EXCLUSIVITY_LABEL: exclusivity},
-            "annotations": {LEASE_HOLDERS_ANNOTATION: pod_uid},
+            "annotations": lease_holder_annotations(holders) | {LEASE_NODE_ANNOTATION: node},
         },
-        "spec": {"holderIdentity": pod_uid},
+        "spec": {"holderIdentity": next(iter(holders), "")},
     }
+
+
+def lease_holder_annotations(holders: Mapping[str, str]) -> dict[str, str]:
+    return {LEASE_HOLDERS_ANNOTATION: ",".join(holders), LEASE_HOLDER_PODS_ANNOTATION: ",".join(holders.values())}
+
+
+def hold_from_pod(pod: Mapping[str, Any]) -> Hold | None:
+    """What a bound pod holds, read from the pod alone: its allocation annotations (claim pods) or its map entry
+    (map pods). None when it holds no GPU (or its annotations cannot be read: nothing to hold then)."""
+    meta = pod.get("metadata") or {}
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node:
+        return None
+    annotations = meta.get("annotations") or {}
+    ref = f"{meta.get('namespace')}/{meta.get('name')}"
+    allocated = annotations.get(constants.ALLOCATED_ANNOTATION)
+    if allocated is not None:
+        where, _, ids = allocated.rpartition(":")
+        try:
+            gpu_ids = tuple(int(i) for i in ids.split(",") if i) if len(ids) < 4096 else ()
+        except ValueError:
+            return None
+        if not gpu_ids:
+            return None
+        return Hold(meta["uid"], ref, where or node, gpu_ids,
+                    annotations.get(constants.EXCLUSIVITY_ANNOTATION, "Exclusive"), "claim",
+                    (annotations.get(constants.CLAIM_ANNOTATION) or "").strip(), bound=True)
+    if constants.MAP_ANNOTATION in annotations:
+        try:
+            entry = gpumap.entry_for_pod(meta)
+        except gpumap.PodMapError:
+            return None
+        if entry is None or not entry.gpu_ids:
+            return None
+        return Hold(meta["uid"], ref, node, entry.gpu_ids, "Shared", "map", bound=True)
+    return None

@@ -1,75 +1,94 @@
-"""The scheduler's GpuClaim path: choose GPUs with the pure allocator, lock them with one Lease per GPU, tell the
-pod and the claim, and release the locks when the pod goes away, even if it went away while we were down.
+"""The scheduler's GpuClaim path: choose GPUs with the pure allocator over the GPU ledger, lock them with one Lease
+per GPU, and make sure a pod that holds nothing is named by no Lease, even if it went away while we were down.
 
-Caches (watches, no polling): GpuClaims, GpuNodeStatuses, the GPU Leases of LEASE_NAMESPACE, and the pods this
-path has allocated to (labelled CLAIMED_POD_LABEL). Allocation decisions are serialized by one short lock that
-covers no API call: the chosen GPUs are *assumed* held (as kube-scheduler assumes a pod bound) before the lock
-is let go, so the next claim never picks them from a view the watch has not caught up with, and the Leases are
-then created concurrently. The Lease itself (create fails when it exists) is the cluster-wide lock.
+Watches (no polling): GpuClaims, GpuNodeStatuses and the GPU Leases of LEASE_NAMESPACE. The pods themselves come
+from the scheduler's one pod watch (scheduler.controller), which feeds the ledger with what bound pods hold.
 
-A pending claim pod is reconsidered only when something that could let it fit changes: a GPU is freed, an
-inventory changes in what the allocator reads, or its own GpuClaim's spec changes. Taking a GPU never helps
-anyone, so the path's own Lease creates and claim status updates wake nobody (the benchmark's W2 showed what
-waking every pending pod on every Lease costs: a full re-placement of the queue per GPU taken).
+Placing a claim pod: the allocator reads the ledger (`Ledger.holdings`, cached per node), the chosen GPUs are
+*assumed* in the ledger before the first await (so the next claim never picks them from a view the watch has not
+caught up with), and the Leases are created concurrently; the Lease (create fails when it exists) is the
+cluster-wide lock. The controller then binds, carrying the allocation annotations on the Binding.
+
+Releasing is desired state, not a call: whatever makes a pod hold nothing (deleted, finished, a failed attempt)
+puts the Leases that name it on a keyed queue; a worker reads the Lease fresh, asks the API about any holder the
+ledger cannot vouch for, and deletes (or rewrites) it with the resourceVersion as precondition, retrying with
+backoff until the API agrees. A sweep compares the ledger with a fresh list of the Leases, so nothing a watch
+missed stays locked. Only the leader writes; followers keep their caches and ledger warm.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import aiohttp
+
 from gpu_scheduling import constants
 from gpu_scheduling.claims import allocator, objects
+from gpu_scheduling.claims.ledger import GpuKey, Hold, Ledger, LeaseRecord
 from gpu_scheduling.kube.client import ApiError, Client
 from gpu_scheduling.kube.informer import Informer
+from gpu_scheduling.kube.workqueue import WorkQueue
 from gpu_scheduling.scheduler import decision
 
 log = logging.getLogger(__name__)
 
 API = f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}"
 LEASES = objects.LEASES_PATH
+TRANSIENT = (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
 @dataclasses.dataclass(frozen=True)
 class Placed:
     claim: dict[str, Any]
-    allocation: allocator.Allocation
+    hold: Hold
+    message: str
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        """What the Binding carries onto the pod."""
+        ids = ",".join(map(str, self.hold.gpu_ids))
+        return {constants.ALLOCATED_ANNOTATION: f"{self.hold.node}:{ids}", constants.GPU_IDS_ANNOTATION: ids,
+                constants.EXCLUSIVITY_ANNOTATION: self.hold.exclusivity}
 
 
 class ClaimPath:
-    def __init__(self, client: Client, requeue: Callable[[str | None], None], is_pending_pod: Callable[[str], bool],
-                 gc_seconds: float = 60.0):
+    def __init__(self, client: Client, ledger: Ledger, *, changed: Callable[[], None],
+                 claim_changed: Callable[[str], None], inventory_changed: Callable[[], None],
+                 cached_pod: Callable[[str], dict[str, Any] | None], scheduler_name: str,
+                 sweep_seconds: float = 60.0, workers: int = 4):
         self.client = client
-        self._requeue = requeue  # requeue("<namespace>/<claim>"): the pods naming that claim; None: every claim pod
-        self._is_pending_pod = is_pending_pod  # uid -> still an unbound pod of ours (its leases are in flight)
-        self.gc_seconds = gc_seconds
+        self.ledger = ledger
+        self._changed = changed  # the ledger changed: the controller wakes the pods a freed GPU could help
+        self._claim_changed = claim_changed  # "<namespace>/<claim>": its spec changed or it appeared
+        self._inventory_changed = inventory_changed
+        self._cached_pod = cached_pod  # uid -> the pod in the scheduler's cache, if any
+        self.scheduler_name = scheduler_name
+        self.sweep_seconds = sweep_seconds
+        self.workers = workers
         self.enabled = False
+        self.leading = False
         self.claims = Informer(client, f"{API}/gpuclaims", self._on_claim, name="gpuclaims")
         self.statuses = Informer(client, f"{API}/gpunodestatuses", self._on_status, name="gpunodestatuses")
         self.leases = Informer(client, LEASES, self._on_lease, params={"labelSelector": f"{objects.LEASE_LABEL}=gpu"},
                                name="gpu-leases")
-        # GPUs chosen but whose Leases are not created yet: pod uid -> holdings.
-        self._assumed: dict[str, list[allocator.Holding]] = {}
-        # Views for the allocator, rebuilt only when what they are made of changes (a claim costs O(nodes) cheap
-        # steps instead of O(nodes + leases) parsing): each GpuNodeStatus as a Node, keyed by the two
-        # resourceVersions it comes from; the usable inventory per set of tolerations, dropped on any node or
-        # inventory event; each Lease as (holders, holding), keyed by its resourceVersion.
+        self.releases: WorkQueue[GpuKey] = WorkQueue(base_delay=0.5, max_delay=30.0)
+        # The allocator's inventory, rebuilt only when what it is made of changes: each GpuNodeStatus as a Node,
+        # keyed by the two resourceVersions it comes from; the usable nodes per set of tolerations, dropped on any
+        # node or inventory event; equal device tuples shared so the allocator can treat such nodes as one state.
         self._nodes: dict[str, tuple[tuple[str, str], allocator.Node]] = {}
         self._usable: dict[str, list[allocator.Node]] = {}
         self._devices: dict[tuple[allocator.Device, ...], tuple[allocator.Device, ...]] = {}
-        self._lease_views: dict[str, tuple[str, list[str], allocator.Holding | None]] = {}
-        self.claimed_pods = Informer(client, "/api/v1/pods", self._on_claimed_pod,
-                                     params={"labelSelector": objects.CLAIMED_POD_LABEL}, name="claimed-pods")
-        self._lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._written: dict[str, dict[str, Any]] = {}  # claim uid -> the status we last wrote
+        self.stats = {"lease_creates": 0, "lease_deletes": 0, "lease_updates": 0, "release_retries": 0,
+                      "claim_status_writes": 0}
 
     # ---- start-up ---------------------------------------------------------------------------------------------
-    async def start(self) -> list[asyncio.Task[Any]]:
+    async def watch(self) -> list[asyncio.Task[Any]]:
         """Watch what the claim path needs when the CRDs are installed; otherwise stay disabled."""
         try:
             await self.client.get(API)
@@ -78,92 +97,118 @@ class ClaimPath:
                 log.info("GpuClaim CRDs are not installed: claim pods will be reported unschedulable")
                 return []
             raise
-        informers = (self.claims, self.statuses, self.leases, self.claimed_pods)
+        informers = (self.claims, self.statuses, self.leases)
         tasks = [asyncio.create_task(i.run(), name=f"{i.name}-informer") for i in informers]
         for i in informers:
             await i.synced.wait()
         self.enabled = True
-        await self.collect_garbage()
-        tasks.append(asyncio.create_task(self._gc_loop(), name="lease-gc"))
         return tasks
 
-    def ready(self) -> bool:
-        return all(i.synced.is_set() for i in (self.claims, self.statuses, self.leases, self.claimed_pods))
+    async def lead(self) -> None:
+        """Release what must be released, until cancelled (leadership lost or shutdown)."""
+        if not self.enabled:
+            await asyncio.Event().wait()
+        self.leading = True
+        try:
+            await asyncio.gather(self._sweep_loop(), *(self._release_worker() for _ in range(self.workers)))
+        finally:
+            self.leading = False
 
     # ---- watch handlers ---------------------------------------------------------------------------------------
     def _on_claim(self, kind: str, claim: dict[str, Any], old: dict[str, Any] | None) -> None:
         meta = claim["metadata"]
+        if kind == "DELETED":
+            self._written.pop(meta.get("uid", ""), None)
+            return
         # Status updates (ours) leave metadata.generation alone; only a new claim or a spec change can help.
         if kind == "ADDED" or (kind == "MODIFIED" and old is not None
                                and old["metadata"].get("generation") != meta.get("generation")):
-            self._requeue(f"{meta['namespace']}/{meta['name']}")
+            self._claim_changed(f"{meta['namespace']}/{meta['name']}")
 
     def _on_status(self, kind: str, status: dict[str, Any], old: dict[str, Any] | None) -> None:
         self.nodes_changed()
         if kind == "DELETED":
             self._nodes.pop(status["metadata"]["name"], None)
         if kind != "MODIFIED" or old is None or _allocator_view(status) != _allocator_view(old):
-            self._requeue(None)
+            self._inventory_changed()
 
     def nodes_changed(self) -> None:
         """A Node or a GpuNodeStatus changed: the usable inventory must be worked out again."""
         self._usable.clear()
 
-    def _on_lease(self, kind: str, lease: dict[str, Any], old: dict[str, Any] | None) -> None:
+    def _on_lease(self, kind: str, lease: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        record = objects.lease_record(lease)
+        if record is None:
+            return
         if kind == "DELETED":
-            self._lease_views.pop(f"{lease['metadata'].get('namespace')}/{lease['metadata']['name']}", None)
-        if kind == "DELETED" or (kind == "MODIFIED" and old is not None
-                                 and len(objects.lease_holders(lease)) < len(objects.lease_holders(old))):
-            self._requeue(None)
+            self.ledger.lease_deleted(record.key)
+        else:
+            self.ledger.lease_seen(record)
+            if self.leading and not self.ledger.lease_plan(record).settled:
+                self.releases.add(record.key)
+        self._changed()
 
-    def _on_claimed_pod(self, kind: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
-        if kind == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            self._spawn(self.release(pod["metadata"]["uid"]))
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def reconcile(self, keys: set[GpuKey]) -> None:
+        """These Leases may name pods that hold nothing now: make the API agree (leader only)."""
+        if self.leading:
+            for key in keys:
+                self.releases.add(key)
 
     # ---- placing a pod ----------------------------------------------------------------------------------------
     async def place(self, pod: dict[str, Any], nodes: Mapping[str, dict[str, Any]]) -> Placed | decision.Unschedulable:
         meta = pod["metadata"]
+        uid = meta["uid"]
         claim_name = meta["annotations"][constants.CLAIM_ANNOTATION].strip()
         claim = self.claims.cache.get(f"{meta['namespace']}/{claim_name}")
         if claim is None:
             return decision.Unschedulable(f"GpuClaim {claim_name!r} not found in namespace {meta['namespace']}")
+        if self.ledger.releasing(uid):
+            return decision.Unschedulable(f"GpuClaim {claim_name}: the GPUs of an earlier attempt are still being "
+                                          "released; retrying once the API agrees")
         request = objects.request_from_claim(claim)
-        inventory = self._usable_inventory(nodes, (pod.get("spec") or {}).get("tolerations") or [])
-        uid = meta["uid"]
-        async with self._lock:  # no await inside: the decision and the assumption are one step
-            holdings = self._holdings(except_pod=uid)
-            holdings += [h for pod_uid, held in self._assumed.items() if pod_uid != uid for h in held]
-            outcome = allocator.allocate(request, inventory, holdings)
-            if not isinstance(outcome, allocator.NoFit):
-                self._assumed[uid] = [allocator.Holding(outcome.node, outcome.gpu_ids, request.exclusivity)]
-        if isinstance(outcome, allocator.NoFit):
-            await self.set_claim_status(claim, {"phase": outcome.phase, "message": outcome.message})
-            return decision.Unschedulable(f"GpuClaim {claim_name}: {outcome.message}")
-        try:
-            acquired = await self._acquire(outcome, uid, request.exclusivity)
-        finally:
-            self._assumed.pop(uid, None)  # from here on the Leases in the cache say it (or nothing holds them)
-        if not acquired:
-            return decision.Unschedulable(f"GpuClaim {claim_name}: GPUs {outcome.allocated} were taken "
-                                          "meanwhile; retrying")
-        message = outcome.message
+        hold = self.ledger.hold(uid)
+        if hold is not None and not hold.bound:
+            message = f"allocated {hold.node}:{','.join(map(str, hold.gpu_ids))} (retrying an earlier attempt)"
+        else:
+            tolerations = (pod.get("spec") or {}).get("tolerations") or []
+            inventory = self._usable_inventory(nodes, tolerations)
+            if not inventory:
+                why = self._no_inventory(nodes, tolerations)
+                await self.set_claim_status(claim, {"phase": "Pending", "message": why})
+                return decision.Unschedulable(f"GpuClaim {claim_name}: {why}")
+            outcome = allocator.allocate(request, inventory, held=self.ledger.holdings)
+            if isinstance(outcome, allocator.NoFit):
+                await self.set_claim_status(claim, {"phase": outcome.phase, "message": outcome.message})
+                return decision.Unschedulable(f"GpuClaim {claim_name}: {outcome.message}")
+            hold = Hold(uid, f"{meta['namespace']}/{meta['name']}", outcome.node, outcome.gpu_ids,
+                        request.exclusivity, "claim", claim_name)
+            conflicts = self.ledger.assume(hold)  # before any await: the decision and the assumption are one step
+            if conflicts:  # the allocator read the same ledger, so this is a bug; never hand out the GPUs
+                log.error("allocator chose GPUs the ledger says are held: %s", conflicts)
+                return decision.Unschedulable(f"GpuClaim {claim_name}: GPUs {outcome.allocated} are held by "
+                                              f"{conflicts[0].holder}; retrying")
+            message = outcome.message
         if (claim.get("spec") or {}).get("gangRef"):
             message += f"; gangRef {claim['spec']['gangRef']!r} is not supported yet, the claim is served alone"
-        ids = ",".join(map(str, outcome.gpu_ids))
-        await self.client.patch(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", {
-            "metadata": {
-                "labels": {objects.CLAIMED_POD_LABEL: "true"},
-                "annotations": {constants.ALLOCATED_ANNOTATION: outcome.allocated, constants.GPU_IDS_ANNOTATION: ids},
-            }})
-        await self.set_claim_status(claim, {"phase": "Reserved", "nodeName": outcome.node,
-                                            "gpuIds": list(outcome.gpu_ids), "allocated": outcome.allocated,
-                                            "message": message})
-        return Placed(claim, dataclasses.replace(outcome, message=message))
+        if not await self._acquire(hold):
+            self.failed(uid)
+            return decision.Unschedulable(f"GpuClaim {claim_name}: GPUs {hold.node}:"
+                                          f"{','.join(map(str, hold.gpu_ids))} were taken meanwhile; retrying")
+        return Placed(claim, hold, message)
+
+    def failed(self, uid: str) -> None:
+        """The attempt for `uid` is over without a binding: it holds nothing (its Leases are released)."""
+        hold = self.ledger.hold(uid)
+        keys = self.ledger.forget(uid) | (set(hold.gpus) if hold else set())
+        self.reconcile(keys)
+        self._changed()
+
+    async def bound(self, placed: Placed) -> None:
+        self.ledger.confirm(placed.hold.uid)
+        hold = placed.hold
+        await self.set_claim_status(placed.claim, {
+            "phase": "Bound", "nodeName": hold.node, "gpuIds": list(hold.gpu_ids),
+            "allocated": f"{hold.node}:{','.join(map(str, hold.gpu_ids))}", "message": placed.message})
 
     def _usable_inventory(self, nodes: Mapping[str, dict[str, Any]],
                           tolerations: list[Mapping[str, Any]]) -> list[allocator.Node]:
@@ -182,7 +227,6 @@ class ClaimPath:
             cached = self._nodes.get(key)
             if cached is None or cached[0] != version:
                 view = objects.node_from_status(status, node["metadata"].get("labels") or {})
-                # Equal device lists share one tuple, so the allocator can treat such nodes as one state.
                 view = dataclasses.replace(view, devices=self._devices.setdefault(view.devices, view.devices))
                 cached = self._nodes[key] = (version, view)
             usable.append(cached[1])
@@ -191,120 +235,245 @@ class ClaimPath:
         self._usable[signature] = usable
         return usable
 
-    def _holdings(self, except_pod: str) -> list[allocator.Holding]:
-        """What the GPU Leases in the cache hold, leaving out the holdings of pod `except_pod`."""
-        out = []
-        for key, lease in self.leases.cache.items():
-            version = lease["metadata"].get("resourceVersion", "")
-            view = self._lease_views.get(key)
-            if view is None or view[0] != version:
-                held = objects.holdings_from_leases([lease])
-                view = self._lease_views[key] = (version, objects.lease_holders(lease), held[0] if held else None)
-            _, holders, holding = view
-            if holding is not None and (len(holders) > 1 or holders[0] != except_pod):
-                out.append(holding)
-        return out
-
-    async def bound(self, placed: Placed) -> None:
-        await self.set_claim_status(placed.claim, {"phase": "Bound", "message": placed.allocation.message})
+    def _no_inventory(self, nodes: Mapping[str, dict[str, Any]], tolerations: list[Mapping[str, Any]]) -> str:
+        """Why no node can be offered at all, naming the real cause."""
+        if not self.statuses.cache:
+            return ("no GPU inventory: no node has a GpuNodeStatus (is gpu-inventory-agent running on the GPU "
+                    "nodes?)")
+        problems = []
+        for status in self.statuses.cache.values():
+            name = (status.get("spec") or {}).get("nodeName") or status["metadata"]["name"]
+            node = nodes.get(name)
+            problems.append(f"node {name} does not exist" if node is None
+                            else decision.node_problem(node, tolerations) or f"node {name} is usable")
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        return f"none of the {len(problems)} nodes with a GPU inventory takes the pod: {shown}"
 
     async def set_claim_status(self, claim: dict[str, Any], status: dict[str, Any]) -> None:
+        """Write the claim's status only when it changes (a pending claim retried costs no write)."""
         meta = claim["metadata"]
+        written = self._written.get(meta.get("uid", ""))
+        current = claim.get("status") or {}
+        if all(current.get(k) == v for k, v in status.items()) or written == status:
+            return
         try:
-            await self.client.patch(f"{API}/namespaces/{meta['namespace']}/gpuclaims/{meta['name']}/status",
-                                    {"status": status})
-        except ApiError as exc:
+            await self.client.patch(
+                f"{API}/namespaces/{meta['namespace']}/gpuclaims/{meta['name']}/status", {"status": status})
+            self.stats["claim_status_writes"] += 1
+            # Remember what we wrote (the informer's copy is never edited), so the same outcome is not written
+            # again before the watch catches up.
+            self._written[meta.get("uid", "")] = status
+        except TRANSIENT as exc:
             log.warning("could not update GpuClaim %s/%s: %s", meta["namespace"], meta["name"], exc)
 
     # ---- leases -----------------------------------------------------------------------------------------------
-    async def _acquire(self, alloc: allocator.Allocation, pod_uid: str, exclusivity: str) -> bool:
-        """Create the Leases of every allocated GPU at once; all or nothing."""
-        results = await asyncio.gather(*(self._acquire_one(alloc.node, gpu, pod_uid, exclusivity)
-                                         for gpu in alloc.gpu_ids), return_exceptions=True)
+    async def _acquire(self, hold: Hold) -> bool:
+        """Create the Leases of every GPU of `hold` at once; True when all of them name the pod."""
+        results = await asyncio.gather(*(self._acquire_one(hold, gpu) for gpu in hold.gpu_ids),
+                                       return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, TRANSIENT):
+                raise r
         if all(r is True for r in results):
             return True
-        await self.release(pod_uid)  # also the Leases that were created: a pending pod must hold nothing
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            log.info("acquiring the GPUs of %s failed: %s", hold.pod, failed[0])
         return False
 
-    async def _acquire_one(self, node: str, gpu: int, pod_uid: str, exclusivity: str) -> bool:
-        body = objects.lease_body(node, gpu, pod_uid, exclusivity)
+    async def _acquire_one(self, hold: Hold, gpu: int) -> bool:
+        body = objects.lease_body(hold.node, gpu, hold.exclusivity, {hold.uid: hold.pod})
         try:
-            created = await self.client.post(LEASES, body)
-        except ApiError as exc:
-            joined = exc.status == 409 and await self._join(node, gpu, pod_uid, exclusivity)
-            if not joined:
-                log.info("lease %s is taken: %s", body["metadata"]["name"], exc.message)
-            return joined
-        self.leases.cache[f"{constants.LEASE_NAMESPACE}/{created['metadata']['name']}"] = created
-        return True
-
-    async def _join(self, node: str, gpu: int, pod_uid: str, exclusivity: str) -> bool:
-        """The lease exists: ours already (a retry), or a Shared one a Shared claim may join."""
-        name = objects.lease_name(node, gpu)
-        lease = await self.client.get(f"{LEASES}/{name}")
-        holders = objects.lease_holders(lease)
-        if pod_uid in holders:
+            await self.client.post(LEASES, body)
+            self.stats["lease_creates"] += 1
             return True
-        labels = lease["metadata"].get("labels") or {}
-        if exclusivity != "Shared" or labels.get(objects.LEASE_EXCLUSIVITY_LABEL) != "Shared":
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        return await self._join(hold, gpu)
+
+    async def _join(self, hold: Hold, gpu: int) -> bool:
+        """The Lease exists: ours already (a retry), or a Shared one a Shared claim may join."""
+        name = objects.lease_name(hold.node, gpu)
+        lease = await self.client.get(f"{LEASES}/{name}")
+        record = objects.lease_record(lease)
+        if record is None:
             return False
-        lease["metadata"].setdefault("annotations", {})[objects.LEASE_HOLDERS_ANNOTATION] = ",".join(holders + [pod_uid])
+        if hold.uid in record.holders:
+            return True
+        if hold.exclusivity != "Shared" or record.exclusivity != "Shared" or not record.holders:
+            log.info("lease %s is held by %s", name, ",".join(record.pods.get(h, h) for h in record.holders))
+            return False
+        holders = {h: record.pods.get(h, "") for h in record.holders} | {hold.uid: hold.pod}
+        lease["metadata"].setdefault("annotations", {}).update(objects.lease_holder_annotations(holders))
         try:  # the resourceVersion makes this a compare-and-swap
-            updated = await self.client.request("PUT", f"{LEASES}/{name}", body=lease)
+            await self.client.request("PUT", f"{LEASES}/{name}", body=lease)
+            self.stats["lease_updates"] += 1
         except ApiError:
             return False
-        self.leases.cache[f"{constants.LEASE_NAMESPACE}/{name}"] = updated
         return True
 
-    async def release(self, pod_uid: str) -> None:
-        """Give up every GPU lease `pod_uid` holds."""
-        mine = [(key, lease) for key, lease in self.leases.cache.items() if pod_uid in objects.lease_holders(lease)]
-        # Forget the whole set before the first API call: a claim woken by the first deletion must see every GPU
-        # of this pod free, not some of them (the Lease stays the lock if a deletion then fails).
-        for key, lease in mine:
-            if objects.lease_holders(lease) == [pod_uid]:
-                self.leases.cache.pop(key, None)
-        for key, lease in mine:
-            holders = objects.lease_holders(lease)
-            name = lease["metadata"]["name"]
-            rest = [h for h in holders if h != pod_uid]
+    async def _release_worker(self) -> None:
+        while True:
+            key = await self.releases.get()
             try:
-                if rest:
-                    update = copy.deepcopy(lease)
-                    update["metadata"]["annotations"][objects.LEASE_HOLDERS_ANNOTATION] = ",".join(rest)
-                    update["spec"]["holderIdentity"] = rest[0]
-                    self.leases.cache[key] = await self.client.request("PUT", f"{LEASES}/{name}", body=update)
-                else:
-                    await self.client.request("DELETE", f"{LEASES}/{name}", body={
-                        "kind": "DeleteOptions", "apiVersion": "v1",
-                        "preconditions": {"resourceVersion": lease["metadata"]["resourceVersion"]}})
-                    self.leases.cache.pop(key, None)
-                log.info("released lease %s of pod %s", name, pod_uid)
+                settled = await self._reconcile_lease(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure is a retry, never a dropped release
+                settled = False
+                log.warning("reconciling lease %s failed (%s: %s); retrying", objects.lease_name(*key),
+                            type(exc).__name__, exc)
+            finally:
+                self.releases.done(key)
+            if settled:
+                self.releases.forget(key)
+            else:
+                self.stats["release_retries"] += 1
+                self.releases.add_rate_limited(key)
+
+    async def _reconcile_lease(self, key: GpuKey) -> bool:
+        """Make the Lease of GPU `key` name exactly the live pods the ledger says hold it. True when done."""
+        name = objects.lease_name(*key)
+        try:
+            lease: dict[str, Any] | None = await self.client.get(f"{LEASES}/{name}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            lease = None
+        record = objects.lease_record(lease) if lease is not None else None
+        if record is not None:
+            plan = self.ledger.lease_plan(record)
+            for uid, ref in plan.verify.items():
+                await self._verify(uid, ref)
+            plan = self.ledger.lease_plan(record)
+            if plan.verify:
+                return False
+            if plan.remove:
+                # Done when the API took it (the watch then frees the GPU); changed meanwhile: plan again.
+                return await self._remove_holders(record, plan.keep)
+        missing = [h for h in self.ledger.holders_of(key)
+                   if h.source == "claim" and h.bound and (record is None or h.uid not in record.holders)]
+        if not missing:
+            return True
+        if record is None or not record.holders:  # a bound pod's lock is gone: put it back
+            body = objects.lease_body(key[0], key[1], missing[0].exclusivity, {h.uid: h.pod for h in missing})
+            if record is None:
+                await self.client.post(LEASES, body)
+                self.stats["lease_creates"] += 1
+                log.warning("re-created lease %s for %s", name, ", ".join(h.pod for h in missing))
+                return False
+        log.error("lease %s names %s but %s is bound to that GPU: a GPU is allocated twice", name,
+                  ",".join(record.holders) if record else "", ", ".join(h.pod for h in missing))
+        return True
+
+    async def _remove_holders(self, record: LeaseRecord, keep: tuple[str, ...]) -> bool:
+        path = f"{LEASES}/{record.name}"
+        try:
+            if keep:
+                lease = await self.client.get(path)
+                if lease["metadata"].get("resourceVersion") != record.resource_version:
+                    return False  # changed since we planned: plan again
+                holders = {uid: record.pods.get(uid, "") for uid in keep}
+                lease["metadata"].setdefault("annotations", {}).update(objects.lease_holder_annotations(holders))
+                lease.setdefault("spec", {})["holderIdentity"] = keep[0]
+                await self.client.request("PUT", path, body=lease)
+                self.stats["lease_updates"] += 1
+            else:
+                await self.client.request("DELETE", path, body={
+                    "kind": "DeleteOptions", "apiVersion": "v1",
+                    "preconditions": {"resourceVersion": record.resource_version}})
+                self.stats["lease_deletes"] += 1
+            log.info("released lease %s (kept: %s)", record.name, ",".join(keep) or "nobody")
+            return True
+        except ApiError as exc:
+            if exc.status == 404:  # gone already
+                return True
+            if exc.status == 409:  # changed meanwhile: plan again
+                return False
+            raise
+
+    async def _verify(self, uid: str, ref: str) -> None:
+        """Ask the API whether pod `uid` (named `ref`, "<namespace>/<name>", when known) still holds GPUs, and tell
+        the ledger: gone or finished, bound (what it holds), or pending (nothing)."""
+        if not ref:
+            cached = self._cached_pod(uid)
+            if cached is not None:
+                ref = f"{cached['metadata']['namespace']}/{cached['metadata']['name']}"
+        pod: dict[str, Any] | None = None
+        if ref:
+            namespace, _, name = ref.partition("/")
+            try:
+                pod = await self.client.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
             except ApiError as exc:
                 if exc.status != 404:
-                    log.warning("could not release lease %s of pod %s: %s (the next sweep retries)", name, pod_uid, exc)
+                    raise
+        else:
+            pod = await self._find_pod(uid)
+        if pod is None or pod["metadata"].get("uid") != uid or decision.is_finished(pod):
+            self.reconcile(self.ledger.pod_gone(uid))
+        elif (pod.get("spec") or {}).get("nodeName"):
+            hold = objects.hold_from_pod(pod)
+            if hold is None:
+                self.reconcile(self.ledger.pod_gone(uid))  # bound but holds no GPU
+            else:
+                self.reconcile(self.ledger.pod_bound(hold))
+        else:
+            self.ledger.pod_pending(uid)
+        self._changed()
 
-    async def collect_garbage(self) -> None:
-        """Release leases whose pods are gone or finished: also those that went away while we were down."""
-        alive = {p["metadata"]["uid"] for p in self.claimed_pods.cache.values()
-                 if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
-        dead = {h for lease in self.leases.cache.values() for h in objects.lease_holders(lease)
-                if h not in alive and not self._is_pending_pod(h)}
-        for uid in dead:
-            await self.release(uid)
-        if dead:
-            log.info("released the leases of %d pods that are gone", len(dead))
-
-    async def _gc_loop(self) -> None:
+    async def _find_pod(self, uid: str) -> dict[str, Any] | None:
+        """A Lease without the holder's name (written by an older version): look for the uid in a fresh list."""
+        cont = ""
         while True:
-            await asyncio.sleep(self.gc_seconds)
+            params = {"fieldSelector": f"spec.schedulerName={self.scheduler_name}", "limit": "500"}
+            if cont:
+                params["continue"] = cont
+            page = await self.client.get("/api/v1/pods", **params)
+            for pod in page.get("items") or []:
+                if pod["metadata"].get("uid") == uid:
+                    return pod
+            cont = (page.get("metadata") or {}).get("continue") or ""
+            if not cont:
+                return None
+
+    async def sweep(self) -> int:
+        """Compare the ledger with a fresh list of the GPU Leases; queue every Lease that disagrees (and every GPU
+        of a bound pod without its Lease). Returns how many were queued."""
+        seen: dict[GpuKey, LeaseRecord] = {}
+        cont = ""
+        while True:
+            params = {"labelSelector": f"{objects.LEASE_LABEL}=gpu", "limit": "500"}
+            if cont:
+                params["continue"] = cont
+            page = await self.client.get(LEASES, **params)
+            for lease in page.get("items") or []:
+                record = objects.lease_record(lease)
+                if record is not None:
+                    seen[record.key] = record
+            cont = (page.get("metadata") or {}).get("continue") or ""
+            if not cont:
+                break
+        queue = {key for key, record in seen.items() if not self.ledger.lease_plan(record).settled}
+        queue |= {lease.key for lease in self.ledger.leases() if lease.key not in seen}
+        for hold in self.ledger.holds():
+            if hold.source == "claim" and hold.bound:
+                queue |= {key for key in hold.gpus if key not in seen or hold.uid not in seen[key].holders}
+        for key in queue:
+            self.releases.add(key)
+        if queue:
+            log.info("sweep: %d GPU leases to reconcile", len(queue))
+        return len(queue)
+
+    async def _sweep_loop(self) -> None:
+        while True:
             try:
-                await self.collect_garbage()
-            except Exception:  # keep sweeping
-                log.exception("lease sweep failed")
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep sweeping
+                log.warning("lease sweep failed (%s: %s)", type(exc).__name__, exc)
+            await asyncio.sleep(self.sweep_seconds)
 
 
 def _allocator_view(status: Mapping[str, Any]) -> list[tuple[Any, ...]]:

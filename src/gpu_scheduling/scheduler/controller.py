@@ -1,9 +1,18 @@
-"""The scheduling loop: two informers (our unbound pods, all nodes), a de-duplicating work queue and workers
-that bind concurrently. No per-pod LIST: everything a decision needs is in the informer caches. Pods that name a
-GpuClaim take the claim path (scheduler.claims), which adds its own caches and the GPU leases.
+"""The scheduling loop: one watch of this scheduler's pods (bound and unbound: one stream, so what a pod holds and
+whether it waits never come from two views that lag each other), one of the nodes, a keyed work queue and workers
+that bind concurrently. No per-pod LIST: everything a decision needs is in the informer caches and the GPU ledger
+(claims.ledger), the one owner of which pod holds which GPU. Pods that name a GpuClaim take the claim path
+(scheduler.claims); map pods hold the GPUs of their map entry, so an Exclusive claim never gets them and a map pod
+never gets a GPU an Exclusive claim holds.
 
-It must not touch pods of other schedulers, bound pods, or anything but bindings, pod status conditions, events,
-and for claim pods their allocation annotations, their claims' status and the GPU leases.
+Pending work is cheap: a pod that cannot be placed is retried only on an event that could help it (its node
+changed, a GPU was freed, an inventory or its claim changed), no sooner than its backoff allows (1 s doubling to
+10 s, as kube-scheduler), and every five minutes in case an event was missed; its condition, event and claim
+status are written only when the reason changes.
+
+It must not touch pods of other schedulers, bound pods, or anything but bindings (which carry a claim pod's
+allocation annotations), pod status conditions, events, GpuClaim status and the GPU Leases. `watch` keeps the
+caches warm (followers run it too); only `lead` (the leader) writes.
 """
 
 from __future__ import annotations
@@ -20,10 +29,13 @@ from typing import Any
 import aiohttp
 
 from gpu_scheduling import constants
+from gpu_scheduling.claims import objects
+from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.kube.client import ApiError, Client
 from gpu_scheduling.kube.informer import Informer
+from gpu_scheduling.kube.workqueue import Backoff, WorkQueue
 from gpu_scheduling.scheduler import decision
-from gpu_scheduling.scheduler.claims import ClaimPath
+from gpu_scheduling.scheduler.claims import ClaimPath, Placed
 from gpu_scheduling.scheduler.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -37,15 +49,33 @@ class SchedulerConfig:
     workers: int = 32
     """Concurrent bind workers. Binds are I/O-bound API calls; 32 keeps the apiserver busy without a storm."""
 
-    resync_seconds: float = 30.0
-    """Every this many seconds every pending pod is reconsidered, in case a node change was missed."""
+    flush_seconds: float = 300.0
+    """Every this many seconds every unschedulable pod is tried again, in case an event that could help it was
+    missed (kube-scheduler's podMaxInUnschedulablePodsDuration is 5 minutes too)."""
 
     retry_seconds: float = 1.0
-    """First delay before retrying a bind that failed with a server error (doubles, up to 30 s)."""
+    """First delay before retrying a pod (a failed API call, or an event that could help it); doubles per attempt."""
+
+    max_retry_seconds: float = 10.0
+    """Longest such delay (kube-scheduler's podMaxBackoffSeconds)."""
+
+    sweep_seconds: float = 60.0
+    """Every this many seconds the GPU Leases are listed fresh and compared with the ledger."""
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _key(pod: dict[str, Any]) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def _scheduling_view(pod: dict[str, Any]) -> tuple[Any, ...]:
+    """What a decision reads of a pod: a change elsewhere (its status, which we write) is no reason to retry."""
+    meta = pod.get("metadata") or {}
+    return (meta.get("annotations"), meta.get("labels"), meta.get("deletionTimestamp"), pod.get("spec"),
+            (pod.get("status") or {}).get("phase"))
 
 
 class Scheduler:
@@ -53,202 +83,313 @@ class Scheduler:
         self.client = client
         self.config = config
         self.metrics = metrics or Metrics()
-        self.pods = Informer(
-            client,
-            "/api/v1/pods",
-            self._on_pod,
-            params={"fieldSelector": f"spec.schedulerName={config.name},spec.nodeName="},
-            name="pods",
-        )
+        self.ledger = Ledger()
+        self.pods = Informer(client, "/api/v1/pods", self._on_pod,
+                             params={"fieldSelector": f"spec.schedulerName={config.name}"}, name="pods")
         self.nodes = Informer(client, "/api/v1/nodes", self._on_node, name="nodes")
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
-        self._waiting: dict[str, set[str]] = defaultdict(set)  # node name -> pod keys waiting for it
+        self.queue: WorkQueue[str] = WorkQueue()
+        self.backoff = Backoff(config.retry_seconds, config.max_retry_seconds)
+        self._by_uid: dict[str, str] = {}  # pod uid -> key, for every cached pod
+        self._waiting: dict[str, set[str]] = defaultdict(set)  # node name -> map pods waiting for the node
+        self._waiting_gpus: dict[str, set[str]] = defaultdict(set)  # node -> map pods waiting for its GPUs
+        self._claim_pods: dict[str, set[str]] = defaultdict(set)  # "<ns>/<claim>" -> unbound pods naming it
+        self._pod_claim: dict[str, str] = {}  # the reverse
+        self._waits_on: dict[str, str] = {}  # pod key -> the node it waits for (either table)
+        self._unschedulable: set[str] = set()  # pods last found unschedulable (flushed every flush_seconds)
         self._reported: dict[str, str] = {}  # pod key -> last Unschedulable message reported
-        self._attempts: dict[str, int] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._instance = socket.gethostname()
-        self._pending_uids: set[str] = set()
-        # A key is worked on by one worker at a time; a key enqueued meanwhile is marked dirty and comes back
-        # once that worker is done (client-go's workqueue does the same).
-        self._processing: set[str] = set()
-        self._dirty: set[str] = set()
         # Pods we bound whose watch has not yet said so: never place them again from a stale cache.
         self._assumed_bound: set[str] = set()
-        self._claims_started = False
-        self.claim_path = ClaimPath(client, self._requeue_claim_pods, self._pending_uids.__contains__)
+        self._watching = False
+        self.leading = False
+        self.claim_path = ClaimPath(client, self.ledger, changed=self._ledger_changed,
+                                    claim_changed=self._claim_changed, inventory_changed=self._wake_claim_pods,
+                                    cached_pod=self._cached_pod, scheduler_name=config.name,
+                                    sweep_seconds=config.sweep_seconds)
 
     # ---- readiness -------------------------------------------------------------------------------------------
     def ready(self) -> bool:
-        return self.pods.synced.is_set() and self.nodes.synced.is_set() and self._claims_started
+        return self._watching
 
     # ---- informer handlers (must not block) ------------------------------------------------------------------
-    def _enqueue(self, key: str) -> None:
-        if key in self._processing:
-            self._dirty.add(key)
-            return
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
+    def _cached_pod(self, uid: str) -> dict[str, Any] | None:
+        key = self._by_uid.get(uid)
+        return self.pods.cache.get(key) if key else None
 
-    def _unwait(self, key: str) -> None:
-        for waiting in self._waiting.values():
-            waiting.discard(key)
-
-    def _forget(self, key: str) -> None:
-        self._reported.pop(key, None)
-        self._attempts.pop(key, None)
-        self._unwait(key)
-
-    def _on_pod(self, kind: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
-        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-        if kind == "DELETED":  # deleted, or bound (no longer matches spec.nodeName=)
+    def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        key = _key(pod)
+        uid = pod["metadata"]["uid"]
+        if kind == "DELETED" or decision.is_finished(pod):
             self._forget(key)
             self._assumed_bound.discard(key)
-            self._pending_uids.discard(pod["metadata"]["uid"])
+            if self._by_uid.get(uid) == key:
+                del self._by_uid[uid]
+            self.claim_path.reconcile(self.ledger.pod_gone(uid))
+            self._ledger_changed()
             return
-        self._pending_uids.add(pod["metadata"]["uid"])
+        self._by_uid[uid] = key
+        if (pod.get("spec") or {}).get("nodeName"):  # bound: what it holds is the API's word
+            if key in self._assumed_bound or old is None or not (old.get("spec") or {}).get("nodeName"):
+                self._assumed_bound.discard(key)
+                self._forget(key)
+                hold = objects.hold_from_pod(pod)
+                if hold is not None:
+                    self.claim_path.reconcile(self.ledger.pod_bound(hold))
+                    self._ledger_changed()
+            return
         if kind == "ADDED":
             self.metrics.pods_seen += 1
+        elif old is not None and _scheduling_view(old) == _scheduling_view(pod):
+            return  # only its status changed (our own condition, say): nothing a decision reads
         if decision.is_schedulable_pod(pod, self.config.name):
-            self._enqueue(key)
-
-    def _requeue_claim_pods(self, claim_key: str | None) -> None:
-        """Reconsider the pending pods naming GpuClaim `claim_key` ("<namespace>/<name>"), or all claim pods."""
-        for key, pod in self.pods.cache.items():
-            if not decision.is_claim_pod(pod) or not decision.is_schedulable_pod(pod, self.config.name):
-                continue
-            meta = pod["metadata"]
-            claim = f"{meta['namespace']}/{meta['annotations'][constants.CLAIM_ANNOTATION].strip()}"
-            if claim_key is None or claim_key == claim:
-                self._enqueue(key)
+            self._unwait(key)
+            self.queue.add(key)
 
     def _on_node(self, _kind: str, node: dict[str, Any], _old: dict[str, Any] | None) -> None:
         self.claim_path.nodes_changed()
-        for key in list(self._waiting.get(node["metadata"]["name"], ())):
-            self._enqueue(key)
+        for key in list(self._waiting.pop(node["metadata"]["name"], ())):
+            self._retry(key)
+        self._wake_claim_pods()
+
+    def _ledger_changed(self) -> None:
+        """Wake the pods a freed GPU could help: map pods waiting for that node's GPUs, and every claim pod."""
+        if not self.ledger.freed:
+            return
+        freed, self.ledger.freed = self.ledger.freed, set()
+        for node in freed:
+            for key in list(self._waiting_gpus.pop(node, ())):
+                self._retry(key)
+        self._wake_claim_pods()
+
+    def _claim_changed(self, claim_key: str) -> None:
+        for key in list(self._claim_pods.get(claim_key, ())):
+            self.backoff.reset(key)
+            self._retry(key)
+
+    def _wake_claim_pods(self) -> None:
+        for keys in self._claim_pods.values():
+            for key in keys:
+                if key in self._unschedulable:
+                    self._retry(key)
+
+    def _retry(self, key: str) -> None:
+        """Try `key` again once its backoff allows."""
+        self.queue.add_after(key, self.backoff.remaining(key))
+
+    def _unwait(self, key: str) -> None:
+        self._unschedulable.discard(key)
+        node = self._waits_on.pop(key, None)
+        if node is not None:
+            for table in (self._waiting, self._waiting_gpus):
+                keys = table.get(node)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del table[node]
+
+    def _forget(self, key: str) -> None:
+        self._reported.pop(key, None)
+        self.backoff.reset(key)
+        self.queue.discard(key)
+        self._unwait(key)
+        claim = self._pod_claim.pop(key, None)
+        if claim is not None:
+            self._claim_pods[claim].discard(key)
+            if not self._claim_pods[claim]:
+                del self._claim_pods[claim]
 
     # ---- main loop -------------------------------------------------------------------------------------------
-    async def run(self) -> None:
-        tasks = [
-            asyncio.create_task(self.nodes.run(), name="nodes-informer"),
-        ]
-        # Nodes first, so the first decisions for listed pods see every node.
+    async def watch(self) -> list[asyncio.Task[Any]]:
+        """Start every watch and wait until the caches (and so the ledger) are synced. Followers run this too, so
+        that a new leader starts from warm caches."""
+        tasks = [asyncio.create_task(self.nodes.run(), name="nodes-informer")]
+        # Nodes first, so the first decisions for listed pods see every node; leases before pods is not needed:
+        # the ledger takes the two in any order.
         await self.nodes.synced.wait()
+        tasks += await self.claim_path.watch()
         tasks.append(asyncio.create_task(self.pods.run(), name="pods-informer"))
         await self.pods.synced.wait()
-        tasks += await self.claim_path.start()
-        self._claims_started = True
-        log.info("caches synced: %d nodes, %d unbound pods for %s", len(self.nodes.cache), len(self.pods.cache),
-                 self.config.name)
-        tasks += [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.config.workers)]
-        tasks.append(asyncio.create_task(self._resync(), name="resync"))
+        self._watching = True
+        pending = sum(1 for p in self.pods.cache.values() if not (p.get("spec") or {}).get("nodeName"))
+        log.info("caches synced: %d nodes, %d pods of %s (%d pending), %d GPU holds", len(self.nodes.cache),
+                 len(self.pods.cache), self.config.name, pending, sum(1 for _ in self.ledger.holds()))
+        return tasks
+
+    async def lead(self) -> None:
+        """Schedule until cancelled: the workers, the releases and the sweep. Cancelling stops every write."""
+        self.leading = True
+        for key, pod in self.pods.cache.items():
+            if decision.is_schedulable_pod(pod, self.config.name):
+                self.queue.add(key)
+        tasks = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.config.workers)]
+        tasks.append(asyncio.create_task(self._flush(), name="flush-unschedulable"))
+        tasks.append(asyncio.create_task(self.claim_path.lead(), name="claims-lead"))
         try:
             await asyncio.gather(*tasks)
         finally:
+            self.leading = False
             for t in [*tasks, *self._background]:
                 t.cancel()
+            await asyncio.gather(*tasks, *self._background, return_exceptions=True)
 
-    async def _resync(self) -> None:
+    async def run(self) -> None:
+        """Watch and schedule, without leader election."""
+        tasks = await self.watch()
+        try:
+            await self.lead()
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def _flush(self) -> None:
         while True:
-            await asyncio.sleep(self.config.resync_seconds)
-            for key, pod in list(self.pods.cache.items()):
-                if decision.is_schedulable_pod(pod, self.config.name):
-                    self._enqueue(key)
+            await asyncio.sleep(self.config.flush_seconds)
+            for key in list(self._unschedulable):
+                self._retry(key)
 
     async def _worker(self) -> None:
         while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            self._processing.add(key)
+            key = await self.queue.get()
             try:
                 await self._schedule(key)
             except asyncio.CancelledError:
                 raise
             except Exception:  # one bad pod must not stop the worker
                 log.exception("unexpected error scheduling %s", key)
-                self._retry_later(key)
+                self.queue.add_rate_limited(key)
             finally:
-                self._processing.discard(key)
-                if key in self._dirty:
-                    self._dirty.discard(key)
-                    self._enqueue(key)
-
-    def _retry_later(self, key: str) -> None:
-        attempts = self._attempts.get(key, 0) + 1
-        self._attempts[key] = attempts
-        delay = min(self.config.retry_seconds * 2 ** (attempts - 1), 30.0)
-        asyncio.get_running_loop().call_later(delay, self._enqueue, key)
+                self.queue.done(key)
 
     async def _schedule(self, key: str) -> None:
         pod = self.pods.cache.get(key)
         if pod is None or key in self._assumed_bound or not decision.is_schedulable_pod(pod, self.config.name):
             return
-        nodes = self.nodes.cache  # cluster-scoped: key == node name
+        self.backoff.attempted(key)
         self._unwait(key)
         if decision.is_claim_pod(pod):
             await self._schedule_claim_pod(key, pod)
             return
-        verdict = decision.decide(pod, nodes)
+        verdict = decision.decide(pod, self.nodes.cache)  # cluster-scoped: key == node name
         if isinstance(verdict, decision.Unschedulable):
             if verdict.node:
                 self._waiting[verdict.node].add(key)
-            await self._report_unschedulable(pod, verdict.message)
+                self._waits_on[key] = verdict.node
+            await self._report_unschedulable(key, pod, verdict.message)
             return
-        await self._bind(key, pod, verdict.node)
+        meta = pod["metadata"]
+        hold = Hold(meta["uid"], key, verdict.node, verdict.entry.gpu_ids, "Shared", "map")
+        conflicts = self.ledger.assume(hold) if hold.gpu_ids else []
+        if conflicts:
+            self._waiting_gpus[verdict.node].add(key)
+            self._waits_on[key] = verdict.node
+            c = conflicts[0]
+            await self._report_unschedulable(key, pod, (
+                f"GPU {c.gpu} of node {c.node} (map entry {verdict.entry.index}) is held exclusively by {c.holder}; "
+                "waiting for it to be released"))
+            return
+        outcome = await self._bind(key, pod, verdict.node)
+        if outcome is True:
+            self.ledger.confirm(meta["uid"])
+        elif outcome is False:
+            self.ledger.forget(meta["uid"])
+            self._ledger_changed()
 
     async def _schedule_claim_pod(self, key: str, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        claim = f"{meta['namespace']}/{meta['annotations'][constants.CLAIM_ANNOTATION].strip()}"
+        self._claim_pods[claim].add(key)
+        self._pod_claim[key] = claim
         if not self.claim_path.enabled:
-            await self._report_unschedulable(pod, "pod names a GpuClaim but the GpuClaim CRDs are not installed")
+            await self._report_unschedulable(key, pod, "pod names a GpuClaim but the GpuClaim CRDs are not installed")
             return
         placed = await self.claim_path.place(pod, self.nodes.cache)
         if isinstance(placed, decision.Unschedulable):
-            await self._report_unschedulable(pod, placed.message)
+            await self._report_unschedulable(key, pod, placed.message)
             return
-        if await self._bind(key, pod, placed.allocation.node):
+        outcome = await self._bind(key, pod, placed.hold.node, placed)
+        if outcome is True:
             await self.claim_path.bound(placed)
-        else:
-            await self.claim_path.release(pod["metadata"]["uid"])
+        elif outcome is False:
+            self.claim_path.failed(meta["uid"])
+        # None: unknown whether the bind took effect; the hold stays assumed and the retry binds the same GPUs.
 
-    async def _bind(self, key: str, pod: dict[str, Any], node: str) -> bool:
-        """Bind; True when the pod is bound to `node` (now or already)."""
+    async def _bind(self, key: str, pod: dict[str, Any], node: str, placed: Placed | None = None) -> bool | None:
+        """Bind. True: the pod is bound to `node` (now, or already by us); False: it is not and will not be by
+        this attempt (gone, or bound elsewhere); None: unknown (a server error or timeout), retried later."""
         meta = pod["metadata"]
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
             # The uid makes the bind a no-op for a pod recreated under the same name since we saw it.
             "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
+        if placed is not None:  # the apiserver copies them onto the pod in the same write
+            body["metadata"]["annotations"] = placed.annotations
         started = time.monotonic()
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
         try:
-            await self.client.post(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding", body)
+            await self.client.post(f"{path}/binding", body)
         except ApiError as exc:
-            if exc.status in (404, 409):
-                # Already bound (by us before a restart) or gone: never bind twice, nothing to retry.
+            if exc.status == 404:
                 log.info("not binding %s: %s", key, exc.message)
                 self.metrics.bind_conflicts += 1
-                if exc.status == 409:
-                    self._assumed_bound.add(key)
-                return exc.status == 409
+                return False
+            if exc.status == 409:  # bound already: by us (a retry after a lost answer), or by someone else
+                self.metrics.bind_conflicts += 1
+                return await self._bound_where(key, path, meta["uid"], node)
             log.warning("binding %s to %s failed: %s; will retry", key, node, exc)
             self.metrics.bind_errors += 1
-            self._retry_later(key)
-            return False
+            self.queue.add_rate_limited(key)
+            return None
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            log.warning("binding %s to %s: no answer (%s); will retry", key, node, exc)
+            self.metrics.bind_errors += 1
+            self.queue.add_rate_limited(key)
+            return None
         self.metrics.observe_bind(time.monotonic() - started)
+        self._bound(key, pod, node)
+        return True
+
+    async def _bound_where(self, key: str, path: str, uid: str, node: str) -> bool | None:
+        """A bind answered 409: read the pod to learn whether it is ours on `node`."""
+        try:
+            current = await self.client.get(path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            self.queue.add_rate_limited(key)
+            return None
+        where = (current.get("spec") or {}).get("nodeName")
+        if current["metadata"].get("uid") != uid:
+            log.info("not binding %s: it was recreated meanwhile", key)
+            return False
+        self._assumed_bound.add(key)
+        self._forget(key)
+        if where == node:
+            log.info("%s was bound to %s already", key, node)
+            return True
+        log.warning("%s is bound to %s, not %s: keeping what the API says", key, where, node)
+        return False
+
+    def _bound(self, key: str, pod: dict[str, Any], node: str) -> None:
         self._forget(key)
         self._assumed_bound.add(key)
         log.info("bound %s to %s", key, node)
-        self._spawn(self._event(pod, "Normal", constants.EVENT_SCHEDULED,
-                                f"Successfully assigned {key} to {node}"))
-        return True
+        self._spawn(self._event(pod, "Normal", constants.EVENT_SCHEDULED, f"Successfully assigned {key} to {node}"))
 
-    async def _report_unschedulable(self, pod: dict[str, Any], message: str) -> None:
-        meta = pod["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
+    async def _report_unschedulable(self, key: str, pod: dict[str, Any], message: str) -> None:
+        """Say why the pod waits: its condition and a FailedScheduling event, only when the reason changed."""
+        self._unschedulable.add(key)
         if self._reported.get(key) == message:
             return
+        conditions = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
+        current = conditions.get("PodScheduled") or {}
         self._reported[key] = message
+        if current.get("status") == "False" and current.get("message") == message:
+            return  # said already (by us before a restart, or by the previous leader)
+        meta = pod["metadata"]
         self.metrics.unschedulable += 1
         log.info("cannot schedule %s: %s", key, message)
         condition = {
@@ -265,8 +406,8 @@ class Scheduler:
                 {"status": {"conditions": [condition]}},
                 kind="strategic",
             )
-        except ApiError as exc:
-            if exc.status != 404:
+        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            if not isinstance(exc, ApiError) or exc.status != 404:
                 log.warning("could not set PodScheduled=False on %s: %s", key, exc)
                 self._reported.pop(key, None)
         await self._event(pod, "Warning", constants.EVENT_FAILED_SCHEDULING, message)

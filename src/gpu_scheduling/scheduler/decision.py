@@ -44,6 +44,11 @@ def is_schedulable_pod(pod: Mapping[str, Any], scheduler_name: str) -> bool:
     )
 
 
+def is_finished(pod: Mapping[str, Any]) -> bool:
+    """Succeeded or Failed: the pod's containers will not run again, so it holds no GPU."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 def toleration_matches(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     """Kubernetes' rule: effect empty or equal; key empty with Exists matches all; Equal compares values."""
     if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
