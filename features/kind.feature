@@ -14,3 +14,12 @@ Feature: The deployed take-home on the KinD test-bed: real kubelets, real contai
     When the pod "train-0" naming the GpuClaim "train" is created
     Then the GpuClaim "train" is Bound with GPUs "0,1" on node2
     And the pod "train-0" logs its node node2 and CUDA_VISIBLE_DEVICES "0,1" at least twice
+
+  Scenario: Deleting the leader's scheduler pod while a StatefulSet is placed hands the work to another replica
+    Given two scheduler replicas are running
+    And a StatefulSet "handover" of 20 parallel replicas mapped round-robin onto node1..node4
+    When the leader's scheduler pod is deleted after at least 5 of its pods are bound
+    Then all 20 pods run on their mapped nodes
+    And every pod was bound exactly once and has a Scheduled event from gpu-scheduler
+    And another replica holds the leader Lease
+    And the scheduler Deployment has 2 ready replicas again

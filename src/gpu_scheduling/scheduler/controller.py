@@ -63,6 +63,11 @@ class SchedulerConfig:
     """Every this many seconds the GPU Leases are listed fresh and compared with the ledger."""
 
 
+STOP_GRACE = 2.0
+"""Seconds a stopping leader gives the binds in flight (and their events) to finish; well inside the margin
+between the renew deadline and the lease duration, so no new leader can be acting yet."""
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -103,6 +108,8 @@ class Scheduler:
         self._assumed_bound: set[str] = set()
         self._watching = False
         self.leading = False
+        self._stopping = False
+        self._busy: set[asyncio.Task[Any]] = set()  # workers in the middle of a pod
         self.claim_path = ClaimPath(client, self.ledger, changed=self._ledger_changed,
                                     claim_changed=self._claim_changed, inventory_changed=self._wake_claim_pods,
                                     cached_pod=self._cached_pod, scheduler_name=config.name,
@@ -217,8 +224,10 @@ class Scheduler:
         return tasks
 
     async def lead(self) -> None:
-        """Schedule until cancelled: the workers, the releases and the sweep. Cancelling stops every write."""
+        """Schedule until cancelled: the workers, the releases and the sweep. Cancelling stops every write: pods
+        being bound when it comes finish (bind and event, at most `STOP_GRACE` seconds), nothing new starts."""
         self.leading = True
+        self._stopping = False
         for key, pod in self.pods.cache.items():
             if decision.is_schedulable_pod(pod, self.config.name):
                 self.queue.add(key)
@@ -226,9 +235,22 @@ class Scheduler:
         tasks.append(asyncio.create_task(self._flush(), name="flush-unschedulable"))
         tasks.append(asyncio.create_task(self.claim_path.lead(), name="claims-lead"))
         try:
-            await asyncio.gather(*tasks)
+            # asyncio.wait, not gather: being cancelled must not cut off the workers' API calls mid-flight.
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for t in done:
+                t.result()
         finally:
             self.leading = False
+            self._stopping = True
+            busy = [t for t in tasks if t in self._busy]
+            for t in tasks:
+                if t not in self._busy:
+                    t.cancel()
+            deadline = time.monotonic() + STOP_GRACE
+            if busy:
+                await asyncio.wait(busy, timeout=STOP_GRACE)
+            if self._background:
+                await asyncio.wait(list(self._background), timeout=max(0.1, deadline - time.monotonic()))
             for t in [*tasks, *self._background]:
                 t.cancel()
             await asyncio.gather(*tasks, *self._background, return_exceptions=True)
@@ -249,8 +271,14 @@ class Scheduler:
                 self._retry(key)
 
     async def _worker(self) -> None:
-        while True:
+        me = asyncio.current_task()
+        assert me is not None
+        while not self._stopping:
             key = await self.queue.get()
+            if self._stopping:  # leadership is going: leave the key for the next leader's list
+                self.queue.done(key)
+                return
+            self._busy.add(me)
             try:
                 await self._schedule(key)
             except asyncio.CancelledError:
@@ -259,6 +287,7 @@ class Scheduler:
                 log.exception("unexpected error scheduling %s", key)
                 self.queue.add_rate_limited(key)
             finally:
+                self._busy.discard(me)
                 self.queue.done(key)
 
     async def _schedule(self, key: str) -> None:

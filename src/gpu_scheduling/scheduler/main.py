@@ -7,15 +7,26 @@ import asyncio
 import logging
 import os
 import signal
+import socket
+import uuid
 
 from aiohttp import web
 
 from gpu_scheduling import constants, health
 from gpu_scheduling.kube import config as kubeconfig
 from gpu_scheduling.kube.client import Client
+from gpu_scheduling.kube.leaderelection import ElectionConfig, LeaderElector, LeadershipLost
 from gpu_scheduling.scheduler.controller import Scheduler, SchedulerConfig
 
 log = logging.getLogger("gpu_scheduling.scheduler")
+
+
+def _seconds(text: str) -> float:
+    """A duration in seconds, written `15` or, as kube-scheduler's flags, `15s`."""
+    try:
+        return float(text.removesuffix("s"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds such as 15 or 15s, got {text!r}") from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -33,30 +44,105 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--qps", type=float, default=0, help="client-side API rate limit, requests/s (0: none)")
     p.add_argument("--burst", type=int, default=100, help="client-side API burst (with --qps)")
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
-    return p.parse_args(argv)
+
+    # Leader election: the names and defaults of kube-scheduler's flags.
+    defaults = ElectionConfig(namespace=constants.LEASE_NAMESPACE, name="-", identity="-")
+    le = p.add_argument_group("leader election", "several replicas watch; only the holder of a Lease schedules")
+    le.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
+                    help="compete for the leader Lease before scheduling (default: on); off: schedule at once")
+    le.add_argument("--leader-elect-lease-duration", type=_seconds, default=defaults.lease_duration,
+                    metavar="SECONDS", help="how long followers wait after the leader's last renewal before "
+                                            f"taking over (default {defaults.lease_duration:g})")
+    le.add_argument("--leader-elect-renew-deadline", type=_seconds, default=defaults.renew_deadline,
+                    metavar="SECONDS", help="how long the leader keeps scheduling without a successful renewal "
+                                            f"(default {defaults.renew_deadline:g})")
+    le.add_argument("--leader-elect-retry-period", type=_seconds, default=defaults.retry_period,
+                    metavar="SECONDS", help="time between renewals and between a follower's attempts "
+                                            f"(default {defaults.retry_period:g})")
+    le.add_argument("--leader-elect-resource-namespace", default=constants.LEASE_NAMESPACE,
+                    help=f"namespace of the leader Lease (default {constants.LEASE_NAMESPACE})")
+    le.add_argument("--leader-elect-resource-name", default=None,
+                    help="name of the leader Lease (default: the scheduler name)")
+    le.add_argument("--leader-elect-identity", default=None,
+                    help="this replica's holder identity (default: <hostname>_<random uuid>, new at every start)")
+    args = p.parse_args(argv)
+    if args.leader_elect:
+        problems = election_config(args).problems()
+        if problems:
+            p.error("; ".join(problems))
+    return args
+
+
+def election_config(args: argparse.Namespace) -> ElectionConfig:
+    """The election settings the flags ask for; the defaults of name and identity are filled in here, once, so
+    that the Lease, the logs and the user agent all name the same candidate."""
+    if args.leader_elect_resource_name is None:
+        args.leader_elect_resource_name = args.scheduler_name
+    if args.leader_elect_identity is None:
+        # As kube-scheduler: the hostname (in a pod, the pod's name) and a fresh uuid, so a restart is a new
+        # candidate and two processes on one host never share an identity.
+        args.leader_elect_identity = f"{socket.gethostname()}_{uuid.uuid4().hex}"
+    return ElectionConfig(
+        namespace=args.leader_elect_resource_namespace,
+        name=args.leader_elect_resource_name,
+        identity=args.leader_elect_identity,
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
+    )
+
+
+async def schedule(scheduler: Scheduler, client: Client, election: ElectionConfig | None) -> None:
+    """Watch (every replica, so a new leader starts warm), then schedule: at once, or while holding the lease."""
+    watches = await scheduler.watch()
+    try:
+        if election is None:
+            scheduler.metrics.leader = 1
+            await scheduler.lead()
+            return
+
+        def transition(leading: bool) -> None:
+            scheduler.metrics.leader = int(leading)
+
+        elector = LeaderElector(client, election, on_transition=transition)
+        await elector.run(scheduler.lead)
+    finally:
+        scheduler.metrics.leader = 0
+        for task in watches:
+            task.cancel()
 
 
 async def run(args: argparse.Namespace) -> None:
     cfg = kubeconfig.load(args.kubeconfig)
+    election = election_config(args) if args.leader_elect else None
+    # The audit log tells the replicas apart by their user agent.
+    agent = f"{args.scheduler_name}/{election.identity}" if election else args.scheduler_name
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with Client(cfg, qps=args.qps, burst=args.burst, connections=max(64, args.workers * 2),
-                      user_agent=f"{args.scheduler_name}") as client:
+                      user_agent=agent) as client:
         scheduler = Scheduler(client, SchedulerConfig(name=args.scheduler_name, workers=args.workers))
         app = web.Application()
         health.add_probes(app, scheduler.ready, scheduler.metrics.render)
         runner = await health.serve(app, args.health_host, args.health_port)
-        log.info("gpu-scheduler %s serving health on %s:%d", args.scheduler_name, args.health_host, args.health_port)
-        main = asyncio.create_task(scheduler.run())
-        stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        main.cancel()
-        stopper.cancel()
-        if main in done and main.exception():
+        log.info("gpu-scheduler %s serving health on %s:%d%s", args.scheduler_name, args.health_host,
+                 args.health_port, f", leader election as {election.identity}" if election else
+                 ", without leader election")
+        main = asyncio.create_task(schedule(scheduler, client, election), name="schedule")
+        stopper = asyncio.create_task(stop.wait(), name="stop")
+        try:
+            await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            # Wait for the work to stop: a leader stops scheduling, then hands the lease over (bounded), so that
+            # a follower takes over at once instead of after a lease duration.
+            main.cancel()
+            await asyncio.wait({main})
+            await runner.cleanup()
+        if not main.cancelled() and main.exception() is not None:
             raise main.exception()  # type: ignore[misc]
-        await runner.cleanup()
         log.info("gpu-scheduler stopped")
 
 
@@ -67,6 +153,11 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(run(args))
     except kubeconfig.ConfigError as exc:
         raise SystemExit(f"gpu-scheduler: {exc}") from None
+    except LeadershipLost as exc:
+        # As kube-scheduler: never go on with caches and queues of a term that ended; the kubelet restarts the
+        # container, which comes back as a follower.
+        log.error("%s; exiting so that this replica restarts as a follower", exc)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ class Metrics:
     unschedulable: int = 0
     bind_seconds_sum: float = 0.0
     bind_buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * len(BUCKETS))
+    leader: int = 0
+    """1 while this replica holds the leader lease and schedules (or runs without leader election), else 0."""
 
     def observe_bind(self, seconds: float) -> None:
         self.binds += 1
@@ -27,6 +29,9 @@ class Metrics:
 
     def render(self) -> str:
         lines = [
+            "# HELP gpu_scheduler_leader 1 while this replica is the leader and schedules, 0 while it follows.",
+            "# TYPE gpu_scheduler_leader gauge",
+            f"gpu_scheduler_leader {self.leader}",
             "# HELP gpu_scheduler_pods_seen_total Unbound pods of this scheduler observed.",
             "# TYPE gpu_scheduler_pods_seen_total counter",
             f"gpu_scheduler_pods_seen_total {self.pods_seen}",
