@@ -130,6 +130,19 @@ class Client:
         }
         return await self.request("PATCH", path, body=body, content_type=content_types[kind])
 
+    async def list_pages(self, path: str, page_size: int = 500, **params: Any) -> AsyncIterator[JSON]:
+        """LIST `path` in pages of `page_size` (the apiserver's `limit`/`continue`), yielding each page."""
+        cont = ""
+        while True:
+            query = dict(params, limit=str(page_size))
+            if cont:
+                query["continue"] = cont
+            page = await self.get(path, **query)
+            yield page
+            cont = (page.get("metadata") or {}).get("continue") or ""
+            if not cont:
+                return
+
     async def watch(self, path: str, params: Mapping[str, Any], timeout_seconds: int = 300) -> AsyncIterator[JSON]:
         """Yield watch events (`{"type": ..., "object": ...}`) until the server closes the stream."""
         assert self._session is not None, "use `async with Client(...)`"

@@ -38,18 +38,10 @@ class Informer:
 
     async def _list(self) -> None:
         fresh: dict[str, dict[str, Any]] = {}
-        cont = ""
-        while True:
-            params = dict(self.params, limit=str(self.page_size))
-            if cont:
-                params["continue"] = cont
-            page = await self.client.get(self.path, **params)
+        async for page in self.client.list_pages(self.path, self.page_size, **self.params):
             for item in page.get("items") or []:
                 fresh[key_of(item)] = item
-            cont = (page.get("metadata") or {}).get("continue") or ""
-            if not cont:
-                self._rv = page["metadata"]["resourceVersion"]
-                break
+            self._rv = page["metadata"]["resourceVersion"]
         old = self.cache
         self.cache = fresh
         # Deliver the difference so handlers see deletions that happened while we were not watching.

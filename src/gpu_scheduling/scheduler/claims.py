@@ -424,36 +424,22 @@ class ClaimPath:
 
     async def _find_pod(self, uid: str) -> dict[str, Any] | None:
         """A Lease without the holder's name (written by an older version): look for the uid in a fresh list."""
-        cont = ""
-        while True:
-            params = {"fieldSelector": f"spec.schedulerName={self.scheduler_name}", "limit": "500"}
-            if cont:
-                params["continue"] = cont
-            page = await self.client.get("/api/v1/pods", **params)
+        async for page in self.client.list_pages("/api/v1/pods",
+                                                  fieldSelector=f"spec.schedulerName={self.scheduler_name}"):
             for pod in page.get("items") or []:
                 if pod["metadata"].get("uid") == uid:
                     return pod
-            cont = (page.get("metadata") or {}).get("continue") or ""
-            if not cont:
-                return None
+        return None
 
     async def sweep(self) -> int:
         """Compare the ledger with a fresh list of the GPU Leases; queue every Lease that disagrees (and every GPU
         of a bound pod without its Lease). Returns how many were queued."""
         seen: dict[GpuKey, LeaseRecord] = {}
-        cont = ""
-        while True:
-            params = {"labelSelector": f"{objects.LEASE_LABEL}=gpu", "limit": "500"}
-            if cont:
-                params["continue"] = cont
-            page = await self.client.get(LEASES, **params)
+        async for page in self.client.list_pages(LEASES, labelSelector=f"{objects.LEASE_LABEL}=gpu"):
             for lease in page.get("items") or []:
                 record = objects.lease_record(lease)
                 if record is not None:
                     seen[record.key] = record
-            cont = (page.get("metadata") or {}).get("continue") or ""
-            if not cont:
-                break
         queue = {key for key, record in seen.items() if not self.ledger.lease_plan(record).settled}
         queue |= {lease.key for lease in self.ledger.leases() if lease.key not in seen}
         for hold in self.ledger.holds():
