@@ -17,6 +17,15 @@ log = logging.getLogger(__name__)
 Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
 
 
+def slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """Drop what no handler reads and that often outweighs the rest of an object: `metadata.managedFields`
+    (client-go's informers are commonly given the same transform)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
 def key_of(obj: dict[str, Any]) -> str:
     meta = obj["metadata"]
     ns = meta.get("namespace")
@@ -40,7 +49,7 @@ class Informer:
         fresh: dict[str, dict[str, Any]] = {}
         async for page in self.client.list_pages(self.path, self.page_size, **self.params):
             for item in page.get("items") or []:
-                fresh[key_of(item)] = item
+                fresh[key_of(item)] = slim(item)
             self._rv = page["metadata"]["resourceVersion"]
         old = self.cache
         self.cache = fresh
@@ -87,7 +96,7 @@ class Informer:
             backoff = min(backoff * 2, 10)
 
     def _apply(self, event: dict[str, Any]) -> None:
-        kind, obj = event.get("type"), event.get("object") or {}
+        kind, obj = event.get("type"), slim(event.get("object") or {})
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise _GoneInStream()
