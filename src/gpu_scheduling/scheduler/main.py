@@ -93,7 +93,9 @@ def election_config(args: argparse.Namespace) -> ElectionConfig:
 
 
 async def schedule(scheduler: Scheduler, client: Client, election: ElectionConfig | None) -> None:
-    """Watch (every replica, so a new leader starts warm), then schedule: at once, or while holding the lease."""
+    """Watch (every replica, so a new leader starts warm), then schedule: at once, or while holding the lease.
+    `client` is the election's own client (as kube-scheduler's leader-election client): its renewals never wait
+    in the scheduler's connection pool or behind its rate limiter, so a busy leader does not lose its lease."""
     watches = await scheduler.watch()
     try:
         if election is None:
@@ -122,7 +124,8 @@ async def run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with Client(cfg, qps=args.qps, burst=args.burst, connections=max(64, args.workers * 2),
-                      user_agent=agent) as client:
+                      user_agent=agent) as client, \
+            Client(cfg, connections=2, user_agent=f"{agent}/leader-election") as election_client:
         scheduler = Scheduler(client, SchedulerConfig(name=args.scheduler_name, workers=args.workers))
         app = web.Application()
         health.add_probes(app, scheduler.ready, scheduler.metrics.render)
@@ -130,7 +133,7 @@ async def run(args: argparse.Namespace) -> None:
         log.info("gpu-scheduler %s serving health on %s:%d%s", args.scheduler_name, args.health_host,
                  args.health_port, f", leader election as {election.identity}" if election else
                  ", without leader election")
-        main = asyncio.create_task(schedule(scheduler, client, election), name="schedule")
+        main = asyncio.create_task(schedule(scheduler, election_client, election), name="schedule")
         stopper = asyncio.create_task(stop.wait(), name="stop")
         try:
             await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
