@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 import pathlib
 import time
 import uuid
@@ -26,8 +27,10 @@ from pytest_bdd import given, parsers, then, when
 from gpu_scheduling import constants, gpumap
 from gpu_scheduling.claims import objects
 from tests.harness.api import Api, ApiError, wait_for
-from tests.harness.components import Components
+from tests.harness.components import SCRIPTS, Components
 from tests.harness.controlplane import ControlPlane
+from features.steps_faults import *  # noqa: F401,F403
+from features.steps_leader import *  # noqa: F401,F403
 
 @parse.with_pattern(r'[^"]*')
 def _quoted(text: str) -> str:
@@ -68,7 +71,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
     try:
         for name in WORKER_NODES:
             cp.add_node(name)
-        components = Components(cp).start()
+        components = Components(cp, fault_proxy=True).start()
         assert cp.api is not None
         yield Cluster(cp.api, cp, components)
     finally:
@@ -725,3 +728,20 @@ def unhealthy_gpu(world: World, gpu: int, node: str) -> None:
 @then(step('the GpuClaim "{name:q}" says "{fragment:q}"'))
 def claim_says(world: World, name: str, fragment: str) -> None:
     assert fragment in claim_status(world, name).get("message", ""), claim_status(world, name)
+
+
+@then(step('the GpuNodeStatus of {node} shows GPUs "{gpus:q}" in use by the pod "{name:q}"'))
+def node_status_in_use(world: World, node: str, gpus: str, name: str) -> None:
+    """What the inventory agent writes; on the control-plane tier the agent runs once here, as on a node."""
+    if world.cluster.cp is not None:  # no DaemonSet here: run the real agent program once for that node
+        subprocess.run([str(SCRIPTS / "gpu-inventory-agent"), f"--kubeconfig={world.cluster.cp.kubeconfig}",
+                        f"--node-name={node}", "--source=simulated", "--once"], check=True, timeout=60)
+    ref = f"{world.namespace}/{name}"
+
+    def shown() -> dict[str, Any] | None:
+        status = world.api.get(f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}/gpunodestatuses/{node}")
+        devices = (status.get("status") or {}).get("devices") or []
+        users = {str(d["id"]) for d in devices if ref in (d.get("inUseBy") or [])}
+        return status if users == set(gpus.split(",")) else None
+
+    wait_for(f"GpuNodeStatus {node} showing {ref} on GPUs {gpus}", shown, timeout=30)

@@ -1,20 +1,28 @@
 """The project's own programs (gpu-webhook, gpu-scheduler) run as real processes against the test control plane,
-and the MutatingWebhookConfiguration that points the apiserver at the webhook by URL."""
+and the MutatingWebhookConfiguration that points the apiserver at the webhook by URL.
+
+Every gpu-scheduler started here gets short leader-election timings (LEADER_ELECTION) and an identity of its
+own; a second one can be started beside the first, and the leader read from the leader Lease. With
+`fault_proxy=True` the schedulers talk to the apiserver through a FaultProxy (tests/harness/faultproxy.py) that
+the scenarios use to inject API faults; the webhook is always called by the apiserver directly.
+"""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import pathlib
 import ssl
 import sys
 from typing import Any
 
-from gpu_scheduling import constants
 import yaml
 
+from gpu_scheduling import constants
 from tests.harness import pki
-from tests.harness.api import wait_for
+from tests.harness.api import ApiError, wait_for
 from tests.harness.controlplane import ControlPlane
+from tests.harness.faultproxy import FaultProxy
 from tests.harness.processes import Process, free_port
 
 SCRIPTS = pathlib.Path(sys.executable).parent  # console scripts of the installed package
@@ -53,23 +61,98 @@ def webhook_configuration(url: str, ca_pem: bytes, scheduler_name: str) -> dict[
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class LeaderElection:
+    """Leader-election timings (seconds) the harness gives every gpu-scheduler: much shorter than the defaults
+    (15/10/2) so that a handover fits in a scenario, yet with room for a loaded 2-core machine (a renewal may wait
+    a few seconds for the CPU before the renew deadline ends the leader's term)."""
+
+    lease_duration: float = 8.0
+    renew_deadline: float = 6.0
+    retry_period: float = 1.0
+
+    def flags(self) -> list[str]:
+        return [f"--leader-elect-lease-duration={self.lease_duration:g}",
+                f"--leader-elect-renew-deadline={self.renew_deadline:g}",
+                f"--leader-elect-retry-period={self.retry_period:g}"]
+
+
+LEADER_ELECTION = LeaderElection()
+
+
+class SchedulerProcess(Process):
+    """One gpu-scheduler with its own health port and log file. With leader election, each start is a new
+    candidate with a new identity (`<identity>`, then `<identity>-2`, ...), as a restarted container would be:
+    `identity` is the one of the current (or last) run, and the user agent of its requests is
+    `<scheduler name>/<identity>`."""
+
+    def __init__(self, name: str, argv: list[str], log_dir: pathlib.Path, *, base_identity: str, health_port: int,
+                 leader_election: bool):
+        super().__init__(name, argv, log_dir)
+        self.base_identity = base_identity
+        self.health_port = health_port
+        self.leader_election = leader_election
+        self.starts = 0
+        self.identity = base_identity
+
+    def start(self) -> SchedulerProcess:
+        self.starts += 1
+        if self.leader_election:
+            self.identity = self.base_identity if self.starts == 1 else f"{self.base_identity}-{self.starts}"
+            # argv stays a plain list that callers (the benchmark) may rewrite; only the identity is ours.
+            self.argv = [a for a in self.argv if not a.startswith("--leader-elect-identity=")]
+            self.argv.append(f"--leader-elect-identity={self.identity}")
+        super().start()
+        return self
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        # A follower is ready too: it keeps its caches warm while it waits for the lease.
+        self.wait_http(f"http://127.0.0.1:{self.health_port}/readyz", timeout=timeout)
+
+
 class Components:
-    def __init__(self, cp: ControlPlane, scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME):
+    """`fault_proxy`: route the schedulers through a FaultProxy (`self.proxy`), for the fault scenarios; off for
+    the benchmark, which must measure the direct path. `leader_election`: the timings every scheduler gets, or
+    None for `--no-leader-elect` (each scheduler then schedules at once, alone)."""
+
+    def __init__(self, cp: ControlPlane, scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME, *,
+                 fault_proxy: bool = False, leader_election: LeaderElection | None = LEADER_ELECTION):
         self.cp = cp
         self.scheduler_name = scheduler_name
         ca = pki.CA(cp.pki_dir, "webhook")
         self.webhook_ca = ca
         self.webhook_pair = ca.issue("webhook", "gpu-webhook", server=True, dns=("localhost",), ips=("127.0.0.1",))
         self.webhook_port = free_port()
-        self.health_port = free_port()
         self.webhook = Process("gpu-webhook", [
             str(SCRIPTS / "gpu-webhook"), "--host", "127.0.0.1", f"--port={self.webhook_port}",
             f"--tls-cert-file={self.webhook_pair.cert}", f"--tls-private-key-file={self.webhook_pair.key}",
         ], cp.logs)
-        self.scheduler = Process("gpu-scheduler", [
-            str(SCRIPTS / "gpu-scheduler"), f"--kubeconfig={cp.kubeconfig}", f"--scheduler-name={scheduler_name}",
-            "--health-host=127.0.0.1", f"--health-port={self.health_port}",
-        ], cp.logs)
+        self.proxy: FaultProxy | None = None
+        if fault_proxy:
+            self.proxy = FaultProxy(cp.kubeconfig, pki.CA(cp.pki_dir, "faultproxy"), cp.dir,
+                                    client_ca=cp.ca.cert_path)
+        self.scheduler_kubeconfig = self.proxy.kubeconfig if self.proxy else cp.kubeconfig
+        self.leader_election = leader_election
+        self.scheduler = self._scheduler_process("gpu-scheduler", "scheduler-a")
+        self.extra_schedulers: list[SchedulerProcess] = []
+
+    @property
+    def health_port(self) -> int:
+        return self.scheduler.health_port
+
+    def _scheduler_process(self, log_name: str, identity: str) -> SchedulerProcess:
+        health_port = free_port()
+        argv = [
+            str(SCRIPTS / "gpu-scheduler"), f"--kubeconfig={self.scheduler_kubeconfig}",
+            f"--scheduler-name={self.scheduler_name}", "--health-host=127.0.0.1", f"--health-port={health_port}",
+        ]
+        if self.leader_election is None:
+            argv.append("--no-leader-elect")
+        else:
+            argv += ["--leader-elect", f"--leader-elect-resource-namespace={constants.LEASE_NAMESPACE}",
+                     f"--leader-elect-resource-name={self.scheduler_name}", *self.leader_election.flags()]
+        return SchedulerProcess(log_name, argv, self.cp.logs, base_identity=identity, health_port=health_port,
+                                leader_election=self.leader_election is not None)
 
     @property
     def webhook_url(self) -> str:
@@ -81,8 +164,65 @@ class Components:
         self.webhook.wait_http(f"https://127.0.0.1:{self.webhook_port}/readyz", context=ctx)
 
     def start_scheduler(self) -> None:
+        if self.proxy is not None:
+            self.proxy.start()
         self.scheduler.start()
-        self.scheduler.wait_http(f"http://127.0.0.1:{self.health_port}/readyz")
+        self.scheduler.wait_ready()
+
+    # ---- more schedulers and the leader ----------------------------------------------------------------------
+    @property
+    def schedulers(self) -> list[SchedulerProcess]:
+        return [self.scheduler, *self.extra_schedulers]
+
+    def start_extra_scheduler(self, identity: str) -> SchedulerProcess:
+        """Another gpu-scheduler for the same scheduler name (so the same leader Lease), through the same path
+        (proxy or not), logging to logs/gpu-scheduler-<identity>.log."""
+        if any(s.base_identity == identity for s in self.schedulers):
+            raise ValueError(f"a scheduler with identity {identity!r} exists already")
+        proc = self._scheduler_process(f"gpu-scheduler-{identity}", identity)
+        self.extra_schedulers.append(proc)
+        if self.proxy is not None:
+            self.proxy.start()
+        proc.start()
+        proc.wait_ready()
+        return proc
+
+    def stop_extra_schedulers(self) -> None:
+        for proc in self.extra_schedulers:
+            proc.stop()
+        self.extra_schedulers.clear()
+
+    @property
+    def leader_lease_path(self) -> str:
+        return f"/apis/coordination.k8s.io/v1/namespaces/{constants.LEASE_NAMESPACE}/leases/{self.scheduler_name}"
+
+    def leader_lease(self) -> dict[str, Any] | None:
+        """The leader Lease as the apiserver has it now (read directly, never through the proxy)."""
+        assert self.cp.api is not None
+        try:
+            return self.cp.api.get(self.leader_lease_path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def leader(self) -> str:
+        """The identity holding the leader Lease ("" when there is none or it was released)."""
+        lease = self.leader_lease()
+        return ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
+
+    def leader_process(self) -> SchedulerProcess | None:
+        """The running scheduler whose current identity holds the leader Lease."""
+        holder = self.leader()
+        return next((s for s in self.schedulers if s.running and s.identity == holder), None)
+
+    def wait_for_leader(self, timeout: float = 60, among: list[SchedulerProcess] | None = None) -> SchedulerProcess:
+        """Until one of `among` (default: every running scheduler) holds the leader Lease; that one."""
+        def holder() -> SchedulerProcess | None:
+            proc = self.leader_process()
+            return proc if proc is not None and (among is None or proc in among) else None
+
+        return wait_for("a gpu-scheduler holding the leader Lease", holder, timeout=timeout, interval=0.1)
 
     def register_webhook(self) -> None:
         assert self.cp.api is not None
@@ -95,6 +235,12 @@ class Components:
         """The GpuClaim and GpuNodeStatus CRDs, from the same files the test-bed's deploy role applies."""
         assert self.cp.api is not None
         api = self.cp.api
+        try:  # the project's namespace: GPU Leases and the leader-election Lease
+            api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": constants.LEASE_NAMESPACE}})
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
         for path in sorted(CRD_DIR.glob("*.yaml")):
             crd = yaml.safe_load(path.read_text())
             api.apply_or_replace("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
@@ -105,12 +251,19 @@ class Components:
                 .get("status", {}).get("conditions") or []))
 
     def start(self) -> Components:
-        self.install_crds()
-        self.start_webhook()
-        self.register_webhook()
-        self.start_scheduler()
+        try:
+            self.install_crds()
+            self.start_webhook()
+            self.register_webhook()
+            self.start_scheduler()
+        except BaseException:
+            self.stop()  # the caller never gets this object to stop: leave no process or proxy behind
+            raise
         return self
 
     def stop(self) -> None:
+        self.stop_extra_schedulers()
         self.scheduler.stop()
         self.webhook.stop()
+        if self.proxy is not None:
+            self.proxy.stop()

@@ -7,6 +7,7 @@ versions.yml). Everything is written below one working folder that the caller ow
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import pathlib
 import ssl
@@ -15,13 +16,17 @@ import sys
 import time
 from typing import Any
 
+from gpu_scheduling import constants
 from tests.harness import pki
 from tests.harness.api import Api, ApiError, wait_for
 from tests.harness.processes import Process, free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+# Every pods/binding request, and every write of a Lease in the project's namespace (GPU Leases and the leader
+# Lease), each with its response code and user agent: the scenarios prove "bound exactly once", "only the leader
+# binds" and what happened to the Leases from the apiserver's own record.
+AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
@@ -29,8 +34,22 @@ rules:
   resources:
   - group: ""
     resources: ["pods/binding"]
+- level: Metadata
+  namespaces: ["{constants.LEASE_NAMESPACE}"]
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  resources:
+  - group: "coordination.k8s.io"
+    resources: ["leases"]
 - level: None
 """
+
+
+def _audit_time(stamp: str | None) -> float:
+    """An audit event's MicroTime (`2026-01-02T03:04:05.123456Z`) as seconds since the epoch (0 when absent)."""
+    if not stamp:
+        return 0.0
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.UTC).timestamp()
 
 
 def bindir() -> pathlib.Path:
@@ -185,18 +204,35 @@ class ControlPlane:
         if dead:
             raise RuntimeError("; ".join(f"{p.name} exited ({p.proc.returncode}):\n{p.tail()}" for p in dead))
 
-    def bindings(self) -> list[dict[str, Any]]:
-        """Every binding request the apiserver completed: namespace, pod name, response code."""
-        out = []
+    def _audit_events(self) -> list[dict[str, Any]]:
         if not self.audit_log.exists():
-            return out
+            return []
+        events = []
         for line in self.audit_log.read_text().splitlines():
-            event = json.loads(line)
-            ref = event.get("objectRef") or {}
-            if ref.get("subresource") == "binding" and event.get("stage") == "ResponseComplete":
-                out.append({"namespace": ref.get("namespace"), "name": ref.get("name"),
-                            "code": (event.get("responseStatus") or {}).get("code")})
-        return out
+            try:
+                events.append(json.loads(line))
+            except ValueError:  # the line being written right now
+                continue
+        return [e for e in events if e.get("stage") == "ResponseComplete"]
+
+    @staticmethod
+    def _audit_entry(event: dict[str, Any]) -> dict[str, Any]:
+        ref = event.get("objectRef") or {}
+        return {"namespace": ref.get("namespace"), "name": ref.get("name"),
+                "code": (event.get("responseStatus") or {}).get("code"), "userAgent": event.get("userAgent", ""),
+                "verb": event.get("verb"), "received": _audit_time(event.get("requestReceivedTimestamp"))}
+
+    def bindings(self) -> list[dict[str, Any]]:
+        """Every binding request the apiserver completed: namespace, pod name, response code, the client's user
+        agent, and when the request was received (seconds since the epoch)."""
+        return [self._audit_entry(e) for e in self._audit_events()
+                if (e.get("objectRef") or {}).get("subresource") == "binding"]
+
+    def lease_writes(self) -> list[dict[str, Any]]:
+        """Every write of a Lease in LEASE_NAMESPACE the apiserver completed, as `bindings()` has them, with `verb`
+        (create, update, patch, delete, deletecollection)."""
+        return [self._audit_entry(e) for e in self._audit_events()
+                if (e.get("objectRef") or {}).get("resource") == "leases"]
 
     # ---- nodes -----------------------------------------------------------------------------------------------
     def add_node(self, name: str, gpus: int = 8, labels: dict[str, str] | None = None) -> dict[str, Any]:
