@@ -43,12 +43,13 @@ unit: venv
 scenarios: venv toolchain
 	$(BIN)/python -m pytest features -m "not kind"
 
-# The benchmark (about 40 min on 2 cores): writes docs/benchmarks.md and docs/benchmarks/.
+# The benchmark (about 70 min on 2 cores: W1, W2 with the DRA contender, the pending storm, the webhook):
+# writes docs/benchmarks.md and docs/benchmarks/.
 bench: venv bench-toolchain
 	$(BIN)/python -m bench
 
-# The same benchmark with a few nodes and pods, so that it never rots; it asserts that every pod is bound and
-# the report is written, never a timing.
+# The same benchmark with a few nodes and pods (every workload and contender, a 5 s storm), so that it never
+# rots; it asserts that every pod is bound (the storm's: tried) and the report is written, never a timing.
 bench-smoke: venv bench-toolchain
 	$(BIN)/python -m bench --smoke
 

@@ -1,11 +1,19 @@
-"""The three contenders, each started against a fresh BenchPlane with the same client settings:
+"""The contenders, each started against a fresh BenchPlane with the same client settings:
 
-  gpu-scheduler   this project's scheduler, with its webhook in the admission path (as deployed);
-  kube-scheduler  the upstream scheduler built from the same Kubernetes version, default profile;
-  ceiling         `loadgen bind`: list+watch, read the node from the map, POST the binding, nothing else. What
-                  the apiserver allows on this machine for the same pods.
+  gpu-scheduler       this project's scheduler, with its webhook in the admission path (as deployed); GPUs are
+                      asked for with GpuClaims;
+  kube-scheduler      the upstream scheduler built from the same Kubernetes version, default profile; GPUs are
+                      asked for as the extended resource nvidia.com/gpu;
+  kube-scheduler-dra  the same kube-scheduler, GPUs asked for with Dynamic Resource Allocation (ResourceClaims
+                      against ResourceSlices): the native form of a claim, for W2 and the storm (its W1 would be
+                      kube-scheduler's);
+  ceiling             `loadgen bind`: list+watch, read the node from the map, POST the binding, nothing else. What
+                      the apiserver allows on this machine for the same pods (W1 only: it knows only the map).
 
-Client rate limits: both schedulers get QPS and burst CLIENT_QPS/CLIENT_BURST, high enough that neither is held
+Each contender's scheduler signs in as plane.SCHEDULER_USER, so its writes can be counted from the audit log.
+Both schedulers run one replica with leader election on, as deployed, with the same timings (LEADER_ELECTION),
+so both pay for their renewals.
+Client rate limits: every scheduler gets QPS and burst CLIENT_QPS/CLIENT_BURST, high enough that none is held
 back by its own limiter (kube-scheduler's default 50/100 would cap it far below the apiserver); the ceiling has
 no limiter at all.
 """
@@ -15,8 +23,9 @@ from __future__ import annotations
 import ssl
 
 from gpu_scheduling import constants
-from tests.harness.api import wait_for
-from tests.harness.components import Components
+from gpu_scheduling.kube.leaderelection import ElectionConfig
+from tests.harness.api import ApiError, wait_for
+from tests.harness.components import Components, LeaderElection
 from tests.harness.processes import Process, free_port
 
 from bench import workload
@@ -25,11 +34,18 @@ from bench.plane import BenchPlane, ProcessStats
 CLIENT_QPS = 5000
 CLIENT_BURST = 5000
 SCHEDULER_WORKERS = 32  # gpu-scheduler bind workers and ceiling binder goroutines
+_ELECTION = ElectionConfig(namespace=constants.LEASE_NAMESPACE, name="-", identity="-")
+LEADER_ELECTION = LeaderElection(_ELECTION.lease_duration, _ELECTION.renew_deadline, _ELECTION.retry_period)
+"""gpu-scheduler's own defaults, which are kube-scheduler's (15/10/2 s), for both: not the tests' short timings."""
 
 
 class Contender:
     name: str
     scheduler_name: str
+    claim_api: workload.ClaimApi
+    """How its pods ask for GPUs in W2 and the storm, and so which inventory the plane writes for it."""
+    workloads: tuple[str, ...] = ("w1", "w2", "storm")
+    """The workloads it takes part in."""
     python_processes: tuple[str, ...] = ()
     """Names (keys of processes()) that py-spy can profile."""
 
@@ -43,25 +59,53 @@ class Contender:
         """The contender's own processes, for CPU and RSS."""
         raise NotImplementedError
 
+    def _programs(self) -> list[Process]:
+        raise NotImplementedError
+
+    def exited(self) -> str | None:
+        """None while every program of the contender that was started runs; else which one exited, and the
+        end of its log (a run cannot go on without its scheduler)."""
+        for proc in self._programs():
+            if proc.proc is not None and not proc.running:
+                return f"{proc.name} exited with {proc.proc.returncode}:\n{proc.tail(8)}"
+        return None
+
     @staticmethod
     def _stats(proc: Process) -> ProcessStats:
         assert proc.proc is not None
         return ProcessStats(proc.proc.pid)
 
+    @staticmethod
+    def _wait_leading(plane: BenchPlane, namespace: str, lease: str) -> None:
+        """Wait until the scheduler holds its leader Lease: ready is not leading, and a pod created before it
+        leads would wait in the timed window for the election, not for the scheduler."""
+        def held() -> bool:
+            try:
+                return bool(plane.api.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease}")
+                            .get("spec", {}).get("holderIdentity"))
+            except ApiError:
+                return False
+
+        wait_for(f"the leader Lease {namespace}/{lease} held", held, timeout=60, interval=0.2)
+
 
 class GpuScheduler(Contender):
     name = "gpu-scheduler"
     scheduler_name = constants.DEFAULT_SCHEDULER_NAME
+    claim_api = workload.GPUCLAIM
     python_processes = ("scheduler", "webhook")
 
     def _components(self, plane: BenchPlane) -> Components:
-        self.components = Components(plane.cp, self.scheduler_name)
-        self.components.scheduler.argv += [f"--qps={CLIENT_QPS}", f"--burst={CLIENT_BURST}",
-                                           f"--workers={SCHEDULER_WORKERS}"]
+        self.components = Components(plane.cp, self.scheduler_name, leader_election=LEADER_ELECTION)
+        kubeconfig, _ = plane.scheduler_identity()
+        argv = [a for a in self.components.scheduler.argv if not a.startswith("--kubeconfig=")]
+        self.components.scheduler.argv = argv + [f"--kubeconfig={kubeconfig}", f"--qps={CLIENT_QPS}",
+                                                 f"--burst={CLIENT_BURST}", f"--workers={SCHEDULER_WORKERS}"]
         return self.components
 
     def start(self, plane: BenchPlane) -> None:
         self._components(plane).start()  # CRDs, webhook, its registration, scheduler (ready once caches synced)
+        self._wait_leading(plane, constants.LEASE_NAMESPACE, self.scheduler_name)
 
     def stop(self) -> None:
         self.components.stop()
@@ -70,9 +114,12 @@ class GpuScheduler(Contender):
         return {"scheduler": self._stats(self.components.scheduler),
                 "webhook": self._stats(self.components.webhook)}
 
+    def _programs(self) -> list[Process]:
+        return [self.components.scheduler, self.components.webhook]
+
 
 class GpuSchedulerWithoutWebhook(GpuScheduler):
-    """Not one of the three: gpu-scheduler alone, the pods admitted without the webhook (so without
+    """Not in the default set: gpu-scheduler alone, the pods admitted without the webhook (so without
     CUDA_VISIBLE_DEVICES). Run it by name to see what the webhook costs the whole path."""
 
     name = "gpu-scheduler-no-webhook"
@@ -82,6 +129,7 @@ class GpuSchedulerWithoutWebhook(GpuScheduler):
         components = self._components(plane)
         components.install_crds()
         components.start_scheduler()
+        self._wait_leading(plane, constants.LEASE_NAMESPACE, self.scheduler_name)
 
     def processes(self) -> dict[str, ProcessStats]:
         return {"scheduler": self._stats(self.components.scheduler)}
@@ -90,17 +138,23 @@ class GpuSchedulerWithoutWebhook(GpuScheduler):
 class KubeScheduler(Contender):
     name = "kube-scheduler"
     scheduler_name = workload.KUBE_SCHEDULER
+    claim_api = workload.EXTENDED
+    workloads = ("w1", "w2")
 
     def start(self, plane: BenchPlane) -> None:
         config = plane.dir / "kube-scheduler.yaml"
+        kubeconfig, _ = plane.scheduler_identity()
         config.write_text(f"""apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
-  kubeconfig: {plane.cp.kubeconfig}
+  kubeconfig: {kubeconfig}
   qps: {CLIENT_QPS}
   burst: {CLIENT_BURST}
 leaderElection:
-  leaderElect: false
+  leaderElect: true
+  leaseDuration: {LEADER_ELECTION.lease_duration:g}s
+  renewDeadline: {LEADER_ELECTION.renew_deadline:g}s
+  retryPeriod: {LEADER_ELECTION.retry_period:g}s
 profiles:
 - schedulerName: {self.scheduler_name}
 """)
@@ -115,6 +169,7 @@ profiles:
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE
         self.proc.wait_http(f"https://127.0.0.1:{port}/readyz", timeout=60, context=insecure)
+        self._wait_leading(plane, "kube-system", "kube-scheduler")
 
     def stop(self) -> None:
         self.proc.stop()
@@ -122,14 +177,29 @@ profiles:
     def processes(self) -> dict[str, ProcessStats]:
         return {"scheduler": self._stats(self.proc)}
 
+    def _programs(self) -> list[Process]:
+        return [self.proc]
+
+
+class KubeSchedulerDra(KubeScheduler):
+    """kube-scheduler with its default profile, whose DynamicResources plugin allocates the pods' ResourceClaims
+    from the nodes' ResourceSlices and writes each claim's allocation and reservation before binding."""
+
+    name = "kube-scheduler-dra"
+    claim_api = workload.DRA
+    workloads = ("w2", "storm")
+
 
 class Ceiling(Contender):
     name = "ceiling"
     scheduler_name = workload.CEILING_SCHEDULER
+    claim_api = workload.EXTENDED  # never used: the ceiling only follows maps
+    workloads = ("w1",)
 
     def start(self, plane: BenchPlane) -> None:
+        _, identity = plane.scheduler_identity()
         self.proc = Process("ceiling-binder", [
-            str(plane.loadgen), "bind", *plane.api_flags(), f"-scheduler-name={self.scheduler_name}",
+            str(plane.loadgen), "bind", *plane.api_flags(identity), f"-scheduler-name={self.scheduler_name}",
             # Runs until stopped (not -expect), so its CPU and RSS can still be read when the run ends.
             f"-workers={SCHEDULER_WORKERS}",
         ], plane.cp.logs).start()
@@ -144,7 +214,11 @@ class Ceiling(Contender):
     def processes(self) -> dict[str, ProcessStats]:
         return {"scheduler": self._stats(self.proc)}
 
+    def _programs(self) -> list[Process]:
+        return [self.proc]
 
-THE_THREE = (GpuScheduler.name, KubeScheduler.name, Ceiling.name)
-BY_NAME: dict[str, type[Contender]] = {c.name: c for c in (GpuScheduler, KubeScheduler, Ceiling,
+
+DEFAULT = (GpuScheduler.name, KubeScheduler.name, KubeSchedulerDra.name, Ceiling.name)
+"""What `make bench` runs; gpu-scheduler-no-webhook runs only when named."""
+BY_NAME: dict[str, type[Contender]] = {c.name: c for c in (GpuScheduler, KubeScheduler, KubeSchedulerDra, Ceiling,
                                                            GpuSchedulerWithoutWebhook)}

@@ -5,11 +5,18 @@ audit log that is the record of every create and bind).
 Tuning, and why (each run gets a fresh plane, so no run inherits another's objects):
   - kwok renews node leases every 5 min (lease 1200 s) instead of every 10 s: with 1000 nodes the default is
     100 lease writes/s, a third of what this 2-core machine's apiserver can take. The controller manager's
-    node-monitor grace period is raised to match, so nodes stay Ready.
+    node-monitor grace period is raised to match, so nodes stay Ready. kwok writes a node's status once, to
+    make it Ready, and never again (its default heartbeat would rewrite every node's status every 20-45 s).
   - kwok runs no pods (an empty pod stage): a contender is done when the pod is bound; pod status updates
     would only add the same load to every contender.
-  - the audit log records pod creates and bindings at Metadata level, in batch mode (off the request path);
-    its microsecond timestamps are the apiserver's own account of when each pod was created and bound.
+  - the audit log records every write request (create, update, patch, delete) at Metadata level, in batch mode
+    (off the request path): its microsecond timestamps are the apiserver's own account of when each pod was
+    created and bound, and its user names say who wrote what. Every contender's scheduler signs in as
+    SCHEDULER_USER with its own client certificate, so its writes are told apart from the load generator's and
+    the controllers' (reads are not recorded: they cost the same audit work for every contender and say nothing
+    the CPU figures do not).
+  - Dynamic Resource Allocation needs nothing: Kubernetes 1.34 serves `resource.k8s.io/v1` and enables the
+    DynamicResourceAllocation feature gate by default (`check_dra` fails the run early if that ever changes).
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from typing import Any
 
 from gpu_scheduling import constants
 from tests.harness.api import ApiError, wait_for
-from tests.harness.controlplane import ControlPlane, node_body
+from tests.harness.controlplane import ControlPlane, kubeconfig, node_body
+from tests.harness.pki import Pair
 
 from bench import workload
 
@@ -37,14 +45,19 @@ kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
-  verbs: ["create"]
-  resources:
-  - group: ""
-    resources: ["pods", "pods/binding"]
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
 - level: None
 """
 
-# A pod stage that matches no pod: kwok then leaves pods alone (without any pod stage it would load its defaults).
+SCHEDULER_USER = "bench-scheduler"
+"""The user every contender's scheduler (and the ceiling binder) signs in as: a client certificate of its own in
+group system:masters, so its writes can be counted from the audit log."""
+
+# kwok's stages. Pods: a stage that matches no pod, so kwok leaves pods alone (without any pod stage it would
+# load its defaults). Nodes: one stage that makes a new node Ready, and nothing after it. Without node stages
+# kwok loads its defaults, whose heartbeat rewrites every node's status every 20-45 s: 20-50 writes/s with 1000
+# nodes, all through every run, which would bury what the pending storm measures. The node lease (renewed every
+# 5 min, NODE_LEASE_SECONDS) is what the node controller reads to keep a node Ready, as with real kubelets.
 KWOK_STAGES = """apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -58,6 +71,44 @@ spec:
       gpu-bench/kwok-runs-this-pod: "never"
   next:
     statusTemplate: |
+      phase: Running
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: bench-node-ready-once
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ["True"]
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range NodeConditions }}
+      - type: {{ .type | Quote }}
+        status: {{ .status | Quote }}
+        reason: {{ .reason | Quote }}
+        message: {{ .message | Quote }}
+        lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $now | Quote }}
+      {{ end }}
+      addresses:
+      - type: InternalIP
+        address: {{ NodeIP | Quote }}
+      {{ with .status.allocatable }}
+      allocatable:
+      {{ YAML . 1 }}
+      {{ end }}
+      {{ with .status.capacity }}
+      capacity:
+      {{ YAML . 1 }}
+      {{ end }}
       phase: Running
 """
 
@@ -78,22 +129,33 @@ def build_loadgen(out_dir: pathlib.Path) -> pathlib.Path:
 
 
 class ProcessStats:
-    """CPU seconds and peak RSS of a running process, from /proc."""
+    """CPU seconds and peak RSS of a running process, from /proc. Once the process is gone, the last values read
+    (a contender that exits mid-run is reported, not a crash of the benchmark)."""
 
     TICK = os.sysconf("SC_CLK_TCK")
 
     def __init__(self, pid: int):
         self.pid = pid
+        self._cpu = 0.0
+        self._rss = 0.0
 
     def cpu_seconds(self) -> float:
-        fields = pathlib.Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / self.TICK  # utime + stime
+        try:
+            fields = pathlib.Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            return self._cpu
+        self._cpu = (int(fields[11]) + int(fields[12])) / self.TICK  # utime + stime
+        return self._cpu
 
     def peak_rss_mib(self) -> float:
-        for line in pathlib.Path(f"/proc/{self.pid}/status").read_text().splitlines():
+        try:
+            lines = pathlib.Path(f"/proc/{self.pid}/status").read_text().splitlines()
+        except FileNotFoundError:
+            return self._rss
+        for line in lines:
             if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+                self._rss = int(line.split()[1]) / 1024
+        return self._rss
 
 
 class BenchPlane:
@@ -110,6 +172,7 @@ class BenchPlane:
                                         "--kube-api-burst=400"],
             "kwok": [f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}", f"--config={stages}"],
         })
+        self._identity: tuple[pathlib.Path, Pair] | None = None
 
     def start(self) -> BenchPlane:
         self.cp.start()
@@ -128,11 +191,21 @@ class BenchPlane:
         assert proc is not None
         return ProcessStats(proc.pid)
 
+    def scheduler_identity(self) -> tuple[pathlib.Path, Pair]:
+        """(kubeconfig, client certificate) of SCHEDULER_USER, made once per plane."""
+        if self._identity is None:
+            pair = self.cp.ca.issue(SCHEDULER_USER, SCHEDULER_USER, org="system:masters", client=True)
+            path = self.dir / f"{SCHEDULER_USER}.kubeconfig"
+            path.write_text(kubeconfig(self.cp.server, self.cp.ca.pem, pair, SCHEDULER_USER))
+            self._identity = (path, pair)
+        return self._identity
+
     # ---- the load generator ----------------------------------------------------------------------------------
-    def api_flags(self) -> list[str]:
-        admin = self.cp.admin
-        return [f"-server={self.cp.server}", f"-ca={self.cp.ca.cert_path}", f"-cert={admin.cert}",
-                f"-key={admin.key}"]
+    def api_flags(self, identity: Pair | None = None) -> list[str]:
+        """Flags of `loadgen` to reach the apiserver, as the admin or as `identity`."""
+        who = identity or self.cp.admin
+        return [f"-server={self.cp.server}", f"-ca={self.cp.ca.cert_path}", f"-cert={who.cert}",
+                f"-key={who.key}"]
 
     def create(self, objects: Iterable[dict[str, Any]], name: str, concurrency: int = 64,
                rate: float = 0) -> pathlib.Path:
@@ -165,24 +238,40 @@ class BenchPlane:
         wait_for(f"{count} kwok nodes Ready and untainted", all_ready, timeout=timeout, interval=2)
         return time.monotonic() - started
 
-    def add_inventory(self, count: int) -> None:
-        """The simulated GpuNodeStatus of every node (what the inventory agent writes on real nodes)."""
-        path = f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}/gpunodestatuses"
-        status = workload.simulated_inventory()
+    def add_inventory(self, api: workload.ClaimApi, count: int) -> None:
+        """What a scheduler reading `api` needs to know of the GPUs of nodes 0..count-1, written here and only
+        here for every contender: the simulated GpuNodeStatus (what the inventory agent writes on real nodes),
+        or the DeviceClass and one ResourceSlice per node (what a DRA driver publishes). `extended` needs
+        nothing: the nodes already advertise nvidia.com/gpu."""
+        if api == workload.GPUCLAIM:
+            path = f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}/gpunodestatuses"
 
-        def write(i: int) -> None:
-            node = workload.node_name(i)
-            body = {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuNodeStatus",
-                    "metadata": {"name": node}, "spec": {"nodeName": node}}
-            try:
-                self.api.create(path, body)
-            except ApiError as exc:
-                if exc.status != 409:
-                    raise
-            self.api.patch(f"{path}/{node}/status", {"status": status})
+            def write(i: int) -> None:
+                body, status = workload.gpu_node_status(workload.node_name(i))
+                try:
+                    self.api.create(path, body)
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise
+                self.api.patch(f"{path}/{body['metadata']['name']}/status", status)
 
-        with ThreadPoolExecutor(16) as pool:
-            list(pool.map(write, range(count)))
+            with ThreadPoolExecutor(16) as pool:
+                list(pool.map(write, range(count)))
+        elif api == workload.DRA:
+            self.check_dra()
+            self.create(workload.dra_inventory(count), "dra-inventory", concurrency=32)
+
+    def check_dra(self) -> None:
+        """Fail early, saying why, when this apiserver does not serve the DRA API the benchmark uses."""
+        try:
+            resources = {r["name"] for r in self.api.get(f"/apis/{workload.DRA_API}")["resources"]}
+        except ApiError as exc:
+            raise RuntimeError(f"the apiserver does not serve {workload.DRA_API} ({exc}); Dynamic Resource "
+                               "Allocation needs it (--runtime-config, feature gate DynamicResourceAllocation)",
+                               ) from None
+        missing = {"deviceclasses", "resourceslices", "resourceclaims", "resourceclaims/status"} - resources
+        if missing:
+            raise RuntimeError(f"{workload.DRA_API} lacks {sorted(missing)}")
 
     def namespace(self, name: str) -> None:
         """Create a namespace and wait for its default ServiceAccount (pods are refused until it exists)."""

@@ -20,7 +20,11 @@ from bench import measure
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COLOURS = {"gpu-scheduler": "tab:green", "kube-scheduler": "tab:blue", "ceiling": "tab:gray",
-           "gpu-scheduler-no-webhook": "tab:olive"}
+           "gpu-scheduler-no-webhook": "tab:olive", "kube-scheduler-dra": "tab:purple"}
+STORM_TARGET = 0.05
+"""CPU-seconds per second the apiserver and the scheduler may each spend on pods waiting for GPUs (issue 9)."""
+PEERS = ("kube-scheduler-dra", "kube-scheduler")
+"""What gpu-scheduler is compared with in W2, the native form of a claim first."""
 TARGETS = """\
 | target | measured | met |
 |---|---|---|
@@ -56,14 +60,21 @@ def _summary(runs: list[dict[str, Any]], wl: str) -> dict[str, dict[str, Any]]:
             "p50": measure.spread(r["latency_p50_ms"] for r in mine),
             "p90": measure.spread(r["latency_p90_ms"] for r in mine),
             "p99": measure.spread(r["latency_p99_ms"] for r in mine),
-            "cpu": measure.spread(sum(v for k, v in r["cpu_seconds"].items()
-                                      if k not in ("kube-apiserver", "etcd")) for r in mine),
+            "cpu": measure.spread(_contender_cpu(r) for r in mine),
+            "cpu_per_pod_ms": measure.spread(_contender_cpu(r) * 1000 / r["pods"] for r in mine),
+            "scheduler_cpu_per_pod_ms": measure.spread(r["cpu_seconds"].get("scheduler", 0.0) * 1000 / r["pods"]
+                                                       for r in mine),
+            "writes_per_pod": measure.spread((r.get("writes_per_pod") or {}).get("total", 0.0) for r in mine),
             "rss": measure.spread(r["peak_rss_mib"].get("scheduler", 0.0) for r in mine),
             "apiserver_cpu": measure.spread(r["cpu_seconds"]["kube-apiserver"] for r in mine),
             "etcd_cpu": measure.spread(r["cpu_seconds"]["etcd"] for r in mine),
             "create_rate": measure.spread(r["pods"] / r["create_seconds"] for r in mine if r["create_seconds"] > 0),
         }
     return out
+
+
+def _contender_cpu(run: dict[str, Any]) -> float:
+    return sum(v for k, v in run["cpu_seconds"].items() if k not in ("kube-apiserver", "etcd"))
 
 
 def _fmt(triple: tuple[float, float, float], digits: int = 0) -> str:
@@ -106,7 +117,7 @@ def plot(runs: list[dict[str, Any]], wl: str, path: pathlib.Path) -> bool:
 def write_csv(runs: list[dict[str, Any]], path: pathlib.Path) -> None:
     fields = ["workload", "contender", "rep", "nodes", "pods", "bound", "seconds", "throughput", "create_seconds",
               "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "failed_binds", "scheduler_cpu_s",
-              "webhook_cpu_s", "apiserver_cpu_s", "etcd_cpu_s", "scheduler_peak_rss_mib"]
+              "webhook_cpu_s", "apiserver_cpu_s", "etcd_cpu_s", "scheduler_peak_rss_mib", "scheduler_writes_per_pod"]
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -114,7 +125,8 @@ def write_csv(runs: list[dict[str, Any]], path: pathlib.Path) -> None:
             row = {k: r[k] for k in fields if k in r}
             row.update(scheduler_cpu_s=r["cpu_seconds"].get("scheduler"), webhook_cpu_s=r["cpu_seconds"].get("webhook"),
                        apiserver_cpu_s=r["cpu_seconds"]["kube-apiserver"], etcd_cpu_s=r["cpu_seconds"]["etcd"],
-                       scheduler_peak_rss_mib=r["peak_rss_mib"].get("scheduler"))
+                       scheduler_peak_rss_mib=r["peak_rss_mib"].get("scheduler"),
+                       scheduler_writes_per_pod=(r.get("writes_per_pod") or {}).get("total"))
             w.writerow({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
 
 
@@ -148,6 +160,98 @@ def _targets(summary: dict[str, dict[str, Any]], hooks: dict[str, Any] | None) -
     return TARGETS + "\n".join(f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in rows)
 
 
+def _ratios(summary: dict[str, dict[str, Any]]) -> str:
+    """gpu-scheduler against each native peer present: medians and their ratio."""
+    g = summary.get("gpu-scheduler")
+    peers = [p for p in PEERS if p in summary]
+    if not g or not peers:
+        return ""
+    rows = [("pods bound per second (higher is better)", "throughput", 1),
+            ("create→bound p99 ms", "p99", 0),
+            ("scheduler CPU ms per pod", "scheduler_cpu_per_pod_ms", 1),
+            ("contender CPU ms per pod (gpu-scheduler: scheduler + webhook)", "cpu_per_pod_ms", 1),
+            ("scheduler peak RSS MiB", "rss", 0),
+            ("scheduler write requests per pod", "writes_per_pod", 2)]
+    head = "| median | gpu-scheduler | " + " | ".join(f"{p} | gpu-scheduler ÷ {p}" for p in peers) + " |"
+    lines = [head, "|---|---|" + "---|---|" * len(peers)]
+    for label, key, digits in rows:
+        cells = [f"{g[key][0]:.{digits}f}"]
+        for p in peers:
+            peer = summary[p][key][0]
+            cells += [f"{peer:.{digits}f}", f"{g[key][0] / peer:.2f}×" if peer else "–"]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _writes(runs: list[dict[str, Any]], wl: str) -> str:
+    """Write requests the scheduler made per pod, by verb and resource: the median over the repetitions."""
+    by: dict[str, list[dict[str, float]]] = {}
+    for r in runs:
+        if r["workload"] == wl and r.get("writes_per_pod") is not None:
+            by.setdefault(r["contender"], []).append(r["writes_per_pod"])
+    if not by:
+        return ""
+    keys = sorted({k for per in by.values() for w in per for k in w if k != "total"}) + ["total"]
+    lines = ["| write request | " + " | ".join(by) + " |", "|---|" + "---|" * len(by)]
+    for key in keys:
+        cells = []
+        for per in by.values():
+            med = measure.spread(w.get(key, 0.0) for w in per)[0]
+            cells.append(f"{med:.2f}" if med else "–")
+        label = f"**{key}**" if key == "total" else f"`{key}`"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _storm(storms: list[dict[str, Any]]) -> str:
+    lines = ["| contender | pods waiting | first pass s | apiserver CPU-s/s | scheduler CPU-s/s | contender CPU-s/s | "
+             "etcd CPU-s/s | scheduler writes/min | all writes/min | scheduler peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in storms:
+        if r["storm"] is None:
+            reason = (r.get("failure") or "not measured").splitlines()[0]
+            lines.append(f"| {r['contender']} | not measured: {reason} |" + " |" * 8)
+            continue
+        for label, w in (("before the storm", r["baseline"]), ("storm", r["storm"])):
+            c = w["cpu_per_second"]
+            contender = sum(v for k, v in c.items() if k not in ("kube-apiserver", "etcd"))
+            first = f"{r['first_pass_seconds']:.0f}" if label == "storm" else "–"
+            waiting = r["pods"] if label == "storm" else 0
+            if label == "storm" and not r["first_pass_complete"]:
+                first = f"**{r['untried_after_timeout']} never tried**"
+            lines.append(f"| {r['contender']}, {label} ({w['seconds']:.0f} s) | {waiting} | {first} | "
+                         f"{c['kube-apiserver']:.3f} | {c.get('scheduler', 0):.3f} | {contender:.3f} | "
+                         f"{c['etcd']:.3f} | "
+                         f"{w['scheduler_writes_per_minute']:.0f} | {w['all_writes_per_minute']:.0f} | "
+                         f"{r['peak_rss_mib'].get('scheduler', 0):.0f} |")
+    return "\n".join(lines)
+
+
+def _storm_targets(storms: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in storms:
+        if r["storm"] is None:
+            continue
+        c = r["storm"]["cpu_per_second"]
+        for who, key in (("apiserver", "kube-apiserver"), ("scheduler", "scheduler")):
+            value = c.get(key, 0.0)
+            rows.append((f"{r['contender']}: {who} < {STORM_TARGET} CPU-s/s", f"{value:.3f}", value < STORM_TARGET))
+    return TARGETS + "\n".join(f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in rows)
+
+
+def _storm_writes(storms: list[dict[str, Any]]) -> str:
+    measured = [r for r in storms if r["storm"] is not None]
+    keys = sorted({k for r in measured for k in r["storm"]["scheduler_writes"]})
+    if not keys:
+        return "No contender's scheduler wrote anything during the storm window."
+    lines = ["| scheduler write requests per minute | " + " | ".join(r["contender"] for r in measured) + " |",
+             "|---|" + "---|" * len(measured)]
+    for key in keys:
+        cells = [f"{r['storm']['scheduler_writes'].get(key, 0) * 60 / r['storm']['seconds']:.1f}" for r in measured]
+        lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _webhook(hooks: dict[str, Any]) -> str:
     lines = ["| measurement | requests | p50 ms | p90 ms | p99 ms | max ms |", "|---|---|---|---|---|---|"]
     for rate, q in hooks["admission"].items():
@@ -179,17 +283,24 @@ shares these {m['cpus']} CPUs, so every figure is a figure of the whole machine 
 
 ## Set-up
 
-- {s['nodes']} kwok nodes with 8 GPUs each (`nvidia.com/gpu` capacity, and for W2 the simulated GpuNodeStatus
-  inventory), on a fresh etcd + kube-apiserver + kube-controller-manager + kwok for every run, so no run
+- {s['nodes']} kwok nodes with 8 GPUs each (`nvidia.com/gpu` capacity; for the claim workloads also the
+  inventory in the contender's form: the simulated GpuNodeStatus, or a DeviceClass and one ResourceSlice per
+  node), on a fresh etcd + kube-apiserver + kube-controller-manager + kwok for every run, so no run
   inherits another's objects. kwok renews node leases every 5 min and runs no pods (see `bench/plane.py`).
 - Contenders (`bench/contenders.py`), each in namespace `bench`, same apiserver build and flags:
   1. **gpu-scheduler** with the webhook in the admission path, {results['client']['workers']} bind workers;
   2. **kube-scheduler** {v.get('kubernetes_version')}, default profile, the same pods pinned natively
-     (required node affinity on `kubernetes.io/hostname`, `nvidia.com/gpu` requests);
-  3. **ceiling**: `loadgen bind` (Go, `bench/loadgen`), list+watch and POST the binding from
-     {results['client']['workers']} goroutines, nothing else.
-- Client settings: both schedulers QPS {results['client']['qps']}, burst {results['client']['burst']} (neither
-  is held back by its own limiter); the ceiling has no limiter.
+     (W1: required node affinity on `kubernetes.io/hostname`; `nvidia.com/gpu` requests);
+  3. **kube-scheduler-dra**: the same kube-scheduler, the same claims as Dynamic Resource Allocation
+     ResourceClaims (`resource.k8s.io/v1`, enabled by default in {v.get('kubernetes_version')}), which its
+     DynamicResources plugin allocates and reserves before binding (W2 and the storm);
+  4. **ceiling**: `loadgen bind` (Go, `bench/loadgen`), list+watch and POST the binding from
+     {results['client']['workers']} goroutines, nothing else (W1).
+- Client settings: every scheduler QPS {results['client']['qps']}, burst {results['client']['burst']} (none
+  is held back by its own limiter); the ceiling has no limiter. Both schedulers run one replica with leader
+  election on, as deployed (a Lease renewed every few seconds), and the timed window starts once it leads. The
+  contender signs in as a user of its own, `bench-scheduler`, so the audit log (which records every write
+  request, at Metadata level) tells its writes apart.
 - Pods are created by `loadgen create` over HTTP/2 with {s['create_concurrency']} requests in flight, as fast
   as the apiserver takes them. Times come from the apiserver's audit log: created = the create request
   completed, bound = the binding request completed with 201. Throughput = pods bound / (last bind − first
@@ -216,16 +327,67 @@ StatefulSet), pod p on node p mod {s['nodes']}, one GPU each.
     w2 = _summary(runs, "w2")
     if w2:
         r0 = next(r for r in runs if r["workload"] == "w2")
-        parts.append(f"""## W2: {r0['pods']} GpuClaims
+        ratios = _ratios(w2)
+        parts.append(f"""## W2: {r0['pods']} GPU claims
 
 Claims of 8, 4, 2 and 1 GPUs (10 %, 15 %, 25 % and 50 % of the GPUs they ask for), largest first,
-{r0['gpus_requested']} GPUs of {s['nodes'] * 8}. gpu-scheduler gets one GpuClaim per pod (contiguous policy,
-one Lease per GPU); kube-scheduler gets the same pods with `nvidia.com/gpu` requests. The claims are created
-before the timed window; the pods inside it.
+{r0['gpus_requested']} GPUs of {s['nodes'] * 8}. The same request in each contender's form
+(`bench/workload.py`): gpu-scheduler gets one GpuClaim per pod (contiguous policy, topology left to its default
+`Ignore`; one Lease per GPU); kube-scheduler gets `nvidia.com/gpu` requests; kube-scheduler-dra gets one
+ResourceClaim per pod asking `exactly` that many devices of DeviceClass `bench-gpu` (a CEL selector on the
+driver `gpu.bench.example`), against one ResourceSlice per node with the same 8 devices (attributes: index,
+NVLink island, bandwidth). A GpuClaim with topology `Required` would become a `matchAttribute` constraint on
+the island; W2 asks none. The claims and the inventory are created before the timed window; the pods inside it.
 
 {_table(w2)}
 
 ![W2 bound pods over time]({assets}/w2-bound-over-time.png)
+""")
+        if ratios:
+            parts.append(f"""### gpu-scheduler against the native peers
+
+{ratios}
+""")
+        writes = _writes(runs, "w2")
+        if writes:
+            parts.append(f"""### Writes per claim pod
+
+Write requests (create, update, patch, delete) the scheduler made per pod, from the apiserver's audit log: every
+request its user made from the first pod create until it had written nothing for {s['writes_settle_seconds']:.0f} s
+after the last bind, by verb and resource, median over the repetitions. Requests the apiserver refused count
+too (they cost it as much). The pods' creates, the claims and the inventory are the benchmark's, not counted.
+`update leases` is the leader renewing its Lease (every few seconds, whatever the load); kube-scheduler-dra's
+`update resourceclaims` puts its finalizer on the claim and `update resourceclaims/status` writes the
+allocation and the pod's reservation.
+
+{writes}
+""")
+    storms = results.get("storm") or []
+    if storms:
+        st = storms[0]
+        parts.append(f"""## Pending storm: {st['pods']} claim pods waiting for GPUs
+
+Every GPU of the {st['nodes']} nodes is taken first (one 8-GPU claim pod per node, bound), then {st['pods']} claim
+pods of 1 GPU arrive that cannot be placed: what a cluster sees when its GPUs are exhausted. Once every waiting
+pod has been tried (it carries `PodScheduled=False`; "first pass", polled every 2–5 s), CPU and writes are measured
+over a fixed window of {s['storm_seconds']:.0f} s; the same measure over {s['storm_baseline_seconds']:.0f} s
+before the waiting pods were created (GPUs taken, nothing waiting) is the plane's own cost. CPU-s/s = CPU
+seconds used per second of the window. Writes per minute from the audit log: the scheduler's own, and everyone's
+(kwok's node leases, the controller manager, the apiserver's own). One run per contender. kube-scheduler
+parks a pod it could not place until an event could change that (for DRA: a ResourceSlice, DeviceClass or claim
+change) or 5 minutes pass (`podMaxInUnschedulablePodsDuration`); nothing changes in the window.
+
+{_storm(storms)}
+
+### Targets
+
+Shown, not asserted.
+
+{_storm_targets(storms)}
+
+### What the schedulers wrote during the storm window
+
+{_storm_writes(storms)}
 """)
     hooks = results.get("webhook")
     if hooks:
@@ -243,8 +405,10 @@ pods created open-loop at 50/s in a namespace, first without the webhook registe
     parts.append(f"""## Reproduce
 
 ```
-make bench                                   # {s['nodes']} nodes, {s['pods']} pods, {s['reps']} repetitions
-.venv/bin/python -m bench --nodes 200 --pods 1000 --reps 1 --docs /tmp/bench.md   # a quicker look
+make bench      # {s['nodes']} nodes, {s['pods']} pods, {s['reps']} repetitions,
+                # a storm of {s['storm_pods']} pods over {s['storm_seconds']:.0f} s
+.venv/bin/python -m bench --nodes 200 --pods 1000 --reps 1 --storm-pods 1000 --storm-seconds 60 \\
+    --out /tmp/bench --docs /tmp/bench/benchmarks.md                  # a quicker look
 ```
 """)
     return "\n".join(parts)

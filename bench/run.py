@@ -3,6 +3,9 @@ measurements, then the report.
 
     python -m bench                      # the full run `make bench` does (writes docs/benchmarks.md)
     python -m bench --smoke              # a few nodes and pods, one repetition, into build/bench-smoke
+
+Workloads: w1 (map-pinned pods), w2 (GPU claims), storm (claim pods waiting for GPUs that are all taken: what
+the waiting costs the apiserver and the scheduler once every pod has been tried).
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from typing import Any
 from gpu_scheduling import constants
 
 from bench import contenders, measure, report, workload
-from bench.plane import BenchPlane, build_loadgen
+from bench.plane import SCHEDULER_USER, BenchPlane, build_loadgen
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
+FILL_NAMESPACE = "bench-fill"
+WORKLOADS = ("w1", "w2", "storm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +47,8 @@ class Settings:
     reps: int = 3
     """Repetitions of every (workload, contender)."""
 
-    workloads: tuple[str, ...] = ("w1", "w2")
-    contenders: tuple[str, ...] = contenders.THE_THREE
+    workloads: tuple[str, ...] = WORKLOADS
+    contenders: tuple[str, ...] = contenders.DEFAULT
 
     create_concurrency: int = 64
     """Create requests the load generator keeps in flight ("as fast as possible")."""
@@ -58,6 +63,19 @@ class Settings:
     create_latency_pods: int = 1000
     """Pods created at 50/s with and without the webhook, for the pod-create latency."""
 
+    storm_pods: int = 5000
+    """Claim pods of 1 GPU that wait in the storm, after one 8-GPU pod per node has taken every GPU."""
+
+    storm_seconds: float = 180
+    """The storm's measuring window, once every waiting pod has been tried."""
+
+    storm_baseline_seconds: float = 60
+    """A window before the waiting pods arrive (every GPU taken, nothing waiting): the plane's own cost."""
+
+    writes_settle_seconds: float = 3
+    """After the last bind, a run's write count is read once the scheduler has written nothing for this long
+    (its claim status and event writes follow the binding)."""
+
     profile: bool = False
     """Record py-spy flame graphs of the contender's Python processes during the timed window."""
 
@@ -66,6 +84,7 @@ class Settings:
 
 
 SMOKE = dict(nodes=5, pods=40, group_size=10, reps=1, webhook_seconds=2, create_latency_pods=20, timeout=120,
+             storm_pods=40, storm_seconds=5, storm_baseline_seconds=3, writes_settle_seconds=1,
              out=ROOT / "build" / "bench-smoke", docs=None)
 
 
@@ -79,6 +98,7 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
     plane = BenchPlane(workdir, loadgen)
     contender = contenders.BY_NAME[name]()
     print(f"== {wl} {name} repetition {rep}: {settings.nodes} nodes, {settings.pods} pods", flush=True)
+    began = time.monotonic()
     try:
         plane.start()
         node_seconds = plane.add_nodes(settings.nodes)
@@ -88,12 +108,13 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
             claims: list[dict[str, Any]] = []
             pods = workload.w1_pods(contender.scheduler_name, NAMESPACE, settings.pods, settings.nodes,
                                     settings.group_size)
+            gpus = len(pods)
         else:
-            if name == contenders.GpuScheduler.name:
-                plane.add_inventory(settings.nodes)
-            claims, pods = workload.w2_objects(contender.scheduler_name, NAMESPACE,
-                                               workload.w2_sizes(settings.pods, settings.nodes))
-        if claims:
+            sizes = workload.w2_sizes(settings.pods, settings.nodes)
+            plane.add_inventory(contender.claim_api, settings.nodes)
+            claims, pods = workload.claim_pods(contender.claim_api, contender.scheduler_name, NAMESPACE, sizes)
+            gpus = sum(sizes)
+        if claims:  # before the timed window, like the inventory: every contender is timed on its pods alone
             plane.create(claims, "claims")
         tail = measure.AuditTail(plane.cp.audit_log, NAMESPACE)
         tail.poll()
@@ -104,30 +125,187 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         with ThreadPoolExecutor(1) as pool:
             creating = pool.submit(plane.create, pods, "pods", concurrency=settings.create_concurrency)
             deadline = time.monotonic() + settings.timeout
+            exited = None
             while tail.poll() < len(pods) and time.monotonic() < deadline:
                 plane.cp.check_alive()
-                if creating.done() and creating.exception() is not None:
+                exited = contender.exited()
+                if exited or (creating.done() and creating.exception() is not None):
                     break
                 time.sleep(0.2)
             creating.result()  # a failed create fails the run
+        if exited:
+            print(f"   {exited}", flush=True)
         cpu = {k: v - cpu_before[k] for k, v in _snapshot(watched).items()}
         _stop_profilers(profilers)
         rss = {k: s.peak_rss_mib() for k, s in watched.items()}
         tail.poll()
         figs = measure.figures(tail.pods, tail.failed_binds)
+        writes = _settled_writes(plane, settings.writes_settle_seconds)
+        first_create = min(t.received for t in tail.pods.values())
+        scheduler_writes = writes.counts(SCHEDULER_USER, since=first_create)
+        claims_done = _claims_done(plane, contender.claim_api) if claims else None
     finally:
         contender.stop()
         plane.stop()
     result = {"workload": wl, "contender": name, "rep": rep, "nodes": settings.nodes,
-              "node_setup_seconds": round(node_seconds, 1), "cpu_seconds": cpu, "peak_rss_mib": rss,
-              "gpus_requested": sum(int(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
-                                    for p in pods),
-              **dataclasses.asdict(figs)}
+              "wall_seconds": round(time.monotonic() - began), "node_setup_seconds": round(node_seconds, 1),
+              "cpu_seconds": cpu, "peak_rss_mib": rss, "contender_exited": exited,
+              "gpus_requested": gpus, "claims_done": claims_done, "scheduler_writes": scheduler_writes,
+              "writes_per_pod": measure.per_pod(scheduler_writes, len(pods)), **dataclasses.asdict(figs)}
     result["curve"] = _thin(result["curve"], 600)
     print(f"   {figs.bound}/{figs.pods} bound in {figs.seconds:.1f}s: {figs.throughput:.1f} pods/s, "
           f"p50 {figs.latency_p50_ms:.0f} ms, p99 {figs.latency_p99_ms:.0f} ms; scheduler CPU "
           f"{cpu.get('scheduler', 0):.1f}s, RSS {rss.get('scheduler', 0):.0f} MiB; apiserver CPU "
-          f"{cpu['kube-apiserver']:.1f}s", flush=True)
+          f"{cpu['kube-apiserver']:.1f}s; scheduler writes per pod {result['writes_per_pod']['total']:.2f}"
+          + ("" if claims_done is None else f"; {claims_done}/{len(claims)} claims allocated to their pod"),
+          flush=True)
+    return result
+
+
+def _claims_done(plane: BenchPlane, api: workload.ClaimApi) -> int:
+    """Claims the scheduler finished with: a GpuClaim in phase Bound, a ResourceClaim allocated and reserved for
+    its pod (what kube-scheduler writes before it binds)."""
+    if api == workload.GPUCLAIM:
+        items = plane.api.get(f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}/namespaces/{NAMESPACE}"
+                              "/gpuclaims")["items"]
+        return sum((c.get("status") or {}).get("phase") == "Bound" for c in items)
+    items = plane.api.get(f"/apis/{workload.DRA_API}/namespaces/{NAMESPACE}/resourceclaims")["items"]
+    return sum(bool((c.get("status") or {}).get("allocation"))
+               and [r.get("name") for r in c["status"].get("reservedFor") or []] == [c["metadata"]["name"]]
+               for c in items)
+
+
+def _settled_writes(plane: BenchPlane, quiet: float, timeout: float = 60) -> measure.WriteTail:
+    """Every write in the audit log so far, read once SCHEDULER_USER has written nothing for `quiet` seconds
+    (but for Lease updates: a leader renews its Lease every few seconds for as long as it runs)."""
+    writes = measure.WriteTail(plane.cp.audit_log)
+    last, still_since, deadline = -1, time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        writes.poll()
+        mine = sum(n for k, n in writes.counts(SCHEDULER_USER).items() if k != "update leases")
+        if mine != last:
+            last, still_since = mine, time.monotonic()
+        elif time.monotonic() - still_since >= quiet:
+            break
+        time.sleep(0.25)
+    return writes
+
+
+class RunAborted(RuntimeError):
+    """A storm cannot go on: the contender's scheduler (or webhook) exited, or the fill was never bound."""
+
+
+def _check(plane: BenchPlane, contender: contenders.Contender) -> None:
+    plane.cp.check_alive()
+    exited = contender.exited()
+    if exited:
+        raise RunAborted(exited)
+
+
+def _wait_bound(plane: BenchPlane, contender: contenders.Contender, tail: measure.AuditTail, pods: int,
+                timeout: float) -> bool:
+    """Wait until `pods` pods of the tail's namespace are bound; False when `timeout` came first."""
+    deadline = time.monotonic() + timeout
+    while tail.poll() < pods:
+        _check(plane, contender)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def _window(plane: BenchPlane, contender: contenders.Contender, watched: dict[str, Any], writes: measure.WriteTail,
+            seconds: float) -> dict[str, Any]:
+    """CPU-seconds per second of every watched process and write requests per minute (the scheduler's, and
+    everyone's) over `seconds` from now."""
+    cpu_before, started = _snapshot(watched), time.time()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        _check(plane, contender)
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    ended = time.time()
+    cpu = {k: v - cpu_before[k] for k, v in _snapshot(watched).items()}
+    time.sleep(1)  # the audit log is written in batches, off the request path
+    writes.poll()
+    elapsed = ended - started
+    mine = writes.counts(SCHEDULER_USER, since=started, until=ended)
+    everyone = writes.counts(None, since=started, until=ended)
+    return {"seconds": round(elapsed, 1),
+            "cpu_per_second": {k: round(v / elapsed, 4) for k, v in cpu.items()},
+            "scheduler_writes_per_minute": round(sum(mine.values()) * 60 / elapsed, 1),
+            "all_writes_per_minute": round(sum(everyone.values()) * 60 / elapsed, 1),
+            "scheduler_writes": mine, "all_writes": everyone}
+
+
+def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) -> dict[str, Any]:
+    """Every GPU taken by one 8-GPU claim pod per node, then `storm_pods` 1-GPU claim pods that must wait. Once
+    every waiting pod has been tried (PodScheduled=False), what the waiting costs over `storm_seconds`."""
+    workdir = settings.out / "runs" / f"storm-{name}-{rep}"
+    shutil.rmtree(workdir, ignore_errors=True)
+    plane = BenchPlane(workdir, loadgen)
+    contender = contenders.BY_NAME[name]()
+    print(f"== storm {name} repetition {rep}: {settings.nodes} nodes full, {settings.storm_pods} pods waiting",
+          flush=True)
+    fill_sizes, storm_sizes = workload.storm_sizes(settings.nodes, settings.storm_pods)
+    api, scheduler = contender.claim_api, contender.scheduler_name
+    fill_claims, fill_pods = workload.claim_pods(api, scheduler, FILL_NAMESPACE, fill_sizes, prefix="fill")
+    claims, pods = workload.claim_pods(api, scheduler, NAMESPACE, storm_sizes, prefix="storm")
+    result: dict[str, Any] = {"workload": "storm", "contender": name, "rep": rep, "nodes": settings.nodes,
+                              "pods": len(pods), "fill_pods": len(fill_pods), "fill_bound": 0,
+                              "first_pass_complete": False, "untried_after_timeout": len(pods),
+                              "first_pass_seconds": None, "bound": 0, "peak_rss_mib": {}, "baseline": None,
+                              "storm": None, "failure": None}
+    began = time.monotonic()
+    try:
+        plane.start()
+        plane.add_nodes(settings.nodes)
+        contender.start(plane)
+        plane.add_inventory(api, settings.nodes)
+        plane.namespace(FILL_NAMESPACE)
+        plane.namespace(NAMESPACE)
+        plane.create(fill_claims, "fill-claims")
+        fill = measure.AuditTail(plane.cp.audit_log, FILL_NAMESPACE)
+        plane.create(fill_pods, "fill-pods", concurrency=settings.create_concurrency)
+        filled = _wait_bound(plane, contender, fill, len(fill_pods), settings.timeout)
+        result["fill_bound"] = fill.bound
+        if not filled:
+            raise RunAborted(f"the fill bound only {fill.bound}/{len(fill_pods)} pods in {settings.timeout:.0f}s")
+        _settled_writes(plane, settings.writes_settle_seconds)
+        watched = {"kube-apiserver": plane.stats("kube-apiserver"), "etcd": plane.stats("etcd"),
+                   **contender.processes()}
+        writes = measure.WriteTail(plane.cp.audit_log)
+        result["baseline"] = _window(plane, contender, watched, writes, settings.storm_baseline_seconds)
+        plane.create(claims, "claims")
+        started = time.monotonic()
+        plane.create(pods, "pods", concurrency=settings.create_concurrency)
+        deadline, waiting = started + settings.timeout, len(pods)
+        while waiting and time.monotonic() < deadline:
+            _check(plane, contender)
+            time.sleep(2 if len(pods) < 1000 else 5)  # listing thousands of pods costs the apiserver too
+            listed = plane.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+            waiting = len(pods) - sum(measure.tried(p) for p in listed)
+        result.update(first_pass_complete=waiting == 0, untried_after_timeout=waiting,
+                      first_pass_seconds=round(time.monotonic() - started, 1))
+        result["storm"] = _window(plane, contender, watched, writes, settings.storm_seconds)
+        result["bound"] = sum(bool(p["spec"].get("nodeName"))
+                              for p in plane.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"])
+        result["peak_rss_mib"] = {k: s.peak_rss_mib() for k, s in watched.items()}
+    except RunAborted as exc:
+        result["failure"] = str(exc)
+        print(f"   not measured: {exc}", flush=True)
+    finally:
+        contender.stop()
+        plane.stop()
+    result["wall_seconds"] = round(time.monotonic() - began)
+    storm, baseline = result["storm"], result["baseline"]
+    if storm is not None:
+        cps = storm["cpu_per_second"]
+        print(f"   first pass over {len(pods)} pods in {result['first_pass_seconds']:.0f}s "
+              f"({result['untried_after_timeout']} untried); then over {storm['seconds']:.0f}s: apiserver "
+              f"{cps['kube-apiserver']:.3f} CPU-s/s, scheduler {cps.get('scheduler', 0):.3f} CPU-s/s, scheduler "
+              f"writes {storm['scheduler_writes_per_minute']:.0f}/min, all writes "
+              f"{storm['all_writes_per_minute']:.0f}/min (baseline apiserver "
+              f"{baseline['cpu_per_second']['kube-apiserver']:.3f} CPU-s/s)", flush=True)
     return result
 
 
@@ -229,7 +407,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--nodes", type=int)
     p.add_argument("--pods", type=int)
     p.add_argument("--reps", type=int)
-    p.add_argument("--workloads", help="comma-separated: w1,w2")
+    p.add_argument("--workloads", help=f"comma-separated: {','.join(WORKLOADS)}")
+    p.add_argument("--storm-pods", type=int, help="claim pods waiting in the storm")
+    p.add_argument("--storm-seconds", type=float, help="the storm's measuring window")
+    p.add_argument("--storm-baseline-seconds", type=float, help="the window before the storm pods arrive")
     p.add_argument("--contenders", help=f"comma-separated: {','.join(contenders.BY_NAME)}")
     p.add_argument("--skip-webhook", action="store_true")
     p.add_argument("--profile", action="store_true", help="py-spy flame graphs of the contenders, in the run folders")
@@ -237,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--docs", type=pathlib.Path, help="the markdown report to write (default docs/benchmarks.md)")
     args = p.parse_args(argv)
     overrides: dict[str, Any] = dict(SMOKE) if args.smoke else {}
-    for key in ("nodes", "pods", "reps", "out", "docs"):
+    for key in ("nodes", "pods", "reps", "out", "docs", "storm_pods", "storm_seconds", "storm_baseline_seconds"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     if args.profile:
@@ -247,6 +428,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.contenders:
         overrides["contenders"] = tuple(args.contenders.split(","))
     settings = Settings(**overrides)
+    unknown = [w for w in settings.workloads if w not in WORKLOADS] + [
+        c for c in settings.contenders if c not in contenders.BY_NAME]
+    if unknown:
+        p.error(f"unknown workloads or contenders: {', '.join(unknown)}")
     if "w1" in settings.workloads and settings.pods > settings.nodes * workload.GPUS_PER_NODE:
         p.error(f"W1 gives every pod its own GPU: {settings.pods} pods need at least "
                 f"{-(-settings.pods // workload.GPUS_PER_NODE)} nodes")
@@ -254,19 +439,25 @@ def main(argv: list[str] | None = None) -> None:
     loadgen = build_loadgen(ROOT / "build" / "bench-bin")
 
     started = time.time()
-    # The ceiling only knows how to follow a map, so it has no W2 (GpuClaim) run.
+    # Each contender runs the workloads it takes part in (the ceiling knows only maps: W1; kube-scheduler-dra's
+    # W1 would be kube-scheduler's). The storm runs once per contender: its figures are rates over minutes.
+    takes = {name: contenders.BY_NAME[name].workloads for name in settings.contenders}
     runs = [run_one(settings, loadgen, wl, name, rep)
-            for wl in settings.workloads for rep in range(1, settings.reps + 1) for name in settings.contenders
-            if not (wl == "w2" and name == contenders.Ceiling.name)]
+            for wl in settings.workloads if wl != "storm" for rep in range(1, settings.reps + 1)
+            for name in settings.contenders if wl in takes[name]]
+    storms = [run_storm(settings, loadgen, name, 1) for name in settings.contenders
+              if "storm" in settings.workloads and "storm" in takes[name]]
     hooks = None if args.skip_webhook else run_webhook(settings, loadgen)
     results = {"settings": {k: (str(v) if isinstance(v, pathlib.Path) else v)
                             for k, v in dataclasses.asdict(settings).items()},
                "client": {"qps": contenders.CLIENT_QPS, "burst": contenders.CLIENT_BURST,
                           "workers": contenders.SCHEDULER_WORKERS},
                "started": started, "seconds": round(time.time() - started), "machine": report.machine(),
-               "runs": runs, "webhook": hooks}
+               "runs": runs, "storm": storms, "webhook": hooks}
     report.write(results, settings.out, settings.docs)
-    incomplete = [f"{r['workload']} {r['contender']} #{r['rep']}: {r['bound']}/{r['pods']}" for r in runs
+    incomplete = [f"{r['workload']} {r['contender']} #{r['rep']}: {r['bound']}/{r['pods']} bound" for r in runs
                   if r["bound"] < r["pods"]]
+    incomplete += [f"storm {r['contender']}: {r['failure'] or str(r['untried_after_timeout']) + ' pods never tried'}"
+                   for r in storms if r["failure"] or not r["first_pass_complete"]]
     if incomplete:
-        raise SystemExit("runs that did not bind every pod: " + "; ".join(incomplete))
+        raise SystemExit("runs that did not complete: " + "; ".join(incomplete))

@@ -7,16 +7,26 @@ p mod N, GPU p div N mod 8, so every node gets the same share. How a contender i
   - kube-scheduler gets the native form, required node affinity on kubernetes.io/hostname plus a request of
     `nvidia.com/gpu: 1` (every W1 pod carries that request, so the pods differ only in how they are pinned).
 
-W2, GpuClaims: claims of 1, 2, 4 and 8 GPUs, largest first, sized to fill `fill` of the cluster's GPUs. The
-gpu-scheduler gets one GpuClaim per pod; kube-scheduler gets the same pods asking `nvidia.com/gpu: <n>`.
+W2, GPU claims: claims of 1, 2, 4 and 8 GPUs, largest first, sized to fill `fill` of the cluster's GPUs.
 Largest-first powers of two always fit while capacity lasts (every node's free count stays a multiple of the
-next size), so both contenders can place every pod.
+next size), so every contender can place every pod. The same request reaches each contender in its own API
+(`ClaimApi`):
+  - `gpuclaim`: one GpuClaim per pod, named by the pod's claim annotation (gpu-scheduler);
+  - `extended`: the pod asks `nvidia.com/gpu: <n>` (kube-scheduler, extended resources);
+  - `dra`: one ResourceClaim per pod asking `exactly` n devices of the bench's DeviceClass, referenced from the
+    pod's `spec.resourceClaims` and its container's `resources.claims` (kube-scheduler, Dynamic Resource
+    Allocation, `resource.k8s.io/v1`).
+What the scheduler needs to know of the GPUs comes in the same three forms (`inventory_objects`): the simulated
+GpuNodeStatus, the nodes' `nvidia.com/gpu` capacity, one ResourceSlice per node.
+
+Storm, GPUs exhausted: one 8-GPU claim pod per node takes every GPU first (the fill), then `pods` 1-GPU claim
+pods arrive that cannot be placed and wait; what the waiting costs is the measure.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 from gpu_scheduling import constants
 
@@ -26,6 +36,20 @@ CEILING_SCHEDULER = "ceiling-binder"
 KUBE_SCHEDULER = "default-scheduler"
 W2_MIX = ((8, 0.10), (4, 0.15), (2, 0.25), (1, 0.50))
 """GPUs per claim and the share of GPUs (not of claims) each size takes in W2."""
+
+ClaimApi = Literal["gpuclaim", "extended", "dra"]
+GPUCLAIM: ClaimApi = "gpuclaim"
+EXTENDED: ClaimApi = "extended"
+DRA: ClaimApi = "dra"
+
+DRA_DRIVER = "gpu.bench.example"
+"""The fictitious DRA driver whose ResourceSlices the benchmark publishes (no kubelet plugin: kwok runs no pods)."""
+DRA_DEVICE_CLASS = "bench-gpu"
+DRA_API = "resource.k8s.io/v1"
+DRA_REQUEST = "gpus"
+"""The name of the one request in every ResourceClaim, and of the pod's claim entry."""
+DRA_ISLAND = f"{DRA_DRIVER}/island"
+"""The fully qualified attribute a `matchAttribute` constraint keeps equal: the NVLink island."""
 
 
 def node_name(i: int) -> str:
@@ -56,17 +80,21 @@ def gpu_map(group: list[Placement]) -> str:
     return "\n".join(f"{pl.index}={pl.node}:{','.join(map(str, pl.gpus))}" for pl in group)
 
 
-def _pod(namespace: str, name: str, scheduler: str, gpus: int, *, annotations: dict[str, str] | None = None,
-         affinity_node: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+def _pod(namespace: str, name: str, scheduler: str, gpus: int | None, *, annotations: dict[str, str] | None = None,
+         affinity_node: str | None = None, labels: dict[str, str] | None = None,
+         resource_claim: str | None = None) -> dict[str, Any]:
+    """A pod asking `gpus` nvidia.com/gpu (None: no extended resource), or the ResourceClaim `resource_claim`."""
+    container: dict[str, Any] = {"name": "main", "image": IMAGE, "resources": {}}
+    if gpus is not None:
+        container["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
     spec: dict[str, Any] = {
         "schedulerName": scheduler,
         "terminationGracePeriodSeconds": 0,
-        "containers": [{
-            "name": "main",
-            "image": IMAGE,
-            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-        }],
+        "containers": [container],
     }
+    if resource_claim:
+        spec["resourceClaims"] = [{"name": DRA_REQUEST, "resourceClaimName": resource_claim}]
+        container["resources"]["claims"] = [{"name": DRA_REQUEST}]
     if affinity_node:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [affinity_node]}]},
@@ -108,29 +136,105 @@ def w2_sizes(claims: int, nodes: int, fill: float = 0.9) -> list[int]:
     return sizes[:claims]
 
 
-def w2_objects(contender_scheduler: str, namespace: str, sizes: list[int]) -> tuple[list[dict[str, Any]],
-                                                                                     list[dict[str, Any]]]:
-    """(claims, pods) of W2 for one contender; kube-scheduler gets no claims, only `nvidia.com/gpu` requests."""
+def gpuclaim_spec(gpus: int) -> dict[str, Any]:
+    """What every benchmark claim asks, in GpuClaim form: `gpus` GPUs, contiguous policy, topology left to its
+    default (Ignore)."""
+    return {"devices": {"count": gpus, "policy": "contiguous"}}
+
+
+def gpuclaim(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuClaim",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def resource_claim(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The DRA form of the GpuClaim `spec`: exactly `devices.count` devices of the bench's DeviceClass; topology
+    `Required` becomes a `matchAttribute` constraint on the island (and `minBandwidthGBps` a CEL selector on the
+    bandwidth attribute). What DRA has no words for is left out and costs neither contender anything in the
+    benchmark: the allocation policy (contiguous/spread ids), `Preferred` topology (DRA has no preferences)."""
+    exactly: dict[str, Any] = {"deviceClassName": DRA_DEVICE_CLASS, "allocationMode": "ExactCount",
+                               "count": spec["devices"]["count"]}
+    devices: dict[str, Any] = {"requests": [{"name": DRA_REQUEST, "exactly": exactly}]}
+    topology = spec.get("topology") or {}
+    if topology.get("mode") == "Required":
+        devices["constraints"] = [{"requests": [DRA_REQUEST], "matchAttribute": DRA_ISLAND}]
+        if topology.get("minBandwidthGBps"):
+            exactly["selectors"] = [{"cel": {"expression": f'device.attributes["{DRA_DRIVER}"].bandwidthGBps >= '
+                                                           f'{int(topology["minBandwidthGBps"])}'}}]
+    return {"apiVersion": DRA_API, "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": devices}}
+
+
+def claim_pods(api: ClaimApi, scheduler: str, namespace: str, sizes: list[int], prefix: str = "w2",
+               spec: Any = gpuclaim_spec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(claims, pods): one pod per size, named `<prefix>-<i>-<n>gpu`, asking its GPUs in `api`, and the claims
+    to create before the pods (none for `extended`). `spec(n)` is the GpuClaim spec every form is made from."""
     claims: list[dict[str, Any]] = []
     pods: list[dict[str, Any]] = []
     for i, gpus in enumerate(sizes):
-        name = f"w2-{i:05d}-{gpus}gpu"
-        if contender_scheduler == KUBE_SCHEDULER:
-            pods.append(_pod(namespace, name, KUBE_SCHEDULER, gpus))
-            continue
-        claims.append({
-            "apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}",
-            "kind": "GpuClaim",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"devices": {"count": gpus, "policy": "contiguous"}},
-        })
-        pods.append(_pod(namespace, name, contender_scheduler, gpus,
-                         annotations={constants.CLAIM_ANNOTATION: name}))
+        name = f"{prefix}-{i:05d}-{gpus}gpu"
+        if api == EXTENDED:
+            pods.append(_pod(namespace, name, scheduler, gpus))
+        elif api == GPUCLAIM:
+            claims.append(gpuclaim(name, namespace, spec(gpus)))
+            pods.append(_pod(namespace, name, scheduler, gpus, annotations={constants.CLAIM_ANNOTATION: name}))
+        elif api == DRA:
+            claims.append(resource_claim(name, namespace, spec(gpus)))
+            pods.append(_pod(namespace, name, scheduler, None, resource_claim=name))
+        else:
+            raise ValueError(f"unknown claim API {api!r}")
     return claims, pods
 
 
+def pod_gpus(pod: dict[str, Any], claims: dict[str, dict[str, Any]] | None = None) -> int:
+    """GPUs a benchmark pod asks: its nvidia.com/gpu limit, or the count of its ResourceClaim in `claims`."""
+    limit = (pod["spec"]["containers"][0]["resources"].get("limits") or {}).get("nvidia.com/gpu")
+    if limit is not None:
+        return int(limit)
+    total = 0
+    for ref in pod["spec"].get("resourceClaims") or []:
+        claim = (claims or {})[ref["resourceClaimName"]]
+        total += sum(r["exactly"]["count"] for r in claim["spec"]["devices"]["requests"])
+    return total
+
+
+def storm_sizes(nodes: int, pods: int) -> tuple[list[int], list[int]]:
+    """(fill, storm): one 8-GPU claim per node, which takes every GPU, then `pods` 1-GPU claims that must wait."""
+    return [GPUS_PER_NODE] * nodes, [1] * pods
+
+
+# ---- what the scheduler knows of the GPUs ---------------------------------------------------------------------
 def simulated_inventory() -> dict[str, Any]:
     """One node's GpuNodeStatus status: 8 healthy GPUs in two NVLink islands (as the claim scenarios use)."""
     devices = [{"id": i, "health": "Healthy", "island": f"nvlink-group-{i // 4}",
                 "bandwidthGBps": 600 if i < 4 else 64, "inUseBy": []} for i in range(GPUS_PER_NODE)]
     return {"total": GPUS_PER_NODE, "free": GPUS_PER_NODE, "unhealthy": 0, "devices": devices}
+
+
+def gpu_node_status(node: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(object, status): a GpuNodeStatus is created first, its status written through the status subresource."""
+    body = {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuNodeStatus",
+            "metadata": {"name": node}, "spec": {"nodeName": node}}
+    return body, {"status": simulated_inventory()}
+
+
+def device_class() -> dict[str, Any]:
+    """Every device of the bench's driver."""
+    return {"apiVersion": DRA_API, "kind": "DeviceClass", "metadata": {"name": DRA_DEVICE_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]}}
+
+
+def resource_slice(node: str) -> dict[str, Any]:
+    """The node's GPUs as its DRA driver would publish them: one pool named after the node, in one slice, the
+    same 8 devices as the simulated GpuNodeStatus, each with its index, NVLink island and bandwidth."""
+    devices = [{"name": f"gpu-{d['id']}", "attributes": {
+        "index": {"int": d["id"]}, "island": {"string": d["island"]}, "bandwidthGBps": {"int": d["bandwidthGBps"]},
+    }} for d in simulated_inventory()["devices"]]
+    return {"apiVersion": DRA_API, "kind": "ResourceSlice", "metadata": {"name": f"{node}-{DRA_DRIVER}"},
+            "spec": {"driver": DRA_DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}
+
+
+def dra_inventory(nodes: int) -> list[dict[str, Any]]:
+    """The DeviceClass, then one ResourceSlice per node."""
+    return [device_class(), *(resource_slice(node_name(i)) for i in range(nodes))]

@@ -165,7 +165,8 @@ type objectMeta struct {
 }
 
 // collectionPath is where an object of this kind is created: core kinds under /api/v1, others under /apis with
-// the lower-case plural that every kind the benchmark creates (Pod, GpuClaim) follows.
+// the lower-case plural that every kind the benchmark creates follows (Pod, GpuClaim, ResourceSlice,
+// ResourceClaim: +s; DeviceClass, GpuNodeStatus: +es).
 func collectionPath(meta objectMeta) string {
 	path := "/apis/" + meta.APIVersion
 	if meta.APIVersion == "v1" {
@@ -174,7 +175,11 @@ func collectionPath(meta objectMeta) string {
 	if meta.Metadata.Namespace != "" {
 		path += "/namespaces/" + meta.Metadata.Namespace
 	}
-	return path + "/" + strings.ToLower(meta.Kind) + "s"
+	plural := strings.ToLower(meta.Kind) + "s"
+	if strings.HasSuffix(meta.Kind, "s") {
+		plural = strings.ToLower(meta.Kind) + "es"
+	}
+	return path + "/" + plural
 }
 
 // create POSTs every object of a JSON-lines file: with -rate 0 from -concurrency workers as fast as the server

@@ -1,10 +1,11 @@
-"""The benchmark's pure parts: the workloads every contender gets, and the figures read from the audit log."""
+"""The benchmark's pure parts: the workloads every contender gets, the figures and write counts read from the
+audit log, and the report made of them."""
 
 import json
 
 import pytest
 
-from bench import measure, workload
+from bench import measure, report, workload
 from gpu_scheduling import constants, gpumap
 
 
@@ -44,14 +45,93 @@ def test_w2_sizes_are_largest_first_and_fit_the_cluster():
         free[node] -= size
 
 
-def test_w2_gives_the_gpu_scheduler_one_claim_per_pod_and_kube_scheduler_requests():
-    claims, pods = workload.w2_objects("gpu-scheduler", "ns", [4, 1])
-    assert [c["spec"]["devices"]["count"] for c in claims] == [4, 1]
-    assert [p["metadata"]["annotations"][constants.CLAIM_ANNOTATION] for p in pods] == \
-        [c["metadata"]["name"] for c in claims]
-    claims, pods = workload.w2_objects(workload.KUBE_SCHEDULER, "ns", [4, 1])
-    assert claims == []
-    assert [p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] for p in pods] == ["4", "1"]
+def test_w2_asks_the_same_gpus_in_every_claim_api():
+    sizes = [4, 1]
+    gpuclaims, gpuclaim_pods = workload.claim_pods(workload.GPUCLAIM, "gpu-scheduler", "ns", sizes)
+    assert [c["kind"] for c in gpuclaims] == ["GpuClaim", "GpuClaim"]
+    assert [c["spec"]["devices"]["count"] for c in gpuclaims] == [4, 1]
+    assert [p["metadata"]["annotations"][constants.CLAIM_ANNOTATION] for p in gpuclaim_pods] == \
+        [c["metadata"]["name"] for c in gpuclaims]
+
+    none, extended_pods = workload.claim_pods(workload.EXTENDED, workload.KUBE_SCHEDULER, "ns", sizes)
+    assert none == []
+    assert [p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] for p in extended_pods] == ["4", "1"]
+
+    dra_claims, dra_pods = workload.claim_pods(workload.DRA, workload.KUBE_SCHEDULER, "ns", sizes)
+    by_name = {c["metadata"]["name"]: c for c in dra_claims}
+    for pod, claim in zip(dra_pods, dra_claims, strict=True):
+        assert pod["spec"]["resourceClaims"] == [{"name": workload.DRA_REQUEST,
+                                                  "resourceClaimName": claim["metadata"]["name"]}]
+        container = pod["spec"]["containers"][0]
+        assert container["resources"] == {"claims": [{"name": workload.DRA_REQUEST}]}  # no nvidia.com/gpu as well
+        assert claim["metadata"]["namespace"] == pod["metadata"]["namespace"] == "ns"
+    # The same pod names, the same GPU counts, whatever the form.
+    names = [[p["metadata"]["name"] for p in pods] for pods in (gpuclaim_pods, extended_pods, dra_pods)]
+    assert names[0] == names[1] == names[2]
+    assert [workload.pod_gpus(p) for p in extended_pods] == [workload.pod_gpus(p) for p in gpuclaim_pods] == \
+        [workload.pod_gpus(p, by_name) for p in dra_pods] == sizes
+
+
+def test_resource_claim_asks_exactly_the_count_and_keeps_required_topology_in_one_island():
+    plain = workload.resource_claim("c", "ns", workload.gpuclaim_spec(4))
+    assert plain["apiVersion"] == "resource.k8s.io/v1" and plain["kind"] == "ResourceClaim"
+    assert plain["spec"]["devices"] == {"requests": [{"name": workload.DRA_REQUEST, "exactly": {
+        "deviceClassName": workload.DRA_DEVICE_CLASS, "allocationMode": "ExactCount", "count": 4}}]}
+
+    preferred = workload.resource_claim("c", "ns", {"devices": {"count": 2}, "topology": {"mode": "Preferred"}})
+    assert "constraints" not in preferred["spec"]["devices"]  # DRA has no preferences
+
+    required = workload.resource_claim("c", "ns", {"devices": {"count": 4},
+                                                   "topology": {"mode": "Required", "minBandwidthGBps": 600}})
+    devices = required["spec"]["devices"]
+    assert devices["constraints"] == [{"requests": [workload.DRA_REQUEST],
+                                       "matchAttribute": "gpu.bench.example/island"}]
+    assert devices["requests"][0]["exactly"]["selectors"] == [
+        {"cel": {"expression": 'device.attributes["gpu.bench.example"].bandwidthGBps >= 600'}}]
+
+
+def test_resource_slice_publishes_the_simulated_inventory():
+    rs = workload.resource_slice("node7")
+    spec = rs["spec"]
+    assert (rs["apiVersion"], rs["kind"]) == ("resource.k8s.io/v1", "ResourceSlice")
+    assert spec["driver"] == workload.DRA_DRIVER and spec["nodeName"] == "node7"
+    assert spec["pool"] == {"name": "node7", "generation": 1, "resourceSliceCount": 1}
+    devices = spec["devices"]
+    assert [d["name"] for d in devices] == [f"gpu-{i}" for i in range(8)]
+    assert [d["attributes"]["index"] for d in devices] == [{"int": i} for i in range(8)]
+    islands = [d["attributes"]["island"]["string"] for d in devices]
+    assert islands == ["nvlink-group-0"] * 4 + ["nvlink-group-1"] * 4
+    inventory = workload.simulated_inventory()["devices"]
+    assert [d["attributes"]["bandwidthGBps"]["int"] for d in devices] == [d["bandwidthGBps"] for d in inventory]
+    assert islands == [d["island"] for d in inventory]  # the two inventories say the same
+
+
+def test_dra_inventory_is_one_device_class_then_a_slice_per_node():
+    objects = workload.dra_inventory(3)
+    assert [o["kind"] for o in objects] == ["DeviceClass"] + ["ResourceSlice"] * 3
+    assert objects[0]["metadata"]["name"] == workload.DRA_DEVICE_CLASS
+    assert objects[0]["spec"]["selectors"] == [{"cel": {"expression": 'device.driver == "gpu.bench.example"'}}]
+    assert [o["spec"]["nodeName"] for o in objects[1:]] == ["node1", "node2", "node3"]
+    assert len({o["metadata"]["name"] for o in objects}) == 4
+
+
+def test_gpu_node_status_is_the_simulated_inventory_of_its_node():
+    body, status = workload.gpu_node_status("node2")
+    assert body["kind"] == "GpuNodeStatus" and body["metadata"]["name"] == body["spec"]["nodeName"] == "node2"
+    assert status == {"status": workload.simulated_inventory()}
+
+
+def test_storm_fill_takes_every_gpu_so_no_storm_pod_fits():
+    fill, storm = workload.storm_sizes(nodes=10, pods=50)
+    assert fill == [8] * 10 and sum(fill) == 10 * workload.GPUS_PER_NODE
+    assert storm == [1] * 50
+    _, pods = workload.claim_pods(workload.DRA, workload.KUBE_SCHEDULER, "bench", storm, prefix="storm")
+    assert pods[0]["metadata"]["name"] == "storm-00000-1gpu"
+
+
+def test_an_unknown_claim_api_is_refused():
+    with pytest.raises(ValueError, match="unknown claim API"):
+        workload.claim_pods("maps", "s", "ns", [1])  # type: ignore[arg-type]
 
 
 def audit(stage_ts: str, received: str, name: str, code: int, subresource: str | None = None,
@@ -94,3 +174,89 @@ def test_audit_tail_reads_creates_and_binds_incrementally(tmp_path):
 @pytest.mark.parametrize(("q", "expected"), [(50, 5), (90, 9), (99, 10), (100, 10), (1, 1)])
 def test_percentile_is_nearest_rank(q, expected):
     assert measure.percentile(list(range(10, 0, -1)), q) == expected
+
+
+def write_event(verb: str, resource: str, received: str, user: str = "bench-scheduler", subresource: str = "",
+                stage: str = "ResponseComplete", code: int = 200) -> str:
+    ref = {"resource": resource, "namespace": "bench", "name": "x"}
+    if subresource:
+        ref["subresource"] = subresource
+    return json.dumps({"stage": stage, "verb": verb, "user": {"username": user}, "objectRef": ref,
+                       "responseStatus": {"code": code}, "requestReceivedTimestamp": received,
+                       "stageTimestamp": received})
+
+
+def test_write_tail_counts_writes_by_user_resource_and_window(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    t = "2026-01-01T00:00:0{}.000000Z"
+    log.write_text("\n".join([
+        write_event("create", "pods", t.format(0), user="admin"),  # the benchmark's own create
+        write_event("create", "leases", t.format(1)),
+        write_event("create", "leases", t.format(1), code=409),  # refused writes count too
+        write_event("patch", "gpuclaims", t.format(2), subresource="status"),
+        write_event("create", "pods", t.format(3), subresource="binding"),
+        write_event("get", "pods", t.format(3)),  # not a write
+        write_event("create", "events", t.format(3), stage="Panic"),  # never completed
+        write_event("update", "resourceclaims", t.format(5), subresource="status"),
+    ]) + "\n" + write_event("delete", "leases", t.format(6))[:30])  # a line still being written
+    tail = measure.WriteTail(log)
+    assert tail.poll() == 6
+    start = measure._ts(t.format(1))
+    assert tail.counts("bench-scheduler") == {"create leases": 2, "create pods/binding": 1,
+                                              "patch gpuclaims/status": 1, "update resourceclaims/status": 1}
+    assert tail.counts(None, until=start) == {"create pods": 1}
+    assert tail.counts("bench-scheduler", since=start, until=measure._ts(t.format(3))) == {
+        "create leases": 2, "patch gpuclaims/status": 1}
+    per_pod = measure.per_pod(tail.counts("bench-scheduler"), pods=2)
+    assert per_pod["create leases"] == 1.0 and per_pod["total"] == 2.5
+    assert measure.per_pod({}, 0) == {"total": 0.0}
+
+
+@pytest.mark.parametrize(("pod", "expected"), [
+    ({"spec": {}, "status": {}}, False),
+    ({"spec": {}, "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}},
+     True),
+    ({"spec": {}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}, False),
+    ({"spec": {"nodeName": "node1"}, "status": {}}, True),
+])
+def test_a_pod_is_tried_once_it_is_unschedulable_or_bound(pod, expected):
+    assert measure.tried(pod) is expected
+
+
+def run_result(contender: str, wl: str, throughput: float, writes: dict[str, float]) -> dict:
+    return {"workload": wl, "contender": contender, "rep": 1, "nodes": 5, "pods": 40, "bound": 40, "seconds": 1.0,
+            "throughput": throughput, "create_seconds": 0.5, "latency_p50_ms": 10.0, "latency_p90_ms": 20.0,
+            "latency_p99_ms": 30.0, "failed_binds": 0, "curve": [(0.5, 20), (1.0, 40)], "gpus_requested": 72,
+            "cpu_seconds": {"kube-apiserver": 2.0, "etcd": 0.5, "scheduler": 0.4},
+            "peak_rss_mib": {"scheduler": 100.0}, "scheduler_writes": {}, "writes_per_pod": writes}
+
+
+def storm_result(contender: str) -> dict:
+    window = {"seconds": 10.0, "cpu_per_second": {"kube-apiserver": 0.08, "etcd": 0.01, "scheduler": 0.02},
+              "scheduler_writes_per_minute": 12.0, "all_writes_per_minute": 30.0,
+              "scheduler_writes": {"patch pods/status": 2}, "all_writes": {"patch pods/status": 2}}
+    return {"workload": "storm", "contender": contender, "rep": 1, "nodes": 5, "pods": 40, "fill_bound": 5,
+            "fill_pods": 5, "first_pass_complete": True, "untried_after_timeout": 0, "first_pass_seconds": 4.0,
+            "bound": 0, "peak_rss_mib": {"scheduler": 90.0}, "baseline": window, "storm": window}
+
+
+def test_report_compares_gpu_scheduler_with_the_dra_peer_and_shows_writes_and_the_storm():
+    results = {
+        "settings": {"nodes": 5, "pods": 40, "reps": 1, "group_size": 10, "create_concurrency": 64,
+                     "webhook_seconds": 2, "create_latency_pods": 20, "storm_seconds": 10,
+                     "storm_baseline_seconds": 10, "writes_settle_seconds": 1, "storm_pods": 40},
+        "client": {"qps": 1, "burst": 1, "workers": 1}, "started": 0, "seconds": 61,
+        "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 1, "kernel": "k", "python": "3", "go": "go",
+                    "versions": {"kubernetes_version": "v1.34.4"}},
+        "runs": [run_result("gpu-scheduler", "w2", 20.0, {"create leases": 2.0, "total": 6.0}),
+                 run_result("kube-scheduler-dra", "w2", 40.0, {"update resourceclaims/status": 1.0, "total": 3.0})],
+        "storm": [storm_result("gpu-scheduler"), storm_result("kube-scheduler-dra")],
+        "webhook": None,
+    }
+    text = report.render(results, "assets")
+    assert "| pods bound per second (higher is better) | 20.0 | 40.0 | 0.50× |" in text
+    assert "| scheduler write requests per pod | 6.00 | 3.00 | 2.00× |" in text
+    assert "| `create leases` | 2.00 | – |" in text and "| **total** | 6.00 | 3.00 |" in text
+    assert "| gpu-scheduler: apiserver < 0.05 CPU-s/s | 0.080 | **no** |" in text
+    assert "| gpu-scheduler: scheduler < 0.05 CPU-s/s | 0.020 | yes |" in text
+    assert "| `patch pods/status` | 12.0 | 12.0 |" in text
