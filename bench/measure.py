@@ -31,7 +31,26 @@ class PodTimes:
     bound: float | None = None
 
 
-class AuditTail:
+class _Tail:
+    """Reads the complete lines appended to an audit log since the last call (the last, unfinished one waits)."""
+
+    path: pathlib.Path
+    _offset: int
+    _partial: bytes
+
+    def _new_lines(self) -> list[bytes]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+            self._offset = f.tell()
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        return lines
+
+
+class AuditTail(_Tail):
     """Reads an audit log incrementally (it grows while the run goes on) and keeps per-pod times of one
     namespace."""
 
@@ -45,15 +64,7 @@ class AuditTail:
 
     def poll(self) -> int:
         """Read what was appended since the last call; returns the number of pods bound so far."""
-        if not self.path.exists():
-            return self.bound
-        with self.path.open("rb") as f:
-            f.seek(self._offset)
-            data = f.read()
-            self._offset = f.tell()
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        for line in lines:
+        for line in self._new_lines():
             # Only pod events matter here; the log also holds every other write, which is not worth parsing
             # while the contenders run on the same CPUs.
             if b'"pods"' in line:
@@ -91,7 +102,7 @@ def write_key(event: dict) -> str | None:
     return f"{event['verb']} {resource}"
 
 
-class WriteTail:
+class WriteTail(_Tail):
     """The completed write requests of an audit log, read incrementally: who made each, when it was received,
     and its `write_key`."""
 
@@ -103,15 +114,7 @@ class WriteTail:
 
     def poll(self) -> int:
         """Read what was appended since the last call; returns the number of writes seen so far."""
-        if not self.path.exists():
-            return len(self.events)
-        with self.path.open("rb") as f:
-            f.seek(self._offset)
-            data = f.read()
-            self._offset = f.tell()
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        for line in lines:
+        for line in self._new_lines():
             if not line.strip():
                 continue
             event = json.loads(line)
