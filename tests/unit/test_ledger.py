@@ -374,20 +374,20 @@ class LedgerMachine(RuleBasedStateMachine):
 def test_machine_regression_a_lease_is_not_released_before_the_lagging_pod_watch_shows_its_holder():
     """After a restart the Lease watch may list before the pod watch: a Lease naming a pod the ledger has not
     seen yet must be verified with the API, never released on the ledger's silence."""
+    def schedule_one_gpu(uid: str) -> None:
+        m.create_pod(uid)
+        m.place(uid, "n1", 1, False, False)
+        m.acquire_leases(uid, None)
+        m.bind(uid, "ok")
+
     m = LedgerMachine()
     m.start()
-    m.create_pod("p0")
-    m.place("p0", "n1", 1, False, False)
-    m.acquire_leases("p0", None)
-    m.bind("p0", "ok")
+    schedule_one_gpu("p0")
     m.restart_scheduler()
     m.reconcile_one()
     while m.lease_events:
         m.deliver_lease_event()
-    m.create_pod("p1")
-    m.place("p1", "n1", 1, False, False)
-    m.acquire_leases("p1", None)
-    m.bind("p1", "ok")
+    schedule_one_gpu("p1")
     m.no_exclusive_gpu_has_two_live_holders()
     m.settle_and_check_no_release_is_lost()
 
