@@ -44,3 +44,14 @@ def test_status_counts_and_in_use_by_follow_leases_and_map_pods():
     assert (status["total"], status["free"], status["unhealthy"]) == (4, 0, 1)
     assert [d["inUseBy"] for d in status["devices"]] == [["ns/p1"], ["default/check-2", "ns/p2", "u3"],
                                                          ["default/check-2"], []]
+
+
+@pytest.mark.parametrize("spec, node", [
+    ({"nodeName": "node1"}, "node1"),
+    ({}, "node1"),
+    ({"nodeName": "node2"}, None),  # names another node: the scheduler ignores it
+])
+def test_an_inventory_describes_only_the_node_of_its_own_name(spec, node):
+    status = {"metadata": {"name": "node1"}, "spec": spec, "status": {"devices": [{"id": 0}]}}
+    assert objects.inventory_node(status) == node
+    assert objects.node_from_status(status, {}).name == "node1"

@@ -69,6 +69,15 @@ def request_from_claim(claim: Mapping[str, Any]) -> Request:
     )
 
 
+def inventory_node(status_obj: Mapping[str, Any]) -> str | None:
+    """The node a GpuNodeStatus describes: its own name. None when its `spec.nodeName` names another node: such an
+    inventory is ignored, never trusted, since whoever may write one node's inventory must not be able to offer GPUs
+    on another (the agent's admission policy ties the name to its own node; this is the scheduler's half)."""
+    name = status_obj["metadata"]["name"]
+    spec_node = (status_obj.get("spec") or {}).get("nodeName")
+    return name if spec_node in (None, name) else None
+
+
 def node_from_status(status_obj: Mapping[str, Any], labels: Mapping[str, str]) -> Node:
     status = status_obj.get("status") or {}
     devices = tuple(
@@ -76,8 +85,7 @@ def node_from_status(status_obj: Mapping[str, Any], labels: Mapping[str, str]) -
                d.get("health", "Healthy") == "Healthy")
         for d in sorted(status.get("devices") or [], key=lambda d: d["id"])
     )
-    name = (status_obj.get("spec") or {}).get("nodeName") or status_obj["metadata"]["name"]
-    return Node(name, devices, dict(labels))
+    return Node(status_obj["metadata"]["name"], devices, dict(labels))
 
 
 def lease_holders(lease: Mapping[str, Any]) -> list[str]:

@@ -219,8 +219,8 @@ class ClaimPath:
             return usable
         usable = []
         for key, status in self.statuses.cache.items():
-            name = (status.get("spec") or {}).get("nodeName") or status["metadata"]["name"]
-            node = nodes.get(name)
+            name = objects.inventory_node(status)
+            node = nodes.get(name) if name is not None else None
             if node is None or decision.node_problem(node, tolerations) is not None:
                 continue
             version = (status["metadata"].get("resourceVersion", ""), node["metadata"].get("resourceVersion", ""))
@@ -242,10 +242,14 @@ class ClaimPath:
                     "nodes?)")
         problems = []
         for status in self.statuses.cache.values():
-            name = (status.get("spec") or {}).get("nodeName") or status["metadata"]["name"]
-            node = nodes.get(name)
-            problems.append(f"node {name} does not exist" if node is None
-                            else decision.node_problem(node, tolerations) or f"node {name} is usable")
+            name = objects.inventory_node(status)
+            node = nodes.get(name) if name is not None else None
+            if name is None:
+                problems.append(f"GpuNodeStatus {status['metadata']['name']} names another node "
+                                f"({status['spec']['nodeName']}) and is ignored")
+            else:
+                problems.append(f"node {name} does not exist" if node is None
+                                else decision.node_problem(node, tolerations) or f"node {name} is usable")
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         return f"none of the {len(problems)} nodes with a GPU inventory takes the pod: {shown}"
 
