@@ -48,6 +48,8 @@ class Contender:
     """The workloads it takes part in."""
     python_processes: tuple[str, ...] = ()
     """Names (keys of processes()) that py-spy can profile."""
+    cuda_env_in_pods: bool = False
+    """Its W1 pods are created with the CUDA_VISIBLE_DEVICES the webhook would set (no webhook in its path)."""
 
     def start(self, plane: BenchPlane) -> None:
         raise NotImplementedError
@@ -119,11 +121,12 @@ class GpuScheduler(Contender):
 
 
 class GpuSchedulerWithoutWebhook(GpuScheduler):
-    """Not in the default set: gpu-scheduler alone, the pods admitted without the webhook (so without
-    CUDA_VISIBLE_DEVICES). Run it by name to see what the webhook costs the whole path."""
+    """Not in the default set: gpu-scheduler alone, the pods admitted without the webhook (they are created with
+    the CUDA_VISIBLE_DEVICES it would set). Run it by name to see what the webhook costs the whole path."""
 
     name = "gpu-scheduler-no-webhook"
     python_processes = ("scheduler",)
+    cuda_env_in_pods = True
 
     def start(self, plane: BenchPlane) -> None:
         components = self._components(plane)

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -107,7 +108,7 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         if wl == "w1":
             claims: list[dict[str, Any]] = []
             pods = workload.w1_pods(contender.scheduler_name, NAMESPACE, settings.pods, settings.nodes,
-                                    settings.group_size)
+                                    settings.group_size, cuda_env=contender.cuda_env_in_pods)
             gpus = len(pods)
         else:
             sizes = workload.w2_sizes(settings.pods, settings.nodes)
@@ -122,6 +123,7 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
                    **contender.processes()}
         cpu_before = _snapshot(watched)
         profilers = _start_profilers(contender, workdir) if settings.profile else []
+        apiserver = ApiserverAccount(plane, workdir) if settings.profile else None
         with ThreadPoolExecutor(1) as pool:
             creating = pool.submit(plane.create, pods, "pods", concurrency=settings.create_concurrency)
             deadline = time.monotonic() + settings.timeout
@@ -137,6 +139,8 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
             print(f"   {exited}", flush=True)
         cpu = {k: v - cpu_before[k] for k, v in _snapshot(watched).items()}
         _stop_profilers(profilers)
+        if apiserver is not None:
+            apiserver.finish()
         rss = {k: s.peak_rss_mib() for k, s in watched.items()}
         tail.poll()
         figs = measure.figures(tail.pods, tail.failed_binds)
@@ -322,6 +326,49 @@ def _start_profilers(contender: contenders.Contender, workdir: pathlib.Path) -> 
     return out
 
 
+class ApiserverAccount:
+    """What the apiserver did during a run, from its own side: a Go CPU profile of the first `PROFILE_SECONDS` of
+    the window (`apiserver.pprof`; read it with `go tool pprof -top`) and the growth of its request and watch-event
+    counters by verb and resource (`apiserver-requests.txt`), so contenders can be compared by what they cost it."""
+
+    PROFILE_SECONDS = 60
+
+    def __init__(self, plane: BenchPlane, workdir: pathlib.Path):
+        self.plane = plane
+        self.workdir = workdir
+        self.before = self._counters()
+        self.pool = ThreadPoolExecutor(1)
+        self.profile = self.pool.submit(self._fetch, f"/debug/pprof/profile?seconds={self.PROFILE_SECONDS}",
+                                        self.PROFILE_SECONDS + 60)
+
+    def _fetch(self, path: str, timeout: float = 30) -> bytes:
+        cfg = self.plane.api.cfg
+        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=cfg.ssl_context))
+        with opener.open(cfg.server + path, timeout=timeout) as resp:
+            return resp.read()
+
+    def _counters(self) -> dict[str, float]:
+        """Counter samples of interest, keyed by their metric line's name and labels."""
+        wanted = ("apiserver_request_total{", "apiserver_watch_events_total{", "apiserver_watch_events_sizes_sum{")
+        out: dict[str, float] = {}
+        for line in self._fetch("/metrics").decode().splitlines():
+            if line.startswith(wanted):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
+
+    def finish(self) -> None:
+        after = self._counters()
+        rows = sorted(((after[k] - self.before.get(k, 0.0), k) for k in after), reverse=True)
+        (self.workdir / "apiserver-requests.txt").write_text(
+            "".join(f"{delta:14.0f} {key}\n" for delta, key in rows if delta > 0))
+        try:
+            (self.workdir / "apiserver.pprof").write_bytes(self.profile.result())
+        except OSError as exc:
+            print(f"   apiserver profile failed: {exc}", flush=True)
+        self.pool.shutdown()
+
+
 def _stop_profilers(profilers: list[subprocess.Popen[bytes]]) -> None:
     for proc in profilers:
         proc.send_signal(signal.SIGINT)  # py-spy writes its flame graph on SIGINT
@@ -413,7 +460,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--storm-baseline-seconds", type=float, help="the window before the storm pods arrive")
     p.add_argument("--contenders", help=f"comma-separated: {','.join(contenders.BY_NAME)}")
     p.add_argument("--skip-webhook", action="store_true")
-    p.add_argument("--profile", action="store_true", help="py-spy flame graphs of the contenders, in the run folders")
+    p.add_argument("--profile", action="store_true",
+                   help="py-spy flame graphs of the contenders, the apiserver's CPU profile and request counts, "
+                        "in the run folders")
     p.add_argument("--out", type=pathlib.Path, help="working and results folder")
     p.add_argument("--docs", type=pathlib.Path, help="the markdown report to write (default docs/benchmarks.md)")
     args = p.parse_args(argv)

@@ -82,9 +82,11 @@ def gpu_map(group: list[Placement]) -> str:
 
 def _pod(namespace: str, name: str, scheduler: str, gpus: int | None, *, annotations: dict[str, str] | None = None,
          affinity_node: str | None = None, labels: dict[str, str] | None = None,
-         resource_claim: str | None = None) -> dict[str, Any]:
+         resource_claim: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
     """A pod asking `gpus` nvidia.com/gpu (None: no extended resource), or the ResourceClaim `resource_claim`."""
     container: dict[str, Any] = {"name": "main", "image": IMAGE, "resources": {}}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
     if gpus is not None:
         container["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
     spec: dict[str, Any] = {
@@ -109,9 +111,10 @@ def _pod(namespace: str, name: str, scheduler: str, gpus: int | None, *, annotat
 
 
 def w1_pods(contender_scheduler: str, namespace: str, pods: int, nodes: int, group_size: int = 100,
-            ) -> list[dict[str, Any]]:
+            cuda_env: bool = False) -> list[dict[str, Any]]:
     """The W1 pods for one contender: map-pinned for gpu-scheduler and the ceiling, affinity-pinned for
-    kube-scheduler."""
+    kube-scheduler. `cuda_env`: the map pods carry the CUDA_VISIBLE_DEVICES the webhook would have set (for a
+    contender without the webhook: gpu-scheduler binds no map pod that lacks it)."""
     out = []
     for group in w1_placements(pods, nodes, group_size):
         text = gpu_map(group)
@@ -119,8 +122,9 @@ def w1_pods(contender_scheduler: str, namespace: str, pods: int, nodes: int, gro
             if contender_scheduler == KUBE_SCHEDULER:
                 out.append(_pod(namespace, pl.pod, KUBE_SCHEDULER, len(pl.gpus), affinity_node=pl.node))
             else:
+                env = {constants.CUDA_ENV: ",".join(map(str, pl.gpus))} if cuda_env else None
                 out.append(_pod(namespace, pl.pod, contender_scheduler, len(pl.gpus),
-                                annotations={constants.MAP_ANNOTATION: text}))
+                                annotations={constants.MAP_ANNOTATION: text}, env=env))
     return out
 
 
