@@ -159,7 +159,7 @@ class ProcessStats:
 
 
 class BenchPlane:
-    def __init__(self, workdir: pathlib.Path, loadgen: pathlib.Path):
+    def __init__(self, workdir: pathlib.Path, loadgen: pathlib.Path, profiling: bool = False):
         self.dir = workdir
         self.loadgen = loadgen
         stages = workdir / "kwok-stages.yaml"
@@ -167,7 +167,8 @@ class BenchPlane:
         stages.write_text(KWOK_STAGES)
         self.cp = ControlPlane(workdir, audit_policy=AUDIT_POLICY, extra_args={
             "kube-apiserver": ["--audit-log-mode=batch", "--max-requests-inflight=800",
-                               "--max-mutating-requests-inflight=400"],
+                               "--max-mutating-requests-inflight=400",
+                               f"--profiling={str(profiling).lower()}"],  # /debug/pprof for `--profile`
             "kube-controller-manager": ["--node-monitor-grace-period=3600s", "--kube-api-qps=200",
                                         "--kube-api-burst=400"],
             "kwok": [f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}", f"--config={stages}"],

@@ -96,7 +96,7 @@ def _snapshot(stats: dict[str, Any]) -> dict[str, float]:
 def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: int) -> dict[str, Any]:
     workdir = settings.out / "runs" / f"{wl}-{name}-{rep}"
     shutil.rmtree(workdir, ignore_errors=True)
-    plane = BenchPlane(workdir, loadgen)
+    plane = BenchPlane(workdir, loadgen, profiling=settings.profile)
     contender = contenders.BY_NAME[name]()
     print(f"== {wl} {name} repetition {rep}: {settings.nodes} nodes, {settings.pods} pods", flush=True)
     began = time.monotonic()
