@@ -10,7 +10,7 @@ import os
 import signal
 from typing import Any
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, logs
 from gpu_scheduling.agent import inventory
 from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import config as kubeconfig
@@ -85,9 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--interval", type=float, default=10.0, help="seconds between updates (default 10)")
     p.add_argument("--once", action="store_true", help="write the GpuNodeStatus once and exit")
     p.add_argument("--print", action="store_true", help="print this machine's inventory as JSON and exit")
-    p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    logs.add_arguments(p)
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level, args.log_format)
     if args.print:
         import json
 

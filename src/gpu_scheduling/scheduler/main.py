@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import signal
 import socket
 import uuid
+from collections.abc import Callable
 
 from aiohttp import web
 
-from gpu_scheduling import constants, health
+from gpu_scheduling import constants, health, logs
 from gpu_scheduling.kube import config as kubeconfig
 from gpu_scheduling.kube.client import Client
-from gpu_scheduling.kube.leaderelection import ElectionConfig, LeaderElector, LeadershipLost
+from gpu_scheduling.kube.leaderelection import ElectionConfig, LeadershipLost, run_on_own_thread
 from gpu_scheduling.scheduler.controller import Scheduler, SchedulerConfig
 
 log = logging.getLogger("gpu_scheduling.scheduler")
@@ -43,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=SchedulerConfig.workers, help="concurrent bind workers")
     p.add_argument("--qps", type=float, default=0, help="client-side API rate limit, requests/s (0: none)")
     p.add_argument("--burst", type=int, default=100, help="client-side API burst (with --qps)")
-    p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    logs.add_arguments(p)
 
     # Leader election: the names and defaults of kube-scheduler's flags.
     defaults = ElectionConfig(namespace=constants.LEASE_NAMESPACE, name="-", identity="-")
@@ -92,10 +94,12 @@ def election_config(args: argparse.Namespace) -> ElectionConfig:
     )
 
 
-async def schedule(scheduler: Scheduler, client: Client, election: ElectionConfig | None) -> None:
+async def schedule(scheduler: Scheduler, election_client: Callable[[], Client], election: ElectionConfig | None
+                   ) -> None:
     """Watch (every replica, so a new leader starts warm), then schedule: at once, or while holding the lease.
-    `client` is the election's own client (as kube-scheduler's leader-election client): its renewals never wait
-    in the scheduler's connection pool or behind its rate limiter, so a busy leader does not lose its lease."""
+    The election runs on a thread of its own with its own client (`election_client` makes it there), as
+    kube-scheduler's leader-election client: its renewals never wait in the scheduler's event loop, connection pool
+    or rate limiter, so a busy leader does not lose its lease."""
     watches = await scheduler.watch()
     try:
         if election is None:
@@ -106,8 +110,7 @@ async def schedule(scheduler: Scheduler, client: Client, election: ElectionConfi
         def transition(leading: bool) -> None:
             scheduler.metrics.leader = int(leading)
 
-        elector = LeaderElector(client, election, on_transition=transition)
-        await elector.run(scheduler.lead)
+        await run_on_own_thread(election_client, election, scheduler.lead, on_transition=transition)
     finally:
         scheduler.metrics.leader = 0
         for task in watches:
@@ -124,8 +127,7 @@ async def run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with Client(cfg, qps=args.qps, burst=args.burst, connections=max(64, args.workers * 2),
-                      user_agent=agent) as client, \
-            Client(cfg, connections=2, user_agent=f"{agent}/leader-election") as election_client:
+                      user_agent=agent) as client:
         scheduler = Scheduler(client, SchedulerConfig(name=args.scheduler_name, workers=args.workers))
         app = web.Application()
         health.add_probes(app, scheduler.ready, scheduler.metrics.render)
@@ -133,6 +135,7 @@ async def run(args: argparse.Namespace) -> None:
         log.info("gpu-scheduler %s serving health on %s:%d%s", args.scheduler_name, args.health_host,
                  args.health_port, f", leader election as {election.identity}" if election else
                  ", without leader election")
+        election_client = functools.partial(Client, cfg, connections=2, user_agent=f"{agent}/leader-election")
         main = asyncio.create_task(schedule(scheduler, election_client, election), name="schedule")
         stopper = asyncio.create_task(stop.wait(), name="stop")
         try:
@@ -151,7 +154,7 @@ async def run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level, args.log_format)
     try:
         asyncio.run(run(args))
     except kubeconfig.ConfigError as exc:

@@ -1,27 +1,66 @@
 """HTTPS server for the mutating webhook: `POST /mutate`, `GET /healthz`, `GET /readyz`, `GET /metrics`.
 
-The decision itself lives in :mod:`gpu_scheduling.admission`; this module only moves bytes and keeps serving:
-a malformed body is answered 400, an unexpected error is logged and answered 500.
+HTTP/2 (ALPN `h2`) and HTTP/1.1 on one TLS port, served by Hypercorn (h2 and h11 under a plain ASGI app): the
+kube-apiserver keeps one multiplexed HTTP/2 connection to a webhook that offers it instead of handshaking TLS again
+and again.
+
+The decision itself lives in :mod:`gpu_scheduling.admission`; this module only moves bytes and keeps serving
+whatever a client sends: a body that is not an AdmissionReview is answered 400, one over MAX_BODY_BYTES 413 (without
+reading it), one that does not arrive within BODY_TIMEOUT 408; an unexpected error is logged and answered 500 (a
+bug). Connections are bounded in number, in the time their headers and bodies may take and in idle time; a client
+that goes away is logged at debug level.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
+import concurrent.futures
 import dataclasses
+import json
 import logging
-import os
 import signal
 import ssl
 import time
+from typing import Any
 
-from aiohttp import web
+import h2.errors
+import h2.events
+import h2.exceptions
+import hypercorn.protocol
+from hypercorn.asyncio.tcp_server import MAX_RECV, TCPServer
+from hypercorn.asyncio.worker_context import WorkerContext
+from hypercorn.config import Config
+from hypercorn.events import Closed, RawData, Updated
+from hypercorn.utils import wrap_app
 
-from gpu_scheduling import admission, health
+from gpu_scheduling import admission, logs
 
 log = logging.getLogger("gpu_scheduling.webhook")
 
+# Limits (see README, security section).
 MAX_BODY_BYTES = 3 * 1024 * 1024  # the apiserver's own request limit for objects is ~3 MiB
+MAX_HEADER_BYTES = 16 * 1024  # request line and headers (HTTP/1.1); header list (HTTP/2)
+HEADER_TIMEOUT = 10.0  # first byte of a request to the end of its headers (HTTP/1.1)
+BODY_TIMEOUT = 10.0  # start of a request to the end of its body
+IDLE_TIMEOUT = 60.0  # keep-alive: a connection with no request in flight (HTTP/2: no open stream) is closed
+TLS_HANDSHAKE_TIMEOUT = 10.0
+TLS_SHUTDOWN_TIMEOUT = 5.0  # wait for the client's close_notify at most this long
+MAX_CONNECTIONS = 256  # at the cap the longest-idle connection makes room; if none is idle, the new one is closed
+MAX_REQUESTS_PER_CONNECTION = 10_000
+MAX_STREAMS = 100  # concurrent HTTP/2 streams per connection (RFC 9113 recommends no fewer than 100)
+BODY_BUDGET_BYTES = 16 * 1024 * 1024  # request bodies buffered at once, all connections together (memory limit)
+LARGE_BODY_BYTES = 64 * 1024  # larger bodies are decided in one worker thread, one at a time (memory, event loop)
+GRACEFUL_SECONDS = 5.0
+DRAIN_SECONDS = 5.0  # after an HTTP/1.1 413, read and drop the rest of the body for at most this long...
+DRAIN_BYTES = 16 * 1024 * 1024  # ...and this many bytes, then close
+
+# TLS 1.2 with ECDHE key exchange and AEAD ciphers only (no CBC, no RSA key exchange); TLS 1.3 suites are all AEAD.
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+ALPN = ["h2", "http/1.1"]
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 @dataclasses.dataclass
@@ -32,61 +71,509 @@ class WebhookMetrics:
     bad_requests: int = 0
     errors: int = 0
     seconds_sum: float = 0.0
+    too_large: int = 0
+    timeouts: int = 0
+    disconnects: int = 0
+    connections: int = 0
+    connections_h2: int = 0
+    connections_h1: int = 0
+    connections_refused: int = 0
+    connections_evicted: int = 0
+    largest_response_bytes: int = 0
+    bucket_counts: list[int] = dataclasses.field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+
+    def observe(self, seconds: float) -> None:
+        self.seconds_sum += seconds
+        self.bucket_counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
 
     def render(self) -> str:
         rows = [
             ("gpu_webhook_requests_total", "counter", "Admission requests answered.", self.requests),
             ("gpu_webhook_patched_total", "counter", "Pods given CUDA_VISIBLE_DEVICES.", self.patched),
             ("gpu_webhook_denied_total", "counter", "Pods refused with a message.", self.denied),
-            ("gpu_webhook_bad_requests_total", "counter", "Bodies that were not AdmissionReviews (HTTP 400).",
-             self.bad_requests),
+            ("gpu_webhook_bad_requests_total", "counter",
+             "Bodies that were not AdmissionReviews, too large or too slow (HTTP 4xx).", self.bad_requests),
             ("gpu_webhook_errors_total", "counter", "Unexpected errors (HTTP 500).", self.errors),
             ("gpu_webhook_request_seconds_sum", "counter", "Time spent deciding.", round(self.seconds_sum, 6)),
+            ("gpu_webhook_too_large_total", "counter", f"Bodies over {MAX_BODY_BYTES} bytes (HTTP 413).",
+             self.too_large),
+            ("gpu_webhook_timeouts_total", "counter", "Bodies not received in time (HTTP 408).", self.timeouts),
+            ("gpu_webhook_client_disconnects_total", "counter", "Clients gone before their answer.",
+             self.disconnects),
+            ("gpu_webhook_connections", "gauge", "Open client connections.", self.connections),
+            ("gpu_webhook_connections_refused_total", "counter",
+             "Connections closed at once because the cap was reached with none idle.", self.connections_refused),
+            ("gpu_webhook_connections_evicted_total", "counter",
+             "Idle connections closed to make room under the cap.", self.connections_evicted),
+            ("gpu_webhook_largest_response_bytes", "gauge", "Largest /mutate answer so far.",
+             self.largest_response_bytes),
         ]
-        return "".join(f"# HELP {n} {h}\n# TYPE {n} {t}\n{n} {v}\n" for n, t, h, v in rows)
+        text = "".join(f"# HELP {n} {h}\n# TYPE {n} {t}\n{n} {v}\n" for n, t, h, v in rows)
+        name = "gpu_webhook_connections_total"
+        text += (f"# HELP {name} Client connections accepted, by protocol (ALPN).\n# TYPE {name} counter\n"
+                 f'{name}{{protocol="h2"}} {self.connections_h2}\n{name}{{protocol="http/1.1"}} {self.connections_h1}\n')
+        name = "gpu_webhook_request_duration_seconds"
+        text += f"# HELP {name} Time from the start of a /mutate request to its answer.\n# TYPE {name} histogram\n"
+        cumulative = 0
+        for le, count in zip((*LATENCY_BUCKETS, "+Inf"), self.bucket_counts):
+            cumulative += count
+            text += f'{name}_bucket{{le="{le}"}} {cumulative}\n'
+        text += f"{name}_sum {round(self.seconds_sum, 6)}\n{name}_count {cumulative}\n"
+        return text
 
 
-def make_app(metrics: WebhookMetrics | None = None) -> web.Application:
-    metrics = metrics or WebhookMetrics()
+class _BodyBudget:
+    """Bytes of request bodies held at once by all requests together; a request waits (within its body deadline)
+    for room instead of pushing the process past its memory limit. Event-loop only (no lock needed)."""
 
-    async def mutate(request: web.Request) -> web.Response:
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.free = capacity, capacity
+        self._waiters: list[asyncio.Future] = []
+
+    async def take(self, n: int) -> None:
+        while self.free < n:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        self.free -= n
+
+    def give(self, n: int) -> None:
+        self.free += n
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:  # each checks again whether there is room for it
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class _Answer(Exception):
+    """Stop reading the request and answer `status` (and close the connection when `close`)."""
+
+    def __init__(self, status: int, message: str, close: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.message, self.close = status, message, close
+
+
+class _Gone(Exception):
+    """The client went away."""
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class WebhookApp:
+    """The ASGI application: routes, body limits and the admission decision."""
+
+    ROUTES = {"/mutate": ("POST",), "/healthz": ("GET", "HEAD"), "/readyz": ("GET", "HEAD"),
+              "/metrics": ("GET", "HEAD")}
+
+    def __init__(self, metrics: WebhookMetrics | None = None, *, max_body: int = MAX_BODY_BYTES,
+                 body_timeout: float = BODY_TIMEOUT, body_budget: int = BODY_BUDGET_BYTES) -> None:
+        self.metrics = metrics or WebhookMetrics()
+        self.max_body, self.body_timeout = max_body, body_timeout
+        self._budget_bytes = body_budget
+        self._budget: _BodyBudget | None = None
+        self._large: concurrent.futures.ThreadPoolExecutor | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        if scope["type"] != "http":  # websocket: refuse (lifespan is never run by serve())
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        try:
+            await self._route(scope, receive, send)
+        except _Gone:
+            self.metrics.disconnects += 1
+            log.debug("client %s went away before its answer", _peer(scope))
+        except Exception:  # a bug: answer 500 if we still can, keep serving
+            self.metrics.errors += 1
+            log.exception("unexpected error answering an admission request (%s %s)", scope.get("method"),
+                          scope.get("path"))
+            try:
+                await self._send(send, 500, _json({"error": "internal error, see the webhook's log"}))
+            except Exception:
+                pass
+
+    async def _route(self, scope, receive, send) -> None:
+        path, method = scope["path"], scope["method"]
+        allowed = self.ROUTES.get(path)
+        if allowed is None:
+            await self._send(send, 404, b"not found\n", "text/plain; charset=utf-8")
+            return
+        if method not in allowed:
+            await self._send(send, 405, b"method not allowed\n", "text/plain; charset=utf-8",
+                             [(b"allow", ", ".join(allowed).encode())])
+            return
+        if path == "/mutate":
+            await self._mutate(scope, receive, send)
+            return
+        text = (self.metrics.render() if path == "/metrics" else "ok\n").encode()
+        ctype = "text/plain; version=0.0.4; charset=utf-8" if path == "/metrics" else "text/plain; charset=utf-8"
+        await self._send(send, 200, b"" if method == "HEAD" else text, ctype)
+
+    async def _mutate(self, scope, receive, send) -> None:
         started = time.perf_counter()
         try:
-            body = await request.read()
-            review_request = admission.parse_review(body)
-            review = admission.review_pod(review_request)
-        except web.HTTPException:  # e.g. 413 for a body over MAX_BODY_BYTES: aiohttp's own answer is right
-            metrics.bad_requests += 1
-            raise
+            body = await self._read_body(scope, receive)
+        except _Answer as answer:
+            self.metrics.bad_requests += 1
+            log.debug("request from %s answered %d: %s", _peer(scope), answer.status, answer)
+            if answer.status == 413:
+                await self._refuse_and_drain(scope, receive, send, answer)
+            else:
+                await self._send(send, answer.status, _json({"error": answer.message}),
+                                 extra=[(b"connection", b"close")] if answer.close and scope["http_version"] < "2"
+                                 else ())
+            return
+        try:
+            if len(body) > LARGE_BODY_BYTES:
+                # A large body takes a while to parse: in a thread, so that the event loop (and /healthz) goes on,
+                # and one at a time, so that their parsed forms do not add up past the memory limit.
+                if self._large is None:
+                    self._large = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="decide-large")
+                review = await asyncio.get_running_loop().run_in_executor(self._large, _decide, body)
+            else:
+                review = _decide(body)
         except admission.BadRequest as exc:
-            metrics.bad_requests += 1
-            log.warning("bad admission request from %s: %s", request.remote, exc)
-            return web.json_response({"error": str(exc)}, status=400)
-        except Exception:
-            metrics.errors += 1
-            log.exception("unexpected error answering an admission request")
-            return web.json_response({"error": "internal error, see the webhook's log"}, status=500)
+            self.metrics.bad_requests += 1
+            log.warning("bad admission request from %s: %s", _peer(scope), exc)
+            await self._send(send, 400, _json({"error": str(exc)}))
+            return
+        out = _encode(review)
         response = review["response"]
-        metrics.requests += 1
-        if not response["allowed"]:
-            metrics.denied += 1
-            log.info("denied %s: %s", response["uid"], response["status"]["message"])
+        self.metrics.requests += 1
+        if not response.get("allowed"):
+            self.metrics.denied += 1
+            log.info("denied %s: %s", response.get("uid"), (response.get("status") or {}).get("message"))
         elif "patch" in response:
-            metrics.patched += 1
-        metrics.seconds_sum += time.perf_counter() - started
-        return web.json_response(review)
+            self.metrics.patched += 1
+        self.metrics.largest_response_bytes = max(self.metrics.largest_response_bytes, len(out))
+        await self._send(send, 200, out)
+        self.metrics.observe(time.perf_counter() - started)
 
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
-    app.router.add_post("/mutate", mutate)
-    health.add_probes(app, lambda: True, metrics.render)
-    return app
+    async def _read_body(self, scope, receive) -> bytes:
+        declared = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                # h11 and h2 already refuse a malformed or disagreeing Content-Length.
+                declared = int(value) if value.isdigit() and len(value) <= 12 else None
+        if declared is not None and declared > self.max_body:
+            self.metrics.too_large += 1
+            raise _Answer(413, f"body of {declared} bytes is over the limit of {self.max_body}", close=True)
+        if self._budget is None:
+            self._budget = _BodyBudget(self._budget_bytes)
+        held = 0
+        chunks: list[bytes] = []
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                if declared:
+                    await self._budget.take(declared)
+                    held = declared
+                size, more = 0, True
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise _Gone
+                    chunk = message.get("body", b"")
+                    more = message.get("more_body", False)
+                    size += len(chunk)
+                    if size > self.max_body:
+                        self.metrics.too_large += 1
+                        raise _Answer(413, f"body is over the limit of {self.max_body} bytes", close=True)
+                    if size > held:
+                        await self._budget.take(size - held)
+                        held = size
+                    chunks.append(chunk)
+        except TimeoutError:
+            self.metrics.timeouts += 1
+            raise _Answer(408, f"body not received within {self.body_timeout:g}s", close=True) from None
+        finally:
+            self._budget.give(held)
+        return b"".join(chunks)
+
+    async def _refuse_and_drain(self, scope, receive, send, answer: _Answer) -> None:
+        """413: the whole answer goes out at once, then what the client is still sending is read and dropped (not
+        kept) for at most DRAIN_SECONDS and DRAIN_BYTES before the exchange ends (HTTP/1.1: the connection closes;
+        HTTP/2: the stream ends, and is reset if the client still sends), so that a client that writes its whole
+        body before it reads (most do) gets the 413 rather than a reset."""
+        body = _json({"error": answer.message})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if scope["http_version"] < "2":
+            headers.append((b"connection", b"close"))
+        try:
+            await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+            drained = 0
+            try:
+                async with asyncio.timeout(DRAIN_SECONDS):
+                    while drained < DRAIN_BYTES:
+                        message = await receive()
+                        if message["type"] != "http.request":
+                            break
+                        drained += len(message.get("body", b""))
+                        if not message.get("more_body", False):
+                            break
+            except TimeoutError:
+                pass
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (ConnectionError, OSError) as exc:
+            raise _Gone from exc
+
+    async def _send(self, send, status: int, body: bytes, content_type: str = "application/json",
+                    extra=()) -> None:
+        headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
+                   *extra]
+        try:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+        except (ConnectionError, OSError) as exc:
+            raise _Gone from exc
+
+
+def _decide(body: bytes) -> dict[str, Any]:
+    return admission.review_pod(admission.parse_review(body))
+
+
+def _encode(review: dict[str, Any]) -> bytes:
+    encode = getattr(admission, "encode_review", None)
+    return encode(review) if encode is not None else _json(review)
+
+
+def _peer(scope) -> str:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "?"
+
+
+def make_app(metrics: WebhookMetrics | None = None) -> WebhookApp:
+    return WebhookApp(metrics)
 
 
 def ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(TLS12_CIPHERS)
+    ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
+    ctx.set_alpn_protocols(ALPN)
     ctx.load_cert_chain(cert_file, key_file)
     return ctx
+
+
+@dataclasses.dataclass
+class Limits:
+    max_connections: int = MAX_CONNECTIONS
+    header_timeout: float = HEADER_TIMEOUT
+    idle_timeout: float = IDLE_TIMEOUT
+    handshake_timeout: float = TLS_HANDSHAKE_TIMEOUT
+
+
+class _Pool:
+    """The open connections, for the cap."""
+
+    def __init__(self, limits: Limits, metrics: WebhookMetrics) -> None:
+        self.limits, self.metrics = limits, metrics
+        self.open: set[_Connection] = set()
+        self._warned = -1e9
+
+    def admit(self, conn: _Connection) -> bool:
+        if len(self.open) >= self.limits.max_connections:
+            idle = [c for c in self.open if c.idle]
+            if not idle:
+                self.metrics.connections_refused += 1
+                if time.monotonic() - self._warned > 10:  # at most one line per 10 s under a flood
+                    self._warned = time.monotonic()
+                    log.warning("connection cap of %d reached with every connection busy: closing new ones (%d so "
+                                "far; gpu_webhook_connections_refused_total)", self.limits.max_connections,
+                                self.metrics.connections_refused)
+                return False
+            oldest = min(idle, key=lambda c: c.idle_since)
+            self.metrics.connections_evicted += 1
+            log.debug("connection cap reached: closing the connection from %s, idle for %.1fs", oldest.peer,
+                      time.monotonic() - oldest.idle_since)
+            oldest.close_soon()  # leaves self.open at once
+        self.open.add(conn)
+        self.metrics.connections = len(self.open)
+        return True
+
+    def remove(self, conn: _Connection) -> None:
+        self.open.discard(conn)
+        self.metrics.connections = len(self.open)
+
+
+class _Connection(TCPServer):
+    """Hypercorn's connection with three additions: it counts toward the cap, it knows whether it is idle (no
+    request in flight) and since when, and on HTTP/1.1 the headers of a request must arrive within
+    `header_timeout` of its first byte (Hypercorn's own idle timer covers a connection that sends nothing)."""
+
+    def __init__(self, pool: _Pool, *args: Any) -> None:
+        super().__init__(*args)
+        self.pool = pool
+        self.idle = True
+        self.idle_since = time.monotonic()
+        self.closing = False
+        self.h2 = False
+        self.peer = "?"
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    async def run(self) -> None:
+        ssl_object = self.writer.get_extra_info("ssl_object")
+        self.h2 = ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2"
+        peer = self.writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
+        if not self.pool.admit(self):
+            self.writer.transport.abort()
+            return
+        log.debug("connection from %s (%s)", self.peer, "h2" if self.h2 else "http/1.1")
+        if self.h2:
+            self.pool.metrics.connections_h2 += 1
+        else:
+            self.pool.metrics.connections_h1 += 1
+        try:
+            await super().run()
+        except Exception as exc:  # e.g. a TLS error while closing: the client's doing, not ours
+            log.debug("connection from %s ended: %s: %s", self.peer, type(exc).__name__, exc)
+        finally:
+            self._cancel_header_timer()
+            self.pool.remove(self)
+            log.debug("connection from %s closed", self.peer)
+
+    async def protocol_send(self, event) -> None:
+        if isinstance(event, Updated):
+            self.idle = event.idle
+            if event.idle:
+                self.idle_since = time.monotonic()
+                if self._next_request_started():
+                    self._start_header_timer()
+            else:
+                self._cancel_header_timer()
+        await super().protocol_send(event)
+
+    def _next_request_started(self) -> bool:
+        """Whether bytes of the next HTTP/1.1 request came with the last one (pipelined, or a lying length)."""
+        h11_connection = getattr(getattr(self.protocol, "protocol", None), "connection", None)
+        trailing = getattr(h11_connection, "trailing_data", (b"", False))
+        return not self.h2 and bool(trailing[0])
+
+    def _start_header_timer(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = asyncio.get_running_loop().call_later(
+                self.pool.limits.header_timeout, self._headers_late)
+
+    async def _read_data(self) -> None:
+        # As TCPServer._read_data, and the header timer started by the first byte of a request.
+        while not self.reader.at_eof():
+            try:
+                data = await asyncio.wait_for(self.reader.read(MAX_RECV), self.config.read_timeout)
+            except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError, ssl.SSLError):
+                break
+            if data and self.idle and not self.h2:
+                self._start_header_timer()
+            await self.protocol.handle(RawData(data))
+        await self.protocol.handle(Closed())
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if self.idle:
+            log.debug("closing the connection from %s: request headers not received within %gs", self.peer,
+                      self.pool.limits.header_timeout)
+            self.close_soon()
+
+    def close_soon(self) -> None:
+        """Drop the connection now, without waiting for the client's TLS close_notify: it is idle (evicted) or
+        a client too slow with its headers, and stops counting toward the cap at once."""
+        if self.closing:
+            return
+        self.closing = True
+        self.pool.remove(self)
+        self.writer.transport.abort()
+
+
+class _H2Protocol(hypercorn.protocol.H2Protocol):
+    """Hypercorn's HTTP/2 connection, answering early safely: when the answer (a 413, a 408) went out before the
+    whole request body came in, the client's further DATA frames are for a stream Hypercorn has forgotten, which
+    raised KeyError and dropped the connection (and the flow-control credit of that data was never returned).
+    Here such data is acknowledged and the stream reset with NO_ERROR, as RFC 9113 section 8.1 describes."""
+
+    async def _handle_events(self, events: list) -> None:
+        batch: list = []
+        for event in events:
+            if isinstance(event, h2.events.DataReceived) and event.stream_id not in self.streams:
+                if batch:  # the stream may be opened by an event before this one
+                    await super()._handle_events(batch)
+                    batch = []
+                if event.stream_id not in self.streams:
+                    self.connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    try:
+                        self.connection.reset_stream(event.stream_id, h2.errors.ErrorCodes.NO_ERROR)
+                    except h2.exceptions.H2Error:  # already closed or reset
+                        pass
+                    continue
+            batch.append(event)
+        await super()._handle_events(batch)
+
+
+hypercorn.protocol.H2Protocol = _H2Protocol  # ProtocolWrapper looks the class up here when a connection speaks h2
+
+
+def hypercorn_config(limits: Limits) -> Config:
+    config = Config()
+    config.keep_alive_timeout = limits.idle_timeout
+    # Hypercorn closes a connection after 1,000 requests by default: a TLS handshake every 5 s at 200 req/s.
+    # 10,000 keeps handshakes rare and still lets the apiserver spread its connections over the replicas now and
+    # then (HTTP/2: a graceful GOAWAY).
+    config.keep_alive_max_requests = MAX_REQUESTS_PER_CONNECTION
+    config.ssl_handshake_timeout = limits.handshake_timeout
+    config.h11_max_incomplete_size = MAX_HEADER_BYTES
+    config.h2_max_header_list_size = MAX_HEADER_BYTES
+    config.h2_max_concurrent_streams = MAX_STREAMS
+    config.include_server_header = False
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")  # through our handlers and format
+    config.graceful_timeout = GRACEFUL_SECONDS
+    return config
+
+
+async def serve(app: WebhookApp, host: str, port: int, ctx: ssl.SSLContext, stop: asyncio.Event,
+                limits: Limits | None = None, started: asyncio.Event | None = None) -> None:
+    """Serve `app` on host:port over TLS until `stop` is set, then close gracefully."""
+    limits = limits or Limits()
+    config = hypercorn_config(limits)
+    asgi = wrap_app(app, config.wsgi_max_body_size, "asgi")
+    context = WorkerContext(None)
+    pool = _Pool(limits, app.metrics)
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task] = set()
+
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        await _Connection(pool, asgi, loop, config, context, {}, reader, writer)
+
+    server = await asyncio.start_server(on_connection, host, port, ssl=ctx, backlog=1024, reuse_address=True,
+                                        ssl_handshake_timeout=limits.handshake_timeout,
+                                        ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT)
+    if started is not None:
+        started.set()
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        await context.terminated.set()  # idle connections close now, busy ones after their answer
+        if tasks:
+            _, pending = await asyncio.wait(set(tasks), timeout=GRACEFUL_SECONDS)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -97,7 +584,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     p.add_argument("--tls-cert-file", required=True, help="PEM serving certificate (chain)")
     p.add_argument("--tls-private-key-file", required=True, help="PEM private key")
-    p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    p.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
+                   help=f"open connections at most; at the cap the longest-idle one makes room "
+                        f"(default {MAX_CONNECTIONS})")
+    logs.add_arguments(p)
     return p.parse_args(argv)
 
 
@@ -107,15 +597,23 @@ async def run(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runner = await health.serve(make_app(), args.host, args.port, ssl_context=ctx)
-    log.info("gpu-webhook serving HTTPS on %s:%d", args.host, args.port)
-    await stop.wait()
-    await runner.cleanup()
+    started = asyncio.Event()
+    task = asyncio.create_task(serve(make_app(), args.host, args.port, ctx, stop,
+                                     Limits(max_connections=args.max_connections), started))
+    await asyncio.wait({task, asyncio.create_task(started.wait())}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()  # raises the error that stopped it
+    log.info("gpu-webhook serving HTTPS (h2, http/1.1) on %s:%d", args.host, args.port)
+    await task
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level, args.log_format)
+    # Hypercorn's per-connection chatter is debug-level detail for this program.
+    logging.getLogger("hypercorn.error").setLevel(max(logging.getLogger().level, logging.WARNING))
+    for name in ("hpack", "h2", "h11"):  # frame by frame at debug level: far too much even for debugging
+        logging.getLogger(name).setLevel(max(logging.getLogger().level, logging.INFO))
     try:
         asyncio.run(run(args))
     except (OSError, ssl.SSLError) as exc:
