@@ -4,15 +4,20 @@ Two kinds of failure are kept apart:
   * the *object* is bad (malformed map, index not resolvable or not in the map): the request is answered with
     ``allowed: false`` and a message the user can act on;
   * the *request* is bad (not an AdmissionReview): :class:`BadRequest`, answered by the server with HTTP 400.
+
+Whatever the bytes, :func:`parse_review` and :func:`review_pod` raise nothing but :class:`BadRequest`, their
+work is linear in the body, and :func:`encode_review` turns any answer into at most 64 KiB of JSON.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Any, Literal, NotRequired, TypedDict
 
-from gpu_scheduling import constants, gpumap, patches
+from gpu_scheduling import constants, gpumap, patches, podrequest
+from gpu_scheduling.gpumap import json_type, plain, show
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -55,29 +60,69 @@ class AdmissionReview(TypedDict):
 
 
 class BadRequest(ValueError):
-    """The HTTP body is not an AdmissionReview v1 with a request; the server answers 400."""
+    """The HTTP body is not an AdmissionReview v1 with a request; the server answers 400. The message names the
+    field and is bounded (user text in it is cut and escaped)."""
+
+
+MAX_RESPONSE_BYTES = 64 * 1024
+"""No answer of the webhook is larger than this (see :func:`encode_review`): a patch that would be is refused."""
+
+MAX_MESSAGE_CHARS = 4096
+"""A denial's message is cut to this many characters (the messages built here stay well below it)."""
+
+MAX_UID_CHARS = 256
+"""request.uid: 1 to this many printable ASCII characters (the apiserver sends a UUID, 36)."""
+
+_MIN_OP_BYTES = 60  # {"op":"remove","path":"/spec/containers/0/env/0"} is 47 bytes, 64 in base64
+
+_UID_RE = re.compile(r"^[\x21-\x7e]{1,%d}$" % MAX_UID_CHARS)
+
+
+def _check_request(request: Any) -> AdmissionRequest:
+    """The shape of request: BadRequest naming the first field that is wrong."""
+    if not isinstance(request, dict):
+        raise BadRequest(f"AdmissionReview has no request with a uid (request is {json_type(request)})")
+    uid = request.get("uid")
+    if not isinstance(uid, str):
+        raise BadRequest(f"AdmissionReview has no request with a uid (request.uid is {json_type(uid)})")
+    if not _UID_RE.match(uid):
+        raise BadRequest(f"request.uid {show(uid)} ({len(uid)} characters) is not 1 to {MAX_UID_CHARS} printable "
+                         "ASCII characters (the apiserver sends a UUID)")
+    obj = request.get("object")
+    if obj is not None and not isinstance(obj, dict):
+        raise BadRequest(f"request.object is not a JSON object (it is {json_type(obj)})")
+    kind = request.get("kind")
+    if not isinstance(kind, dict):
+        raise BadRequest(f"request.kind is {json_type(kind)}; expected an object with group, version and kind")
+    for field in ("group", "version", "kind"):
+        if not isinstance(kind.get(field, ""), str):
+            raise BadRequest(f"request.kind.{field} is {json_type(kind.get(field))}; expected a string")
+    operation = request.get("operation")
+    if not isinstance(operation, str):
+        raise BadRequest(f"request.operation is {json_type(operation)}; expected CREATE, UPDATE, DELETE or CONNECT")
+    for field in ("namespace", "name"):
+        if not isinstance(request.get(field, ""), str):
+            raise BadRequest(f"request.{field} is {json_type(request.get(field))}; expected a string")
+    return request  # type: ignore[return-value]
 
 
 def parse_review(body: bytes) -> AdmissionRequest:
-    """Decode and sanity-check an AdmissionReview body, raising :class:`BadRequest` with the reason."""
+    """Decode and sanity-check an AdmissionReview body, raising :class:`BadRequest` with the reason (and never
+    anything else, whatever the bytes: deep nesting, huge numbers, invalid UTF-8 included). Linear in the body."""
     try:
         review = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("body is not an AdmissionReview: its JSON is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer over Python's digit limit
+        raise BadRequest(f"body is not JSON: {show(str(exc), 200)}") from None
     if not isinstance(review, dict):
         raise BadRequest("body is not a JSON object")
     if review.get("apiVersion") != "admission.k8s.io/v1" or review.get("kind") != "AdmissionReview":
         raise BadRequest(
             f"expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got "
-            f"{review.get('apiVersion')!r} {review.get('kind')!r}"
+            f"{show(review.get('apiVersion'))} {show(review.get('kind'))}"
         )
-    request = review.get("request")
-    if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
-        raise BadRequest("AdmissionReview has no request with a uid")
-    obj = request.get("object")
-    if obj is not None and not isinstance(obj, dict):
-        raise BadRequest("request.object is not a JSON object")
-    return request  # type: ignore[return-value]
+    return _check_request(review.get("request"))
 
 
 def _review(response: AdmissionResponse) -> AdmissionReview:
@@ -88,54 +133,103 @@ def allow(uid: str, ops: list[patches.PatchOp] | None = None) -> AdmissionReview
     response: AdmissionResponse = {"uid": uid, "allowed": True}
     if ops:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+        response["patch"] = base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()
     return _review(response)
 
 
 def deny(uid: str, message: str, code: int = 400) -> AdmissionReview:
+    """Refuse with `message` (cut to :data:`MAX_MESSAGE_CHARS`)."""
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 1] + "…"
     return _review({"uid": uid, "allowed": False, "status": {"code": code, "message": message, "reason": "BadRequest"}})
 
 
+def _dumps(review: AdmissionReview) -> bytes:
+    return json.dumps(review, separators=(",", ":")).encode()  # ensure_ascii: the bytes are ASCII
+
+
+def encode_review(review: AdmissionReview) -> bytes:
+    """The JSON body answering with `review`, never larger than :data:`MAX_RESPONSE_BYTES`: a larger allowing
+    answer becomes a denial saying why, a larger denial has its message cut. ASCII only."""
+    data = _dumps(review)
+    if len(data) <= MAX_RESPONSE_BYTES:
+        return data
+    response: Any = review.get("response") or {}
+    uid = response.get("uid") if isinstance(response.get("uid"), str) else ""
+    uid = uid[:MAX_UID_CHARS]
+    status = response.get("status") or {}
+    if response.get("allowed") or not isinstance(status.get("message"), str):
+        smaller = deny(uid, f"the webhook's answer would be {len(data)} bytes, over its limit of "
+                            f"{MAX_RESPONSE_BYTES} bytes (a pod with fewer containers, or fewer duplicate "
+                            f"{constants.CUDA_ENV} entries, fits)", code=status.get("code", 400)
+                       if isinstance(status.get("code"), int) else 400)
+    else:
+        smaller = deny(uid, status["message"][:MAX_MESSAGE_CHARS],
+                       code=status["code"] if isinstance(status.get("code"), int) else 400)
+    data = _dumps(smaller)
+    if len(data) > MAX_RESPONSE_BYTES:  # only a message of wide escapes could get here
+        data = _dumps(deny(uid, "the webhook's answer was too large"))
+    return data
+
+
 def _describe(request: AdmissionRequest) -> str:
-    obj = request.get("object") or {}
-    meta = obj.get("metadata") or {}
-    name = meta.get("name") or request.get("name") or meta.get("generateName", "") + "*"
-    return f"pod {request.get('namespace', meta.get('namespace', ''))}/{name}"
+    obj = request.get("object")
+    meta = (obj.get("metadata") if isinstance(obj, dict) else None) or {}
+    if not isinstance(meta, dict):
+        meta = {}
+    namespace = request.get("namespace") or meta.get("namespace") or ""
+    name = meta.get("name") or request.get("name")
+    if name:
+        shown = plain(name)
+    else:
+        generate = meta.get("generateName")
+        shown = (plain(generate) if isinstance(generate, str) and generate else "") + "*"
+    return f"pod {plain(namespace) if namespace else ''}/{shown}"
+
+
+def _cuda_from_allocation() -> dict[str, Any]:
+    # The GPUs are chosen after admission, when the pod is scheduled; the scheduler writes them to an annotation
+    # before binding, and the kubelet resolves this downward-API reference when it starts the containers.
+    return {"name": constants.CUDA_ENV,
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{constants.GPU_IDS_ANNOTATION}']"}}}
 
 
 def review_pod(request: AdmissionRequest) -> AdmissionReview:
-    """Decide on one request: patch CUDA_VISIBLE_DEVICES in, deny with a reason, or allow untouched."""
+    """Decide on one request: patch CUDA_VISIBLE_DEVICES in, deny with a reason, or allow untouched.
+
+    Only the CREATE of a Pod is looked at. What the pod asks for is read by :func:`podrequest.read`, the same
+    function the scheduler uses. Raises :class:`BadRequest` for a request of the wrong shape (as
+    :func:`parse_review` does) and nothing else; every pod, whatever its shape, is answered, and the answer
+    serializes (see :func:`encode_review`) to at most :data:`MAX_RESPONSE_BYTES`."""
+    request = _check_request(request)
     uid = request["uid"]
-    kind = request.get("kind") or {}
-    if kind.get("kind") != "Pod" or kind.get("group", "") != "" or request.get("operation") != "CREATE":
+    kind = request["kind"]
+    if kind.get("kind") != "Pod" or kind.get("group", "") != "" or request["operation"] != "CREATE":
         return allow(uid)
     pod = request.get("object") or {}
-    meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    if constants.CLAIM_ANNOTATION in annotations:
-        return _review_claim_pod(request, pod, annotations)
     try:
-        entry = gpumap.entry_for_pod(meta)
+        asked = podrequest.read(pod.get("metadata"))
+        if asked is None:
+            return allow(uid)
+        count = podrequest.count_containers(pod)
+        if count * _MIN_OP_BYTES > MAX_RESPONSE_BYTES:  # at least one operation each: it cannot fit
+            return deny(uid, f"{_describe(request)}: it has {count} containers and init containers; setting "
+                             f"{constants.CUDA_ENV} in each takes a patch larger than the webhook's limit of "
+                             f"{MAX_RESPONSE_BYTES} bytes (at most {MAX_RESPONSE_BYTES // _MIN_OP_BYTES} containers "
+                             "fit, fewer with long names or duplicate entries)")
+        if isinstance(asked, podrequest.MapRequest):
+            ops = patches.cuda_patch(pod, asked.entry.cuda_visible_devices)
+        else:
+            ops = patches.env_patch(pod, _cuda_from_allocation())
     except gpumap.PodMapError as exc:
         return deny(uid, f"{_describe(request)}: {exc}")
-    if entry is None:
-        return allow(uid)
-    return allow(uid, patches.cuda_patch(pod, entry.cuda_visible_devices))
-
-
-def _review_claim_pod(request: AdmissionRequest, pod: dict[str, Any], annotations: dict[str, str]) -> AdmissionReview:
-    uid = request["uid"]
-    if constants.MAP_ANNOTATION in annotations:
-        return deny(uid, f"{_describe(request)}: it carries both {constants.CLAIM_ANNOTATION} and "
-                         f"{constants.MAP_ANNOTATION}; use one: the map pins the node and GPU ids, the claim lets "
-                         "the scheduler choose them")
-    claim = annotations[constants.CLAIM_ANNOTATION].strip()
-    if not claim:
-        return deny(uid, f"{_describe(request)}: annotation {constants.CLAIM_ANNOTATION} is empty; expected the "
-                         "name of a GpuClaim in the pod's namespace")
-    # The GPUs are chosen after admission, when the pod is scheduled; the scheduler writes them to an annotation
-    # before binding, and the kubelet resolves this downward-API reference when it starts the containers.
-    return allow(uid, patches.env_patch(pod, {
-        "name": constants.CUDA_ENV,
-        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{constants.GPU_IDS_ANNOTATION}']"}},
-    }))
+    # Every operation takes more than _MIN_OP_BYTES of the answer: past that count, do not even serialize.
+    size = len(ops) * _MIN_OP_BYTES if len(ops) * _MIN_OP_BYTES > MAX_RESPONSE_BYTES else 0
+    review = allow(uid, ops) if not size else deny(uid, "")
+    size = size or len(_dumps(review))
+    if size > MAX_RESPONSE_BYTES:
+        return deny(uid, f"{_describe(request)}: setting {constants.CUDA_ENV} in its {count} containers and init "
+                         f"containers takes a patch of {len(ops)} operations, an answer of at least {size} bytes, "
+                         f"over the webhook's limit of {MAX_RESPONSE_BYTES} bytes; use fewer containers (or remove "
+                         f"duplicate {constants.CUDA_ENV} entries)")
+    return review

@@ -5,19 +5,29 @@ Grammar, one entry per line::
     <index> = <node> : <gpu id>[, <gpu id> ...]
 
 Blank lines and surrounding spaces are ignored, CRLF is accepted, spaces around `=`, `:` and `,` are accepted.
-The index is a unique non-negative integer, the node a valid Kubernetes node name (RFC 1123 subdomain), the ids
-non-negative integers. Two indices may share a node and even the same GPU ids (the take-home's 3 and 4 do).
+The index is a unique non-negative integer below 10^9, the node a valid Kubernetes node name (RFC 1123
+subdomain), the ids non-negative integers below 10^4. Two indices may share a node and even the same GPU ids (the
+take-home's 3 and 4 do).
 
-Every problem of one map is collected and raised together in one :class:`MapError`, each naming its line.
+The map is ASCII: the only whitespace is space and tab around tokens and LF, CRLF (or a lone CR) between lines.
+Any other character outside printable ASCII (a no-break space, U+2028, a zero-width space, a control character)
+is a problem naming it, never silently taken as a space.
+
+Parsing is linear in the input and its errors are bounded: a :class:`MapError` keeps the first
+:data:`MAX_PROBLEMS` problems (each naming its line, showing the line cut to :data:`SHOWN_CHARS` characters in an
+escaped form, and saying what was expected) and counts the rest, so its message stays a few KB whatever the map.
 Used by both the scheduler and the webhook so that they can never disagree about a map.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import functools
+import heapq
 import re
-from collections.abc import Mapping
+import threading
+import unicodedata
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpu_scheduling import constants
@@ -28,8 +38,94 @@ _NODE_NAME_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
 _MAX_NODE_NAME = 253
 _INT_RE = re.compile(r"^[0-9]+$")
 _NAME_INDEX_RE = re.compile(r"-([0-9]+)$")
+_NOT_ASCII_RE = re.compile(r"[^\x20-\x7e\t]")  # anything but printable ASCII and tab
+_BLANK = " \t"
+
+MAX_INDEX_DIGITS = 9
+"""An index has at most this many digits (index < 10^9), checked before any conversion."""
+
+MAX_GPU_ID_DIGITS = 4
+"""A GPU id has at most this many digits (id < 10^4), checked before any conversion."""
+
+MAX_MAP_CHARS = 256 * 1024
+"""Longest map accepted: Kubernetes allows 256 KiB for all of a pod's annotations together."""
+
+MAX_PROBLEMS = 10
+"""A :class:`MapError` keeps (and its message lists) the first this many problems, then says how many more."""
+
+SHOWN_CHARS = 60
+"""User text quoted in a message is cut to this many characters (then escaped, see :func:`show`)."""
+
+MAX_INDICES_SHOWN = 20
+"""A :class:`PodIndexError` for an index missing from the map lists at most this many of the map's indices."""
+
+PARSE_CACHE_BYTES = 8 * 1024 * 1024
+"""The parse cache holds at most about this many bytes, all entries together: the map text (its key) plus
+:data:`CACHE_BYTES_PER_ENTRY` per parsed line (measured with tracemalloc). 256 maps of 100 lines take
+about 7 MB."""
+
+CACHE_BYTES_PER_ENTRY = 260
+"""Estimated memory of one parsed line (an :class:`Entry`, its node name, ids and dict slot) in the cache."""
+
+PARSE_CACHE_ENTRIES = 256
+"""... and at most this many distinct maps."""
 
 EXPECTED_FORM = "expected `<index>=<node>:<gpu ids>`, e.g. `0=node1:0,1`"
+
+
+def show(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`value` quoted for a message or a log line: cut to `limit` characters, escaped like :func:`ascii` (so a
+    newline or a control character shows as `\\n`, `\\x00`, never raw), then `…` when it was cut. At most about
+    `3 * limit` characters whatever the input."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        text = f"<an integer of {value.bit_length()} bits>"  # str() of it could raise past 4300 digits
+    elif isinstance(value, (int, float, bool)) or value is None:
+        text = repr(value)
+    else:
+        text = f"<{type(value).__name__}>"
+    shown = ascii(text[:limit])
+    if len(shown) > 2 * limit + 2:
+        return shown[: 2 * limit + 2] + "…"
+    return shown + "…" if len(text) > limit else shown
+
+
+_PLAIN_RE = re.compile(r"^[A-Za-z0-9._-]{1,253}$")
+
+
+def plain(value: object) -> str:
+    """A name as it is when it is a plain name (letters, digits, `.`, `_`, `-`; at most 253), else :func:`show`."""
+    if isinstance(value, str) and _PLAIN_RE.match(value):
+        return value
+    return show(value)
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, for messages ("a string", "null", "an array")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+def describe_char(ch: str) -> str:
+    """`U+00A0 (NO-BREAK SPACE)`, `U+0000 (control character)`."""
+    name = unicodedata.name(ch, "")
+    if not name:
+        category = unicodedata.category(ch)
+        name = {"Cc": "control character", "Cs": "surrogate", "Co": "private use character",
+                "Cn": "unassigned character"}.get(category, f"character of category {category}")
+    return f"U+{ord(ch):04X} ({name})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,32 +143,58 @@ class Entry:
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """What is wrong with one line: its number (1-based), its text and what was expected."""
+    """What is wrong with one line: its number (1-based), its text and what was expected.
+
+    `text` is kept cut to a little more than :data:`SHOWN_CHARS` characters; `str()` shows it escaped."""
 
     line: int
     text: str
     reason: str
 
     def __str__(self) -> str:
-        return f"line {self.line} {self.text!r}: {self.reason}"
+        return f"line {self.line} {show(self.text)}: {self.reason}"
 
 
 class PodMapError(Exception):
-    """The pod is bad (its map or its index), as opposed to the request or the cluster being bad."""
+    """The pod is bad (its map, its index, or what it asks for), as opposed to the request or the cluster being
+    bad. Its message is bounded (a few KB) whatever the pod."""
 
 
 class MapError(PodMapError, ValueError):
-    """The map annotation is malformed. Carries every problem found, not only the first."""
+    """The map annotation is malformed. Carries the first :data:`MAX_PROBLEMS` problems in `problems` and the
+    number of all problems found in `total`."""
 
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__(f"invalid {constants.MAP_ANNOTATION} annotation: " + "; ".join(map(str, problems)))
+    def __init__(self, problems: list[Problem], total: int | None = None):
+        self.problems = problems[:MAX_PROBLEMS]
+        self.total = max(total if total is not None else len(problems), len(self.problems))
+        more = self.total - len(self.problems)
+        tail = f"; and {more} more problem{'s' if more != 1 else ''}" if more else ""
+        super().__init__(
+            f"invalid {constants.MAP_ANNOTATION} annotation: " + "; ".join(map(str, self.problems)) + tail
+        )
 
 
 class PodIndexError(PodMapError, LookupError):
     """The pod's index cannot be resolved or is not in the map."""
 
 
+class _Problems:
+    """Collects problems in line order, keeping the first MAX_PROBLEMS and counting the others."""
+
+    __slots__ = ("kept", "total")
+
+    def __init__(self) -> None:
+        self.kept: list[Problem] = []
+        self.total = 0
+
+    def add(self, line: int, text: str, reason: str | Callable[[], str]) -> None:
+        """Count a problem; keep it (building its reason, when given as a function) only while there is room."""
+        self.total += 1
+        if len(self.kept) < MAX_PROBLEMS:
+            self.kept.append(Problem(line, text[: SHOWN_CHARS + 1], reason if isinstance(reason, str) else reason()))
+
+    def error(self) -> MapError:
+        return MapError(self.kept, self.total)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,105 +210,183 @@ class GpuMap:
         try:
             return self.entries[index]
         except KeyError:
-            known = ", ".join(str(i) for i in sorted(self.entries)) or "none"
+            shown = heapq.nsmallest(MAX_INDICES_SHOWN, self.entries)
+            known = ", ".join(map(str, shown)) or "none"
+            if len(self.entries) > len(shown):
+                known += f", … ({len(self.entries)} indices in all)"
             raise PodIndexError(
                 f"pod index {index} is not in the {constants.MAP_ANNOTATION} annotation (indices in the map: {known})"
             ) from None
 
 
-def _parse_line(number: int, raw: str) -> tuple[Entry | None, list[Problem]]:
-    text = raw.strip()
-    problems: list[Problem] = []
+def _integer(token: str, what: str, digits: int, example: str) -> int | Callable[[], str]:
+    """The value of a decimal token, or a function giving the reason it is not one (built only for the problems
+    a MapError keeps). The length is checked before any conversion."""
+    if not token:
+        return lambda: f"{what} {show('(empty)')} is not a non-negative integer; expected e.g. `{example}`"
+    if not _INT_RE.match(token):
+        return lambda: f"{what} {show(token)} is not a non-negative integer; expected e.g. `{example}`"
+    if len(token) > digits:
+        return lambda: (f"{what} {show(token)} has {len(token)} digits; at most {digits} are allowed "
+                        f"({what} < 10^{digits})")
+    return int(token)
 
-    def bad(reason: str) -> tuple[None, list[Problem]]:
-        return None, [Problem(number, text, reason)]
+
+def _parse_line(number: int, text: str, problems: _Problems) -> Entry | None:
+    """One non-blank line, already stripped of spaces and tabs and known to be printable ASCII."""
+    before = problems.total
 
     if "=" not in text:
-        return bad(f"missing `=`; {EXPECTED_FORM}")
-    index_text, _, rest = (part.strip() for part in text.partition("="))
+        problems.add(number, text, f"missing `=`; {EXPECTED_FORM}")
+        return None
+    index_text, _, rest = text.partition("=")
+    index_text = index_text.strip(_BLANK)
     if ":" not in rest:
-        return bad(f"missing `:` between node and gpu ids; {EXPECTED_FORM}")
-    node, _, ids_text = (part.strip() for part in rest.partition(":"))
+        problems.add(number, text, f"missing `:` between node and gpu ids; {EXPECTED_FORM}")
+        return None
+    node, _, ids_text = rest.partition(":")
+    node, ids_text = node.strip(_BLANK), ids_text.strip(_BLANK)
 
     index = None
     if not index_text:
-        problems.append(Problem(number, text, f"missing index before `=`; {EXPECTED_FORM}"))
+        problems.add(number, text, f"missing index before `=`; {EXPECTED_FORM}")
     elif not _INT_RE.match(index_text):
-        problems.append(Problem(number, text, f"index {index_text!r} is not a non-negative integer"))
+        problems.add(number, text, f"index {show(index_text)} is not a non-negative integer")
     else:
-        index = int(index_text)
+        value = _integer(index_text, "index", MAX_INDEX_DIGITS, "0")
+        if not isinstance(value, int):
+            problems.add(number, text, value)
+        else:
+            index = value
 
     if not node:
-        problems.append(Problem(number, text, f"missing node name before `:`; {EXPECTED_FORM}"))
+        problems.add(number, text, f"missing node name before `:`; {EXPECTED_FORM}")
     elif len(node) > _MAX_NODE_NAME or not _NODE_NAME_RE.match(node):
-        problems.append(
-            Problem(
-                number,
-                text,
-                f"node {node!r} is not a valid Kubernetes node name "
-                "(lower-case letters, digits, `-` and `.`, starting and ending with a letter or digit)",
-            )
+        too_long = f", at most {_MAX_NODE_NAME} characters" if len(node) > _MAX_NODE_NAME else ""
+        problems.add(
+            number,
+            text,
+            f"node {show(node)} is not a valid Kubernetes node name "
+            f"(lower-case letters, digits, `-` and `.`, starting and ending with a letter or digit{too_long})",
         )
 
     ids: list[int] = []
     if not ids_text:
-        problems.append(Problem(number, text, "missing gpu ids after `:`; expected comma-separated integers like `0,1`"))
+        problems.add(number, text, "missing gpu ids after `:`; expected comma-separated integers like `0,1`")
     else:
-        for item in (i.strip() for i in ids_text.split(",")):
-            if not _INT_RE.match(item):
-                shown = item if item else "(empty)"
-                problems.append(
-                    Problem(number, text, f"gpu id {shown!r} is not a non-negative integer; expected e.g. `0,1`")
-                )
+        for item in ids_text.split(","):
+            value = _integer(item.strip(_BLANK), "gpu id", MAX_GPU_ID_DIGITS, "0,1")
+            if not isinstance(value, int):
+                problems.add(number, text, value)
             else:
-                ids.append(int(item))
+                ids.append(value)
 
-    if problems or index is None:
-        return None, problems
-    return Entry(index, node, tuple(ids)), []
+    if problems.total != before or index is None:
+        return None
+    return Entry(index, node, tuple(ids))
 
 
 def parse(text: str) -> GpuMap:
-    """Parse a map annotation value. Raises :class:`MapError` listing every problem."""
+    """Parse a map annotation value. Raises :class:`MapError` with the first problems (and their count).
+
+    Linear in the length of `text`; the error's message is bounded whatever `text` is."""
+    if not isinstance(text, str):
+        raise MapError([Problem(1, "", f"the map is {json_type(text)}; expected a string")])
+    if len(text) > MAX_MAP_CHARS:
+        raise MapError([Problem(1, text[: SHOWN_CHARS + 1],
+                                f"the map is {len(text)} characters long; at most {MAX_MAP_CHARS} are allowed "
+                                "(Kubernetes allows 256 KiB for all of a pod's annotations)")])
     entries: dict[int, Entry] = {}
     first_line: dict[int, int] = {}
-    problems: list[Problem] = []
+    problems = _Problems()
     for number, raw in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
-        if not raw.strip():
+        line = raw.strip(_BLANK)
+        if not line:
             continue
-        entry, line_problems = _parse_line(number, raw)
-        problems += line_problems
+        bad_char = _NOT_ASCII_RE.search(line)
+        if bad_char is not None:
+            problems.add(number, line, f"character {describe_char(bad_char.group())} is not allowed: the map is "
+                                       "ASCII (only spaces and tabs around tokens, one entry per line)")
+            continue
+        entry = _parse_line(number, line, problems)
         if entry is None:
             continue
         if entry.index in entries:
-            problems.append(
-                Problem(number, raw.strip(), f"index {entry.index} already given on line {first_line[entry.index]}")
-            )
+            problems.add(number, line, f"index {entry.index} already given on line {first_line[entry.index]}")
             continue
         entries[entry.index] = entry
         first_line[entry.index] = number
-    if problems:
-        raise MapError(problems)
+    if problems.total:
+        raise problems.error()
     if not entries:
-        raise MapError([Problem(1, text.strip(), f"the map is empty; {EXPECTED_FORM}")])
+        raise MapError([Problem(1, text.strip(_BLANK + "\r\n")[: SHOWN_CHARS + 1],
+                                f"the map is empty; {EXPECTED_FORM}")])
     return GpuMap(entries)
 
 
-@functools.lru_cache(maxsize=256)
-def _parse_remembered(text: str) -> GpuMap | tuple[Problem, ...]:
-    try:
-        return parse(text)
-    except MapError as exc:
-        return tuple(exc.problems)
+class _ParseCache:
+    """LRU of parse results keyed by the map text, bounded in entries and in estimated bytes (the key, plus
+    CACHE_BYTES_PER_ENTRY per parsed line; a MapError keeps at most MAX_PROBLEMS small problems)."""
+
+    def __init__(self, max_entries: int, max_bytes: int):
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._data: collections.OrderedDict[str, tuple[GpuMap | tuple[tuple[Problem, ...], int], int]] = \
+            collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> GpuMap | tuple[tuple[Problem, ...], int] | None:
+        with self._lock:
+            item = self._data.get(text)
+            if item is None:
+                return None
+            self._data.move_to_end(text)
+            return item[0]
+
+    def put(self, text: str, result: GpuMap | tuple[tuple[Problem, ...], int]) -> None:
+        size = len(text) + CACHE_BYTES_PER_ENTRY * (len(result) if isinstance(result, GpuMap) else MAX_PROBLEMS)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            if text in self._data:
+                return
+            self._data[text] = (result, size)
+            self.bytes += size
+            while len(self._data) > self.max_entries or self.bytes > self.max_bytes:
+                _, (_, old_size) = self._data.popitem(last=False)
+                self.bytes -= old_size
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self.bytes = 0
+
+
+parse_cache = _ParseCache(PARSE_CACHE_ENTRIES, PARSE_CACHE_BYTES)
+"""The cache behind :func:`parse_cached` (its `bytes` and `len()` say how full it is)."""
 
 
 def parse_cached(text: str) -> GpuMap:
-    """:func:`parse`, remembering the last 256 distinct maps (valid or not). Every replica of a StatefulSet
-    carries the same map, so the scheduler and the webhook parse it once per group instead of once per pod
-    (profiling showed parsing a 100-line map per pod as their largest cost). The result must not be modified."""
-    result = _parse_remembered(text)
+    """:func:`parse`, remembering recent distinct maps (valid or not), at most :data:`PARSE_CACHE_ENTRIES` of
+    them and about :data:`PARSE_CACHE_BYTES` bytes in all, least recently used first out. Every
+    replica of a StatefulSet carries the same map, so the scheduler and the webhook parse it once per group
+    instead of once per pod (profiling showed parsing a 100-line map per pod as their largest cost). The result
+    must not be modified."""
+    if not isinstance(text, str):
+        return parse(text)  # raises
+    result = parse_cache.get(text)
+    if result is None:
+        try:
+            result = parse(text)
+        except MapError as exc:
+            result = (tuple(exc.problems), exc.total)
+        parse_cache.put(text, result)
     if isinstance(result, tuple):
-        raise MapError(list(result))  # a fresh exception each time: a raised one keeps its traceback
+        raise MapError(list(result[0]), result[1])  # a fresh exception each time: a raised one keeps its traceback
     return result
 
 
@@ -198,37 +398,71 @@ def encode(gpu_map: GpuMap | Mapping[int, Entry]) -> str:
     )
 
 
+def _index_value(token: str, where: str) -> int:
+    if not _INT_RE.match(token):
+        raise PodIndexError(f"{where} is not a non-negative integer")
+    if len(token) > MAX_INDEX_DIGITS:
+        raise PodIndexError(f"{where} has {len(token)} digits; at most {MAX_INDEX_DIGITS} are allowed "
+                            f"(index < 10^{MAX_INDEX_DIGITS})")
+    return int(token)
+
+
 def pod_index(metadata: Mapping[str, Any]) -> int:
-    """The pod's index: the `apps.kubernetes.io/pod-index` label, else the trailing `-<digits>` of its name."""
-    labels = metadata.get("labels") or {}
+    """The pod's index: the `apps.kubernetes.io/pod-index` label, else the trailing `-<digits>` of its name.
+
+    Raises :class:`PodIndexError` (never anything else) for any shape of `metadata`."""
+    if not isinstance(metadata, Mapping):
+        raise PodIndexError(f"metadata is {json_type(metadata)}; expected an object")
+    labels = metadata.get("labels")
+    if labels is None:
+        labels = {}
+    if not isinstance(labels, Mapping):
+        raise PodIndexError(f"metadata.labels is {json_type(labels)}; expected an object of strings")
     label = labels.get(constants.POD_INDEX_LABEL)
     if label is not None:
-        if not _INT_RE.match(str(label)):
-            raise PodIndexError(
-                f"label {constants.POD_INDEX_LABEL}={label!r} is not a non-negative integer"
-            )
-        return int(label)
-    name = metadata.get("name") or ""
+        if not isinstance(label, str):
+            raise PodIndexError(f"label {constants.POD_INDEX_LABEL} is {json_type(label)}; expected a string "
+                                "holding a non-negative integer")
+        return _index_value(label, f"label {constants.POD_INDEX_LABEL}={show(label)}")
+    name = metadata.get("name")
+    if name is None:
+        name = ""
+    if not isinstance(name, str):
+        raise PodIndexError(f"metadata.name is {json_type(name)}; expected a string")
     match = _NAME_INDEX_RE.search(name)
     if match is None:
-        shown = f"pod name {name!r}" if name else f"pod has no name yet (generateName {metadata.get('generateName')!r})"
+        if name:
+            shown = f"pod name {show(name)}"
+        else:
+            generate = metadata.get("generateName")
+            shown = f"pod has no name yet (generateName {show(generate)})"
         raise PodIndexError(
             f"cannot resolve the pod index for the {constants.MAP_ANNOTATION} annotation: {shown} does not end in "
             f"`-<number>` and there is no {constants.POD_INDEX_LABEL} label; name the pod `<name>-<index>` "
             "or create it from a StatefulSet"
         )
-    return int(match.group(1))
+    return _index_value(match.group(1), f"the index {show(match.group(1))} at the end of pod name {show(name)}")
 
 
 def entry_for_pod(metadata: Mapping[str, Any]) -> Entry | None:
     """The map entry of a pod, or None when the pod has no map annotation.
 
     Raises :class:`MapError` for a malformed map and :class:`PodIndexError` for an index that cannot be resolved
-    or is missing from the map.
+    or is missing from the map (and for metadata of the wrong shape). See also
+    :func:`gpu_scheduling.podrequest.read`, which also checks the claim annotation.
     """
-    annotations = metadata.get("annotations") or {}
+    if not isinstance(metadata, Mapping):
+        raise PodIndexError(f"metadata is {json_type(metadata)}; expected an object")
+    annotations = metadata.get("annotations")
+    if annotations is None:
+        return None
+    if not isinstance(annotations, Mapping):
+        raise PodIndexError(f"metadata.annotations is {json_type(annotations)}; expected an object of strings")
     text = annotations.get(constants.MAP_ANNOTATION)
     if text is None:
         return None
+    if not isinstance(text, str):
+        raise MapError([Problem(1, "", f"annotation {constants.MAP_ANNOTATION} is {json_type(text)}; "
+                                       "expected a string")])
     gpu_map = parse_cached(text)
     return gpu_map.entry_for(pod_index(metadata))

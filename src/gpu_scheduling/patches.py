@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, podrequest
 
 
 class PatchOp(TypedDict, total=False):
@@ -18,29 +18,28 @@ class PatchOp(TypedDict, total=False):
     value: Any
 
 
-def _container_ops(kind: str, containers: Sequence[Mapping[str, Any]], env_entry: dict[str, Any]) -> list[PatchOp]:
-    ops: list[PatchOp] = []
-    for i, container in enumerate(containers):
-        env = container.get("env")
-        if env is None:
-            ops.append({"op": "add", "path": f"/spec/{kind}/{i}/env", "value": [env_entry]})
-            continue
-        positions = [j for j, e in enumerate(env) if e.get("name") == env_entry["name"]]
-        if not positions:
-            ops.append({"op": "add", "path": f"/spec/{kind}/{i}/env/-", "value": env_entry})
-            continue
-        # Replace the first occurrence, remove any duplicates from the back so earlier indices stay valid.
-        ops.append({"op": "replace", "path": f"/spec/{kind}/{i}/env/{positions[0]}", "value": env_entry})
-        ops += [{"op": "remove", "path": f"/spec/{kind}/{i}/env/{j}"} for j in reversed(positions[1:])]
+def _container_ops(container: podrequest.Container, env_entry: dict[str, Any]) -> list[PatchOp]:
+    base = f"/spec/{container.kind}/{container.position}/env"
+    env = container.env
+    if env is None:
+        return [{"op": "add", "path": base, "value": [env_entry]}]
+    positions = [j for j, e in enumerate(env) if e.get("name") == env_entry["name"]]
+    if not positions:
+        return [{"op": "add", "path": f"{base}/-", "value": env_entry}]
+    # Replace the first occurrence, remove any duplicates from the back so earlier indices stay valid.
+    ops: list[PatchOp] = [{"op": "replace", "path": f"{base}/{positions[0]}", "value": env_entry}]
+    ops += [{"op": "remove", "path": f"{base}/{j}"} for j in reversed(positions[1:])]
     return ops
 
 
 def env_patch(pod: Mapping[str, Any], env_entry: dict[str, Any]) -> list[PatchOp]:
-    """Operations that make `env_entry` the one entry of its name in every container and init container."""
-    spec = pod.get("spec") or {}
+    """Operations that make `env_entry` the one entry of its name in every container and init container.
+
+    Raises :class:`podrequest.PodRequestError` (naming the field) when the spec, the containers or their env
+    have the wrong shape. Linear in the size of the pod."""
     ops: list[PatchOp] = []
-    for kind in ("initContainers", "containers"):
-        ops += _container_ops(kind, spec.get(kind) or [], env_entry)
+    for container in podrequest.containers(pod):
+        ops += _container_ops(container, env_entry)
     return ops
 
 

@@ -120,3 +120,155 @@ def test_claim_and_map_together_are_refused():
 def test_empty_claim_name_is_refused():
     resp = decide(review(claim_pod(claim="  ")))
     assert not resp["allowed"] and "is empty; expected the name of a GpuClaim" in resp["status"]["message"]
+
+
+# ---- hostile requests: a 400 or a denial naming the field, never another exception, never over 64 KiB ---------
+
+def raw_review(request):
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+
+
+GOOD_REQUEST = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+                "namespace": "default"}
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
+        (b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","n":'
+         + b"1" * 5000 + b"}}", "body is not JSON: 'Exceeds the limit (4300 digits)"),
+        (b'{"apiVersion":"' + b"v" * 100_000 + b'"}', "got '" + "v" * 60 + "'…"),
+        (raw_review({**GOOD_REQUEST, "uid": "u" * 257}), "(257 characters) is not 1 to 256 printable ASCII"),
+        (raw_review({**GOOD_REQUEST, "uid": "u\nforged"}), "request.uid 'u\\nforged'"),
+        (raw_review({**GOOD_REQUEST, "uid": ""}), "is not 1 to 256"),
+        (raw_review({**GOOD_REQUEST, "uid": None}), "request.uid is null"),
+        (raw_review({**GOOD_REQUEST, "uid": 7}), "request.uid is a number"),
+        (raw_review({**GOOD_REQUEST, "kind": "Pod"}), "request.kind is a string; expected an object"),
+        (raw_review({k: v for k, v in GOOD_REQUEST.items() if k != "kind"}), "request.kind is null"),
+        (raw_review({**GOOD_REQUEST, "kind": {"group": "", "version": "v1", "kind": ["Pod"]}}),
+         "request.kind.kind is an array"),
+        (raw_review({**GOOD_REQUEST, "kind": {"group": None, "version": "v1", "kind": "Pod"}}),
+         "request.kind.group is null"),
+        (raw_review({**GOOD_REQUEST, "operation": 1}), "request.operation is a number"),
+        (raw_review({**GOOD_REQUEST, "namespace": {}}), "request.namespace is an object"),
+        (raw_review({**GOOD_REQUEST, "object": []}), "request.object is not a JSON object (it is an array)"),
+        (raw_review([]), "request is an array"),
+        (b'"\xed\xa0\x80"', "body is not a JSON object"),
+    ],
+)
+def test_hostile_bodies_are_bad_requests(body, fragment):
+    with pytest.raises(admission.BadRequest) as info:
+        admission.parse_review(body)
+    assert fragment in str(info.value), str(info.value)
+    assert len(str(info.value)) < 1000 and "\n" not in str(info.value)
+
+
+def request_with(obj, **changes):
+    return {**GOOD_REQUEST, "object": obj, **changes}
+
+
+MAP = {"gpu-scheduling-map": "0=node1:0"}
+
+
+@pytest.mark.parametrize(
+    "obj, fragment",
+    [
+        ({"metadata": []}, "metadata is an array; expected an object"),
+        ({"metadata": {"name": "p-0", "annotations": []}}, "metadata.annotations is an array"),
+        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": ["0=node1:0"]}}},
+         "annotation gpu-scheduling-map is an array; expected a string"),
+        ({"metadata": {"name": "p-0", "annotations": {"gpu.scheduling/claim": None}}},
+         "annotation gpu.scheduling/claim is null"),
+        ({"metadata": {"name": "p-0", "annotations": {"gpu.scheduling/claim": "Not_valid"}}},
+         "'Not_valid' is not a valid GpuClaim name"),
+        ({"metadata": {"name": "p-0", "annotations": MAP, "labels": "x"}}, "metadata.labels is a string"),
+        ({"metadata": {"name": "p-0", "annotations": MAP, "labels": {"apps.kubernetes.io/pod-index": 0}}},
+         "pod default/p-0: label apps.kubernetes.io/pod-index is a number; expected a string"),
+        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": "x"}, "spec is a string; expected an object"),
+        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": "c"}},
+         "spec.containers is a string; expected an array of containers"),
+        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"initContainers": [3]}},
+         "spec.initContainers[0] is a number; expected a container object"),
+        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"env": "A=1"}]}},
+         "spec.containers[0].env is a string; expected an array of env entries"),
+        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"env": [[]]}]}},
+         "spec.containers[0].env[0] is an array; expected an object"),
+        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"env": [{"name": None}]}]}},
+         "spec.containers[0].env[0].name is null; expected a string"),
+        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"name": 3}]}},
+         "spec.containers[0].name is a number"),
+        ({"metadata": {"name": "p-" + "1" * 5000, "annotations": MAP}}, "has 5000 digits; at most 9"),
+        ({"metadata": {"name": "p\n-0", "annotations": {"gpu-scheduling-map": "x"}}}, "pod default/'p\\n-0'"),
+    ],
+)
+def test_pods_of_the_wrong_shape_are_denied_naming_the_field(obj, fragment):
+    resp = admission.review_pod(admission.parse_review(raw_review(request_with(obj))))["response"]
+    assert resp["allowed"] is False and fragment in resp["status"]["message"], resp
+    assert len(admission.encode_review({"response": resp})) < 4096
+
+
+def test_updates_are_not_looked_at():
+    obj = {"metadata": [], "spec": "x"}
+    resp = admission.review_pod(admission.parse_review(raw_review(request_with(obj, operation="UPDATE"))))
+    assert resp["response"]["allowed"] and "patch" not in resp["response"]
+
+
+def test_quadratic_map_gives_a_small_denial():
+    text = "\n".join(["x" * 200] * 1000)  # 200 KB of bad lines: hundreds of MB of message before
+    resp = decide(review(pod(annotation=text)))
+    message = resp["status"]["message"]
+    assert not resp["allowed"] and "and 990 more problems" in message and len(message) < 4000
+
+
+def test_control_characters_never_reach_the_message_raw():
+    resp = decide(review(pod(annotation="0=node1:0\n1=node\x1b[31m2:0\n2=\u2028node3:0")))
+    message = resp["status"]["message"]
+    assert "\x1b" not in message and "\u2028" not in message
+    assert "character U+001B (control character) is not allowed" in message
+    assert "line 2 '1=node\\x1b[31m2:0'" in message
+    assert "character U+2028 (LINE SEPARATOR)" in message
+
+
+def test_thousands_of_containers_are_denied_not_answered_with_a_huge_patch():
+    the_pod = pod(name="check-0")
+    the_pod["spec"]["containers"] = [{"name": f"c{i}"} for i in range(10_000)]
+    review_ = admission.review_pod(admission.parse_review(review(the_pod)))
+    resp = review_["response"]
+    assert not resp["allowed"] and "it has 10000 containers and init containers" in resp["status"]["message"]
+    assert "larger than the webhook's limit of 65536 bytes (at most 1092 containers fit" in resp["status"]["message"]
+    assert len(admission.encode_review(review_)) < 1024
+
+
+def test_a_patch_just_over_the_limit_is_denied_after_it_is_built():
+    the_pod = pod(name="check-0")
+    the_pod["spec"]["containers"] = [{"name": f"c{i}"} for i in range(700)]
+    review_ = admission.review_pod(admission.parse_review(review(the_pod)))
+    message = review_["response"]["status"]["message"]
+    assert "a patch of 700 operations, an answer of at least" in message and "over the webhook's limit" in message
+
+
+def test_a_hundred_containers_still_fit():
+    the_pod = pod(name="check-0")
+    the_pod["spec"]["containers"] = [{"name": f"c{i}"} for i in range(100)]
+    review_ = admission.review_pod(admission.parse_review(review(the_pod)))
+    assert review_["response"]["allowed"] and len(admission.encode_review(review_)) <= admission.MAX_RESPONSE_BYTES
+
+
+def test_encode_review_bounds_any_answer():
+    huge_allow = admission.allow("u", [{"op": "add", "path": "/x", "value": "v" * 200_000}])
+    data = admission.encode_review(huge_allow)
+    assert len(data) <= admission.MAX_RESPONSE_BYTES
+    assert json.loads(data)["response"]["allowed"] is False and b"over its limit of 65536 bytes" in data
+    huge_deny = admission._review({"uid": "u", "allowed": False,
+                                   "status": {"code": 400, "message": "m" * 500_000, "reason": "BadRequest"}})
+    data = admission.encode_review(huge_deny)
+    assert len(data) <= admission.MAX_RESPONSE_BYTES and json.loads(data)["response"]["uid"] == "u"
+    small = admission.allow("u")
+    assert json.loads(admission.encode_review(small)) == small
+    assert admission.encode_review(admission.deny("u", "\u2028é")).isascii()
+
+
+def test_deny_cuts_its_message():
+    assert len(admission.deny("u", "m" * 100_000)["response"]["status"]["message"]) == admission.MAX_MESSAGE_CHARS

@@ -161,3 +161,142 @@ def test_parse_cached_raises_a_fresh_error_with_every_problem_each_time():
     assert errors[0] is not errors[1]
     assert [p.line for p in errors[1].problems] == [1, 2]
     assert str(errors[0]) == str(errors[1])
+
+
+# ---- hostile maps: bounded messages, linear work, length-checked integers, ASCII only ---------------------------
+
+def test_message_does_not_grow_with_the_square_of_the_input():
+    # Every line bad, each as long as the whole map allows: the message lists 10 problems and counts the rest.
+    line = "x" * 200
+    with pytest.raises(gpumap.MapError) as info:
+        gpumap.parse("\n".join([line] * 1000))
+    message = str(info.value)
+    assert len(info.value.problems) == gpumap.MAX_PROBLEMS and info.value.total == 1000
+    assert message.endswith("; and 990 more problems") and len(message) < 4000
+    assert "line 1 '" + "x" * 60 + "'…: missing `=`" in message
+
+
+def test_many_bad_ids_on_one_long_line_are_counted_not_listed():
+    with pytest.raises(gpumap.MapError) as info:
+        gpumap.parse("0=node1:" + ",".join(["x"] * 50_000))
+    assert info.value.total == 50_000 and len(str(info.value)) < 4000
+
+
+def test_message_size_is_independent_of_the_number_of_bad_lines():
+    sizes = set()
+    for n in (20, 200, 2000):
+        with pytest.raises(gpumap.MapError) as info:
+            gpumap.parse("\n".join(f"{i}=Bad_{'y' * 80}:0" for i in range(n)))
+        sizes.add(len(str(info.value)) - len(str(n - 10)))
+    assert len(sizes) == 1, sizes
+
+
+def test_a_map_longer_than_kubernetes_allows_is_refused_at_once():
+    with pytest.raises(gpumap.MapError, match="at most 262144 are allowed"):
+        gpumap.parse("0=n:0\n" * 50_000)
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("9" * 5000 + "=node1:0", "index '" + "9" * 60 + "'… has 5000 digits; at most 9 are allowed (index < 10^9)"),
+        ("1000000000=node1:0", "index '1000000000' has 10 digits; at most 9 are allowed"),
+        ("0=node1:" + "1" * 5000, "gpu id '" + "1" * 60 + "'… has 5000 digits; at most 4 are allowed"),
+        ("0=node1:10000", "gpu id '10000' has 5 digits; at most 4 are allowed (gpu id < 10^4)"),
+    ],
+)
+def test_integers_are_length_checked_before_conversion(text, fragment):
+    with pytest.raises(gpumap.MapError) as info:
+        gpumap.parse(text)
+    assert fragment in str(info.value)
+
+
+def test_largest_integers_allowed():
+    assert gpumap.parse("999999999=node1:9999,0").entries[999999999].gpu_ids == (9999, 0)
+
+
+@pytest.mark.parametrize(
+    "meta, fragment",
+    [
+        ({"name": "x-0", "labels": {"apps.kubernetes.io/pod-index": "7" * 5000}}, "has 5000 digits; at most 9"),
+        ({"name": "x-" + "7" * 5000}, "has 5000 digits; at most 9"),
+        ({"name": "x-1", "labels": {"apps.kubernetes.io/pod-index": 1}}, "is a number; expected a string"),
+        ({"name": "x-1", "labels": ["a"]}, "metadata.labels is an array"),
+        ({"name": ["x-1"]}, "metadata.name is an array"),
+        ([], "metadata is an array"),
+        ({"name": "x\n" * 10_000}, "pod name 'x\\nx\\n"),
+    ],
+)
+def test_pod_index_hostile_metadata(meta, fragment):
+    with pytest.raises(gpumap.PodIndexError) as info:
+        gpumap.pod_index(meta)
+    assert fragment in str(info.value) and len(str(info.value)) < 1000 and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "char, name",
+    [
+        ("\u00a0", "U+00A0 (NO-BREAK SPACE)"),
+        ("\u2028", "U+2028 (LINE SEPARATOR)"),
+        ("\u2029", "U+2029 (PARAGRAPH SEPARATOR)"),
+        ("\u200b", "U+200B (ZERO WIDTH SPACE)"),
+        ("\u3000", "U+3000 (IDEOGRAPHIC SPACE)"),
+        ("\ufeff", "U+FEFF (ZERO WIDTH NO-BREAK SPACE)"),
+        ("\u0085", "U+0085 (control character)"),
+        ("\x0b", "U+000B (control character)"),
+        ("\x0c", "U+000C (control character)"),
+        ("\x00", "U+0000 (control character)"),
+        ("\x1b", "U+001B (control character)"),
+        ("\x7f", "U+007F (control character)"),
+        ("\x1c", "U+001C (control character)"),
+        ("\ud800", "U+D800 (surrogate)"),
+        ("\uff10", "U+FF10 (FULLWIDTH DIGIT ZERO)"),
+    ],
+)
+@pytest.mark.parametrize("where", ["0={c}node1:0", "0 ={c}node1:0", "0=node1:0{c}", "{c}0=node1:0", "0=node1:0,{c}1"])
+def test_unicode_whitespace_and_control_characters_are_named_not_taken_as_spaces(char, name, where):
+    with pytest.raises(gpumap.MapError) as info:
+        gpumap.parse(where.format(c=char))
+    message = str(info.value)
+    assert f"character {name} is not allowed: the map is ASCII" in message
+    assert message.isascii() or message.replace("…", "").isascii()
+    assert char not in message
+
+
+def test_tabs_and_crlf_are_still_whitespace():
+    assert gpumap.parse("\t0\t=\tnode1\t:\t0\t,\t1\t\r\n") == gpumap.parse("0=node1:0,1")
+
+
+def test_missing_index_lists_a_bounded_number_of_indices():
+    big = gpumap.parse("".join(f"{i}=n:0\n" for i in range(20_000)))
+    with pytest.raises(gpumap.PodIndexError) as info:
+        big.entry_for(99_999)
+    message = str(info.value)
+    assert "(indices in the map: 0, 1, 2" in message and "19, … (20000 indices in all)" in message
+    assert len(message) < 300
+
+
+def test_wrong_type_map():
+    with pytest.raises(gpumap.MapError, match="is a number; expected a string"):
+        gpumap.entry_for_pod({"name": "a-0", "annotations": {"gpu-scheduling-map": 3}})
+    with pytest.raises(gpumap.PodIndexError, match="metadata.annotations is an array"):
+        gpumap.entry_for_pod({"name": "a-0", "annotations": []})
+
+
+def test_parse_cache_is_bounded_in_bytes_and_lru():
+    gpumap.parse_cache.clear()
+    keep = "0=n:0\n"
+    gpumap.parse_cached(keep)
+    for i in range(300):  # 300 distinct maps of about 100 KB: 30 MB of text offered
+        text = f"{i}=n:0\n" + "#" * 100_000
+        with pytest.raises(gpumap.MapError):
+            gpumap.parse_cached(text)
+        gpumap.parse_cached(keep)  # used again and again: stays
+        assert gpumap.parse_cache.bytes <= gpumap.PARSE_CACHE_BYTES
+        assert len(gpumap.parse_cache) <= gpumap.PARSE_CACHE_ENTRIES
+    assert gpumap.parse_cache.get(keep) is not None
+    assert gpumap.parse_cache.get("0=n:0\n" + "#" * 100_000) is None  # the oldest went first
+    big = "".join(f"{i}=n:0\n" for i in range(20_000))  # counted by its entries too
+    gpumap.parse_cached(big)
+    assert gpumap.parse_cache.bytes <= gpumap.PARSE_CACHE_BYTES
+    gpumap.parse_cache.clear()

@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, podrequest
 from gpu_scheduling.claims import allocator, objects
 from gpu_scheduling.claims.ledger import GpuKey, Hold, Ledger, LeaseRecord
 from gpu_scheduling.kube.client import ApiError, Client
@@ -158,7 +158,7 @@ class ClaimPath:
     async def place(self, pod: dict[str, Any], nodes: Mapping[str, dict[str, Any]]) -> Placed | decision.Unschedulable:
         meta = pod["metadata"]
         uid = meta["uid"]
-        claim_name = meta["annotations"][constants.CLAIM_ANNOTATION].strip()
+        claim_name = podrequest.claim_name(meta)  # checked by the controller already: one reading for both
         claim = self.claims.cache.get(f"{meta['namespace']}/{claim_name}")
         if claim is None:
             return decision.Unschedulable(f"GpuClaim {claim_name!r} not found in namespace {meta['namespace']}")

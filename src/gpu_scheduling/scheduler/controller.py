@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.claims import objects
 from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.kube.client import ApiError, Client
@@ -326,7 +326,12 @@ class Scheduler:
 
     async def _schedule_claim_pod(self, key: str, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
-        claim = f"{meta['namespace']}/{meta['annotations'][constants.CLAIM_ANNOTATION].strip()}"
+        try:  # the same reading as the webhook's: a pod it would refuse is reported once, not retried forever
+            claim_name = podrequest.claim_name(meta)
+        except gpumap.PodMapError as exc:
+            await self._report_unschedulable(key, pod, str(exc))
+            return
+        claim = f"{meta['namespace']}/{claim_name}"
         self._claim_pods[claim].add(key)
         self._pod_claim[key] = claim
         if not self.claim_path.enabled:

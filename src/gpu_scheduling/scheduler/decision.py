@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_scheduling import constants, gpumap
+from gpu_scheduling import constants, gpumap, podrequest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,28 +85,61 @@ def node_problem(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) 
 
 
 def is_claim_pod(pod: Mapping[str, Any]) -> bool:
-    return constants.CLAIM_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {})
+    """The pod has a `gpu.scheduling/claim` annotation (whatever its value; podrequest.read checks it).
+    Never raises: metadata or annotations of the wrong shape are not a claim pod (decide reports them)."""
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return isinstance(annotations, Mapping) and constants.CLAIM_ANNOTATION in annotations
+
+
+def _tolerations(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    tolerations = spec.get("tolerations") or []
+    if not isinstance(tolerations, list):
+        raise podrequest.PodRequestError(f"spec.tolerations is {gpumap.json_type(tolerations)}; expected an array")
+    for i, t in enumerate(tolerations):
+        if not isinstance(t, Mapping):
+            raise podrequest.PodRequestError(f"spec.tolerations[{i}] is {gpumap.json_type(t)}; expected an object")
+        for field in ("key", "operator", "value", "effect"):
+            if t.get(field) is not None and not isinstance(t[field], str):
+                raise podrequest.PodRequestError(
+                    f"spec.tolerations[{i}].{field} is {gpumap.json_type(t[field])}; expected a string")
+    return tolerations
 
 
 def decide(pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> Decision:
     """Decide for one schedulable map pod given the current nodes (name -> node). Claim pods go through
-    scheduler.claims instead."""
-    meta = pod.get("metadata") or {}
+    scheduler.claims instead.
+
+    Never raises for any shape of `pod`: what cannot be read (see :func:`podrequest.read`) is Unschedulable
+    with the reason. A map pod is bound only when every container and init container has the
+    CUDA_VISIBLE_DEVICES its map entry gives (the webhook sets it at creation; a map added afterwards would
+    run the pod on GPUs it does not see, or on every GPU of the node)."""
+    if not isinstance(pod, Mapping):
+        return Unschedulable(f"the pod is {gpumap.json_type(pod)}; expected an object")
     try:
-        entry = gpumap.entry_for_pod(meta)
+        asked = podrequest.read(pod.get("metadata"))
+        if isinstance(asked, podrequest.ClaimRequest):
+            return Unschedulable(f"pod names the GpuClaim {asked.name}; it is placed by the claim path, not by a map")
+        if asked is None:
+            return Unschedulable(
+                f"pod has no {constants.MAP_ANNOTATION} annotation; the gpu-scheduler places pods only by their map "
+                "entry")
+        entry = asked.entry
+        missing = podrequest.missing_cuda(pod, entry)
+        if missing:
+            return Unschedulable(missing)
+        tolerations = _tolerations(pod)
     except gpumap.PodMapError as exc:
         return Unschedulable(str(exc))
-    if entry is None:
-        return Unschedulable(
-            f"pod has no {constants.MAP_ANNOTATION} annotation; the gpu-scheduler places pods only by their map entry"
-        )
     node = nodes.get(entry.node)
     if node is None:
         return Unschedulable(
             f"node {entry.node} from map entry {entry.index}={entry.node}:{entry.cuda_visible_devices} does not exist",
             node=entry.node,
         )
-    problem = node_problem(node, (pod.get("spec") or {}).get("tolerations") or [])
+    problem = node_problem(node, tolerations)
     if problem:
         return Unschedulable(f"{problem} (map entry {entry.index})", node=entry.node)
     return Bind(entry.node, entry)
