@@ -71,7 +71,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
     try:
         for name in WORKER_NODES:
             cp.add_node(name)
-        components = Components(cp, fault_proxy=True).start()
+        components = Components(cp, fault_proxy=True, restart_on_failure=True).start()
         assert cp.api is not None
         yield Cluster(cp.api, cp, components)
     finally:

@@ -12,8 +12,12 @@ from __future__ import annotations
 import base64
 import dataclasses
 import pathlib
+import signal
 import ssl
+import subprocess
 import sys
+import threading
+import time
 from typing import Any
 
 import yaml
@@ -87,15 +91,48 @@ class SchedulerProcess(Process):
     `<scheduler name>/<identity>`."""
 
     def __init__(self, name: str, argv: list[str], log_dir: pathlib.Path, *, base_identity: str, health_port: int,
-                 leader_election: bool):
+                 leader_election: bool, restart_on_failure: bool = False):
         super().__init__(name, argv, log_dir)
         self.base_identity = base_identity
         self.health_port = health_port
         self.leader_election = leader_election
         self.starts = 0
         self.identity = base_identity
+        self.restart_on_failure = restart_on_failure
+        self.restarts = 0  # starts made by the supervisor, not by the test
+        self._lock = threading.RLock()
+        self._stopped = True
 
     def start(self) -> SchedulerProcess:
+        with self._lock:
+            self._stopped = False
+            self._start()
+        if self.restart_on_failure:
+            threading.Thread(target=self._supervise, args=(self.proc,), name=f"supervise-{self.name}",
+                             daemon=True).start()
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
+        with self._lock:
+            self._stopped = True
+        super().stop(sig, timeout)
+
+    def _supervise(self, proc: subprocess.Popen[bytes] | None) -> None:
+        """The kubelet's `restartPolicy: Always` for a scheduler that exits by itself (a leader that lost its
+        Lease exits 1 to come back as a follower): start it again, as a new candidate, after a second. A process
+        the test stops or kills stays down until the test starts it."""
+        assert proc is not None
+        while proc.wait() != 0:
+            time.sleep(1.0)
+            with self._lock:
+                if self._stopped or self.proc is not proc:
+                    return
+                self.restarts += 1
+                self._start()
+                proc = self.proc
+                assert proc is not None
+
+    def _start(self) -> None:
         self.starts += 1
         if self.leader_election:
             self.identity = self.base_identity if self.starts == 1 else f"{self.base_identity}-{self.starts}"
@@ -103,7 +140,6 @@ class SchedulerProcess(Process):
             self.argv = [a for a in self.argv if not a.startswith("--leader-elect-identity=")]
             self.argv.append(f"--leader-elect-identity={self.identity}")
         super().start()
-        return self
 
     def wait_ready(self, timeout: float = 60) -> None:
         # A follower is ready too: it keeps its caches warm while it waits for the lease.
@@ -112,12 +148,15 @@ class SchedulerProcess(Process):
 
 class Components:
     """`fault_proxy`: route the schedulers through a FaultProxy (`self.proxy`), for the fault scenarios; off for
-    the benchmark, which must measure the direct path. `leader_election`: the timings every scheduler gets, or
+    the benchmark, which must measure the direct path. `restart_on_failure`: a scheduler that exits by itself is
+    started again, as the kubelet would (the scenarios); off for the benchmark, where such an exit fails the run. `leader_election`: the timings every scheduler gets, or
     None for `--no-leader-elect` (each scheduler then schedules at once, alone)."""
 
     def __init__(self, cp: ControlPlane, scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME, *,
-                 fault_proxy: bool = False, leader_election: LeaderElection | None = LEADER_ELECTION):
+                 fault_proxy: bool = False, leader_election: LeaderElection | None = LEADER_ELECTION,
+                 restart_on_failure: bool = False):
         self.cp = cp
+        self.restart_on_failure = restart_on_failure
         self.scheduler_name = scheduler_name
         ca = pki.CA(cp.pki_dir, "webhook")
         self.webhook_ca = ca
@@ -152,7 +191,8 @@ class Components:
             argv += ["--leader-elect", f"--leader-elect-resource-namespace={constants.LEASE_NAMESPACE}",
                      f"--leader-elect-resource-name={self.scheduler_name}", *self.leader_election.flags()]
         return SchedulerProcess(log_name, argv, self.cp.logs, base_identity=identity, health_port=health_port,
-                                leader_election=self.leader_election is not None)
+                                leader_election=self.leader_election is not None,
+                                restart_on_failure=self.restart_on_failure)
 
     @property
     def webhook_url(self) -> str:
