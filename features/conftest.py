@@ -31,6 +31,7 @@ from tests.harness.components import SCRIPTS, Components
 from tests.harness.controlplane import ControlPlane
 from features.steps_faults import *  # noqa: F401,F403
 from features.steps_leader import *  # noqa: F401,F403
+from features.steps_security import *  # noqa: F401,F403
 
 @parse.with_pattern(r'[^"]*')
 def _quoted(text: str) -> str:

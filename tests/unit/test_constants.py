@@ -24,6 +24,10 @@ DEPLOY_DEFAULTS = yaml.safe_load((ROOT / "roles/deploy/defaults/main.yml").read_
         ("testbed_node_name_env", constants.NODE_NAME_ENV),
         ("testbed_webhook_name", constants.WEBHOOK_NAME),
         ("testbed_webhook_tls_secret", constants.WEBHOOK_TLS_SECRET),
+        ("testbed_claim_annotation", constants.CLAIM_ANNOTATION),
+        ("testbed_allocated_annotation", constants.ALLOCATED_ANNOTATION),
+        ("testbed_gpu_ids_annotation", constants.GPU_IDS_ANNOTATION),
+        ("testbed_exclusivity_annotation", constants.EXCLUSIVITY_ANNOTATION),
     ],
 )
 def test_inventory_keys_match_the_programs(var, constant):
@@ -79,7 +83,7 @@ def test_scheduler_rbac_is_least_privilege():
     granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
     assert granted == {("pods", "get"), ("pods", "list"), ("pods", "watch"), ("nodes", "get"), ("nodes", "list"),
                        ("nodes", "watch"), ("pods/binding", "create"), ("pods/status", "patch"),
-                       ("events", "create"), ("events", "patch"), ("gpuclaims", "get"), ("gpuclaims", "list"),
+                       ("events", "create"), ("gpuclaims", "get"), ("gpuclaims", "list"),
                        ("gpuclaims", "watch"), ("gpunodestatuses", "get"), ("gpunodestatuses", "list"),
                        ("gpunodestatuses", "watch"), ("gpuclaims/status", "patch")}
     # Leases (the GPU locks and the leader Lease) only in the project's own namespace.
@@ -153,3 +157,22 @@ def test_the_scheduler_args_parse():
     election = main.election_config(args)
     assert args.leader_elect and election.namespace == constants.LEASE_NAMESPACE
     assert election.name == constants.DEFAULT_SCHEDULER_NAME
+
+
+def test_the_annotation_policy_fixes_every_key_the_programs_use():
+    """Every annotation that decides a pod's GPUs is in the policy that fixes them at creation, one validation
+    each; and the Binding and creation policies name the allocation keys."""
+    docs = {d["metadata"]["name"]: d for d in render("admission-policies.yaml.j2")
+            if d["kind"] == "ValidatingAdmissionPolicy"}
+    fixed = docs["gpu-scheduling-pod-annotations-fixed"]["spec"]["validations"]
+    keys = (constants.MAP_ANNOTATION, constants.CLAIM_ANNOTATION, constants.ALLOCATED_ANNOTATION,
+            constants.GPU_IDS_ANNOTATION, constants.EXCLUSIVITY_ANNOTATION)
+    for key in keys:
+        assert sum(f"'{key}'" in v["expression"] for v in fixed) == 1, key
+    for name in ("gpu-scheduling-binding-annotations", "gpu-scheduling-allocation-not-at-creation"):
+        text = str(docs[name]["spec"])
+        for key in keys[2:]:
+            assert key in text, (name, key)
+    bindings = {d["spec"]["policyName"] for d in render("admission-policies.yaml.j2")
+                if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert bindings == set(docs)
