@@ -13,25 +13,19 @@ that the star import should not carry start with an underscore.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import os
 import pathlib
 import shutil
-import ssl
 import subprocess
-import urllib.error
-import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
 from pytest_bdd import given, parsers, then, when
 
 from gpu_scheduling import constants, gpumap
-from gpu_scheduling.kube import config as _kubeconfig
-from tests.harness.api import ApiError, wait_for
+from tests.harness.api import Api, ApiError, wait_for
 
 if TYPE_CHECKING:
     from features.conftest import World
@@ -256,26 +250,8 @@ def unbound_token(world: World, security: SecurityState, account: str) -> None:
 def _as_token(token: str, method: str, path: str, body: Any = None,
               content_type: str = "application/json") -> dict[str, Any]:
     """A request with only the bearer token (no client certificate, which the apiserver would prefer)."""
-    cfg = _kubeconfig.from_kubeconfig(os.environ["GPU_TEST_KUBECONFIG"])
-    raw = yaml.safe_load(pathlib.Path(os.environ["GPU_TEST_KUBECONFIG"]).read_text())
-    ca = base64.b64decode(raw["clusters"][0]["cluster"]["certificate-authority-data"]).decode()
-    ctx = ssl.create_default_context(cadata=ca)
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(cfg.server + path, data=data, method=method)
-    req.add_header("Authorization", f"Bearer {token}")
-    req.add_header("Accept", "application/json")
-    if data is not None:
-        req.add_header("Content-Type", content_type)
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
-            return json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        text = exc.read()
-        try:
-            parsed = json.loads(text)
-        except ValueError:
-            parsed = {"message": text.decode(errors="replace")}
-        raise ApiError(exc.code, parsed) from None
+    return Api(os.environ["GPU_TEST_KUBECONFIG"]).as_token(token).request(method, path, body,
+                                                                          content_type=content_type)
 
 
 @then(_parse("the apiserver authenticates that token with the node name {node}"))

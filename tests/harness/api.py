@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import pathlib
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -10,9 +13,19 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import yaml
+
 from gpu_scheduling.kube import config
 
 T = TypeVar("T")
+
+
+def _ca_only_context(kubeconfig: str) -> ssl.SSLContext:
+    """A TLS context that trusts the kubeconfig's cluster CA and presents no client certificate."""
+    cluster = yaml.safe_load(pathlib.Path(kubeconfig).read_text())["clusters"][0]["cluster"]
+    if "certificate-authority-data" in cluster:
+        return ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    return ssl.create_default_context(cafile=cluster["certificate-authority"])
 
 
 class ApiError(Exception):
@@ -24,16 +37,31 @@ class ApiError(Exception):
 
 
 class Api:
-    def __init__(self, kubeconfig: str):
+    """As the kubeconfig's user, or (`as_token`) as whoever a bearer token names, with no client certificate (the
+    apiserver would prefer one), trusting the same CA."""
+
+    def __init__(self, kubeconfig: str, token: str | None = None):
+        self.kubeconfig = kubeconfig
         self.cfg = config.from_kubeconfig(kubeconfig)
-        handler = urllib.request.HTTPSHandler(context=self.cfg.ssl_context)
+        self._token = token
+        context = self.cfg.ssl_context if token is None else _ca_only_context(kubeconfig)
+        handler = urllib.request.HTTPSHandler(context=context)
         self._opener = urllib.request.build_opener(handler)
+
+    def as_token(self, token: str) -> Api:
+        return Api(self.kubeconfig, token)
+
+    def _request(self, url: str, data: bytes | None = None, method: str | None = None) -> urllib.request.Request:
+        req = urllib.request.Request(url, data=data, method=method)
+        if self._token is not None:
+            req.add_header("Authorization", f"Bearer {self._token}")
+        return req
 
     def request(self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
                 content_type: str = "application/json") -> dict[str, Any]:
         url = self.cfg.server + path + ("?" + urllib.parse.urlencode(params) if params else "")
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method=method)
+        req = self._request(url, data=data, method=method)
         req.add_header("Accept", "application/json")
         if data is not None:
             req.add_header("Content-Type", content_type)
@@ -52,7 +80,7 @@ class Api:
         """GET a plain-text resource such as pods/log."""
         url = self.cfg.server + path + ("?" + urllib.parse.urlencode(params) if params else "")
         try:
-            with self._opener.open(urllib.request.Request(url), timeout=30) as resp:
+            with self._opener.open(self._request(url), timeout=30) as resp:
                 return resp.read().decode(errors="replace")
         except urllib.error.HTTPError as exc:
             raise ApiError(exc.code, {"message": exc.read().decode(errors="replace")}) from None
