@@ -64,8 +64,8 @@ class SchedulerConfig:
 
 
 STOP_GRACE = 2.0
-"""Seconds a stopping leader gives the binds in flight (and their events) to finish; well inside the margin
-between the renew deadline and the lease duration, so no new leader can be acting yet."""
+"""Seconds a stopping leader gives the binds in flight to finish, well inside the margin between the renew
+deadline and the lease duration, so no new leader can be acting yet; then as long again for their events."""
 
 
 def _now() -> str:
@@ -246,11 +246,14 @@ class Scheduler:
             for t in tasks:
                 if t not in self._busy:
                     t.cancel()
-            deadline = time.monotonic() + STOP_GRACE
             if busy:
                 await asyncio.wait(busy, timeout=STOP_GRACE)
             if self._background:
-                await asyncio.wait(list(self._background), timeout=max(0.1, deadline - time.monotonic()))
+                # The Scheduled events of binds that finished just now get a grace of their own: with one shared
+                # deadline a bind finishing late left its event 0.1 s, and the pod was bound with no event (seen on
+                # KinD when the leader's pod was deleted mid-rollout). An event decides nothing, so writing it after
+                # the workers stopped cannot clash with a new leader.
+                await asyncio.wait(list(self._background), timeout=STOP_GRACE)
             for t in [*tasks, *self._background]:
                 t.cancel()
             await asyncio.gather(*tasks, *self._background, return_exceptions=True)
