@@ -32,12 +32,17 @@ from typing import Any
 
 from gpu_scheduling import constants
 
-# RFC 1123 subdomain, the rule Kubernetes applies to node names.
+# RFC 1123 subdomain, the rule Kubernetes applies to node names and to the names of custom objects (GpuClaim).
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_NODE_NAME_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
-_MAX_NODE_NAME = 253
+_SUBDOMAIN_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
+MAX_SUBDOMAIN = 253
 _INT_RE = re.compile(r"^[0-9]+$")
 _NAME_INDEX_RE = re.compile(r"-([0-9]+)$")
+
+
+def is_subdomain(name: str) -> bool:
+    """An RFC 1123 subdomain of at most MAX_SUBDOMAIN characters (a valid node or GpuClaim name)."""
+    return len(name) <= MAX_SUBDOMAIN and _SUBDOMAIN_RE.match(name) is not None
 _NOT_ASCII_RE = re.compile(r"[^\x20-\x7e\t]")  # anything but printable ASCII and tab
 _BLANK = " \t"
 
@@ -261,8 +266,8 @@ def _parse_line(number: int, text: str, problems: _Problems) -> Entry | None:
 
     if not node:
         problems.add(number, text, f"missing node name before `:`; {EXPECTED_FORM}")
-    elif len(node) > _MAX_NODE_NAME or not _NODE_NAME_RE.match(node):
-        too_long = f", at most {_MAX_NODE_NAME} characters" if len(node) > _MAX_NODE_NAME else ""
+    elif not is_subdomain(node):
+        too_long = f", at most {MAX_SUBDOMAIN} characters" if len(node) > MAX_SUBDOMAIN else ""
         problems.add(
             number,
             text,

@@ -13,17 +13,13 @@ check that a map pod's containers carry the CUDA_VISIBLE_DEVICES its map entry g
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from gpu_scheduling import constants, gpumap
 from gpu_scheduling.gpumap import json_type, plain, show
 
-# RFC 1123 subdomain, the rule Kubernetes applies to the names of custom objects such as GpuClaim.
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
-MAX_CLAIM_NAME = 253
+MAX_CLAIM_NAME = gpumap.MAX_SUBDOMAIN
 _ASCII_SPACE = " \t\r\n\f\v"
 
 
@@ -72,7 +68,7 @@ def _claim_name(value: Any) -> str:
     if not name:
         raise PodRequestError(f"annotation {constants.CLAIM_ANNOTATION} is empty; expected the name of a GpuClaim "
                               "in the pod's namespace")
-    if len(name) > MAX_CLAIM_NAME or not _SUBDOMAIN_RE.match(name):
+    if not gpumap.is_subdomain(name):
         raise PodRequestError(
             f"annotation {constants.CLAIM_ANNOTATION}={show(name)} is not a valid GpuClaim name: expected an RFC 1123 "
             f"subdomain of at most {MAX_CLAIM_NAME} characters (lower-case letters, digits, `-` and `.`, starting "

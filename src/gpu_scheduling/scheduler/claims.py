@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from gpu_scheduling import constants, podrequest
+from gpu_scheduling import constants
 from gpu_scheduling.claims import allocator, objects
 from gpu_scheduling.claims.ledger import GpuKey, Hold, Ledger, LeaseRecord
 from gpu_scheduling.kube.client import ApiError, Client
@@ -155,10 +155,11 @@ class ClaimPath:
                 self.releases.add(key)
 
     # ---- placing a pod ----------------------------------------------------------------------------------------
-    async def place(self, pod: dict[str, Any], nodes: Mapping[str, dict[str, Any]]) -> Placed | decision.Unschedulable:
+    async def place(self, pod: dict[str, Any], claim_name: str,
+                    nodes: Mapping[str, dict[str, Any]]) -> Placed | decision.Unschedulable:
+        """Allocate for `pod`, which names the GpuClaim `claim_name` (as podrequest.claim_name read it)."""
         meta = pod["metadata"]
         uid = meta["uid"]
-        claim_name = podrequest.claim_name(meta)  # checked by the controller already: one reading for both
         claim = self.claims.cache.get(f"{meta['namespace']}/{claim_name}")
         if claim is None:
             return decision.Unschedulable(f"GpuClaim {claim_name!r} not found in namespace {meta['namespace']}")

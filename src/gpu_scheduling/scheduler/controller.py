@@ -340,7 +340,7 @@ class Scheduler:
         if not self.claim_path.enabled:
             await self._report_unschedulable(key, pod, "pod names a GpuClaim but the GpuClaim CRDs are not installed")
             return
-        placed = await self.claim_path.place(pod, self.nodes.cache)
+        placed = await self.claim_path.place(pod, claim_name, self.nodes.cache)
         if isinstance(placed, decision.Unschedulable):
             await self._report_unschedulable(key, pod, placed.message)
             return
