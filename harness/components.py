@@ -3,7 +3,7 @@ and the MutatingWebhookConfiguration that points the apiserver at the webhook by
 
 Every gpu-scheduler started here gets short leader-election timings (LEADER_ELECTION) and an identity of its
 own; a second one can be started beside the first, and the leader read from the leader Lease. With
-`fault_proxy=True` the schedulers talk to the apiserver through a FaultProxy (tests/harness/faultproxy.py) that
+`fault_proxy=True` the schedulers talk to the apiserver through a FaultProxy (harness/faultproxy.py) that
 the scenarios use to inject API faults; the webhook is always called by the apiserver directly.
 """
 
@@ -23,14 +23,15 @@ from typing import Any
 import yaml
 
 from gpu_scheduling import constants
-from tests.harness import pki
-from tests.harness.api import ApiError, wait_for
-from tests.harness.controlplane import ControlPlane
-from tests.harness.faultproxy import FaultProxy
-from tests.harness.processes import Process, free_port
+from harness import pki
+from gpu_scheduling.kube.errors import NotFound
+from harness.wait import wait_for
+from harness.controlplane import ControlPlane
+from harness.faultproxy import FaultProxy
+from harness.processes import Process, free_port
 
 SCRIPTS = pathlib.Path(sys.executable).parent  # console scripts of the installed package
-CRD_DIR = pathlib.Path(__file__).resolve().parents[2] / "roles" / "deploy" / "files" / "crds"
+CRD_DIR = pathlib.Path(__file__).resolve().parents[1] / "roles" / "deploy" / "files" / "crds"
 
 
 def match_conditions(scheduler_name: str) -> list[dict[str, str]]:
@@ -241,10 +242,8 @@ class Components:
         assert self.cp.api is not None
         try:
             return self.cp.api.get(self.leader_lease_path)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     def leader(self) -> str:
         """The identity holding the leader Lease ("" when there is none or it was released)."""
@@ -275,12 +274,9 @@ class Components:
         """The GpuClaim and GpuNodeStatus CRDs, from the same files the test-bed's deploy role applies."""
         assert self.cp.api is not None
         api = self.cp.api
-        try:  # the project's namespace: GPU Leases and the leader-election Lease
-            api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                              "metadata": {"name": constants.LEASE_NAMESPACE}})
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        # the project's namespace: GPU Leases and the leader-election Lease
+        api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                          "metadata": {"name": constants.LEASE_NAMESPACE}}, exist_ok=True)
         for path in sorted(CRD_DIR.glob("*.yaml")):
             crd = yaml.safe_load(path.read_text())
             api.apply_or_replace("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)

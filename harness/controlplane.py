@@ -17,11 +17,13 @@ import time
 from typing import Any
 
 from gpu_scheduling import constants
-from tests.harness import pki
-from tests.harness.api import Api, ApiError, wait_for
-from tests.harness.processes import Process, free_port
+from harness import pki
+from gpu_scheduling.kube.sync import SyncClient
+from gpu_scheduling.kube.errors import ApiError
+from harness.wait import wait_for
+from harness.processes import Process, free_port
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # Every pods/binding request, and every write of a Lease in the project's namespace (GPU Leases and the leader
 # Lease), each with its response code and user agent: the scenarios prove "bound exactly once", "only the leader
@@ -115,7 +117,7 @@ class ControlPlane:
         self.processes: dict[str, Process] = {}
         self.ca = pki.CA(self.pki_dir, "kubernetes")
         self.kubeconfig = workdir / "admin.kubeconfig"
-        self.api: Api | None = None
+        self.api: SyncClient | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> ControlPlane:
@@ -159,7 +161,7 @@ class ControlPlane:
             f"--audit-log-path={self.audit_log}", "--audit-log-format=json", "--audit-log-mode=blocking",
             f"--cert-dir={self.pki_dir}", "--profiling=false",
         ]).wait_http(f"{self.server}/readyz", timeout=120, context=ctx)
-        self.api = Api(str(self.kubeconfig))
+        self.api = SyncClient(str(self.kubeconfig))
 
         self._run("kube-controller-manager", [
             str(self.bin / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
@@ -239,11 +241,7 @@ class ControlPlane:
         """Create a kwok-managed fake node; kwok keeps it Ready and runs the pods bound to it."""
         assert self.api is not None
         body = node_body(name, gpus, labels)
-        try:
-            self.api.create("/api/v1/nodes", body)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        self.api.create("/api/v1/nodes", body, exist_ok=True)
         return wait_for(f"node {name} Ready", lambda: self._ready_node(name), timeout=60)
 
     def _ready_node(self, name: str) -> dict[str, Any] | None:
