@@ -13,7 +13,7 @@ CONTROL_PLANE := etcd kube-apiserver kube-controller-manager kwok
 # kube-scheduler is the benchmark's second contender, built at the same Kubernetes version.
 BENCH_TOOLS := $(CONTROL_PLANE) kube-scheduler
 
-.PHONY: help venv toolchain bench-toolchain unit scenarios bench bench-smoke testbed idempotence test demo teardown clean
+.PHONY: help venv toolchain bench-toolchain lint unit scenarios bench bench-smoke testbed idempotence test demo teardown clean
 
 help:
 	@echo "make test   install what is needed, run unit tests, the control-plane scenarios, the KinD test-bed"
@@ -24,7 +24,7 @@ help:
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,testbed,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[test,testbed,bench,lint]'
 	@touch $@
 
 venv: $(STAMP)
@@ -34,6 +34,17 @@ toolchain:
 
 bench-toolchain:
 	$(PYTHON) hack/toolchain.py build $(BENCH_TOOLS)
+
+# Every static gate, each clean (exceptions only as a local noqa with its reason): ruff's rules and its formatter,
+# mypy --strict on src/, the import layers (pyproject's [tool.importlinter]), ansible-lint's production profile,
+# go vet and gofmt for the benchmark's load generator.
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/ansible-lint --offline --profile production
+	cd bench/loadgen && go vet ./... && test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 
 # Unit tests of the pure modules and the webhook program.
 unit: venv
@@ -61,7 +72,7 @@ testbed: venv
 idempotence: venv
 	hack/check-idempotent.sh $(PLAYBOOK) site.yml
 
-test: unit scenarios bench-smoke testbed idempotence
+test: lint unit scenarios bench-smoke testbed idempotence
 
 demo: venv
 	$(PLAYBOOK) site.yml -e testbed_write_evidence=true
