@@ -6,9 +6,16 @@ project runs on reach the Go module proxy but no release server). Results go to 
 ``$GPU_TESTBED_CACHE`` (default ``~/.cache/gpu-scheduling-testbed``), so a second run builds nothing and a
 clean clone on the same machine reuses them.
 
+It is also the one reader of versions.yml and the one definition of the cache folder for Python and shell (the
+Ansible test-bed reads versions.yml with one include_vars in roles/testbed_facts, and asks this script for the
+cache folder). It runs on the system's python3 alone: no PyYAML, nothing outside the standard library.
+
 Usage:
     hack/toolchain.py build kube-apiserver kube-controller-manager etcd kwok
     hack/toolchain.py bindir            # prints the folder holding the built binaries
+    hack/toolchain.py cache-dir         # prints the cache folder ($GPU_TESTBED_CACHE or the default)
+    hack/toolchain.py version KEY       # prints one pinned version of versions.yml, e.g. kubernetes_version
+    hack/toolchain.py versions          # prints every pinned version as one JSON object
     hack/toolchain.py list              # components and where they come from
 
 This script only writes below the cache folder; it never touches the repository or the system.
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -82,9 +90,15 @@ def components() -> dict[str, Component]:
     return found
 
 
+# The cache folder's default and the variable that overrides it: defined here and nowhere else (shell scripts
+# and the Ansible test-bed run `toolchain.py cache-dir`).
+CACHE_ENV = "GPU_TESTBED_CACHE"
+CACHE_DEFAULT = pathlib.Path("~/.cache/gpu-scheduling-testbed")
+
+
 def cache_root() -> pathlib.Path:
-    default = pathlib.Path.home() / ".cache" / "gpu-scheduling-testbed"
-    return pathlib.Path(os.environ.get("GPU_TESTBED_CACHE", default))
+    """$GPU_TESTBED_CACHE when set and not empty, else ~/.cache/gpu-scheduling-testbed; absolute."""
+    return pathlib.Path(os.environ.get(CACHE_ENV) or CACHE_DEFAULT).expanduser().absolute()
 
 
 def bindir() -> pathlib.Path:
@@ -164,14 +178,30 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="build components (cached by version)")
     b.add_argument("names", nargs="+")
     sub.add_parser("bindir", help="print the folder of built binaries")
+    sub.add_parser("cache-dir", help=f"print the cache folder (${CACHE_ENV}, default {CACHE_DEFAULT})")
+    v = sub.add_parser("version", help="print one pinned version of versions.yml")
+    v.add_argument("key", help="a key of versions.yml, e.g. kubernetes_version")
+    sub.add_parser("versions", help="print every pinned version of versions.yml as a JSON object")
     sub.add_parser("list", help="list known components")
     args = parser.parse_args(argv)
 
-    versions = read_versions()
-    known = components()
     if args.cmd == "bindir":
         print(bindir())
         return 0
+    if args.cmd == "cache-dir":
+        print(cache_root())
+        return 0
+    versions = read_versions()
+    if args.cmd == "version":
+        if args.key not in versions:
+            print(f"toolchain: no key {args.key!r} in {VERSIONS_FILE}; keys: {', '.join(versions)}", file=sys.stderr)
+            return 2
+        print(versions[args.key])
+        return 0
+    if args.cmd == "versions":
+        print(json.dumps(versions, indent=2))
+        return 0
+    known = components()
     if args.cmd == "list":
         for c in known.values():
             print(f"{c.name:26} {c.module}@{versions[c.version_key]}")

@@ -9,19 +9,22 @@
 #      into containerd's k8s.io namespace, committed with kind's entrypoint.
 # Every step is skipped when its image already exists, so a second run builds nothing.
 #
-# Usage: build.sh NODE_IMAGE   (reads versions.yml; binaries from hack/toolchain.py; needs docker, debootstrap)
+# Usage: build.sh NODE_IMAGE   (needs docker, debootstrap, gcc, go)
+# hack/toolchain.py is the one source of the pinned versions (versions.yml), of the cache folder
+# ($GPU_TESTBED_CACHE or its default) and of the binaries, which it builds here unless they are cached.
 # Env:   DEBIAN_MIRROR (default: the first deb.debian.org-style URI in the apt sources)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 node_image=${1:?usage: build.sh NODE_IMAGE}
-version() { sed -n "s/^$1: *\"\(.*\)\".*/\1/p" "$repo/versions.yml"; }
-k8s=$(version kubernetes_version)
-kind_version=$(version kind_version)
-etcd_tag=$(version etcd_image_tag)
-cache=${GPU_TESTBED_CACHE:-$HOME/.cache/gpu-scheduling-testbed}
-bin=$cache/bin
+toolchain() { python3 "$repo/hack/toolchain.py" "$@"; }
+k8s=$(toolchain version kubernetes_version)
+kind_version=$(toolchain version kind_version)
+etcd_tag=$(toolchain version etcd_image_tag)
+coredns_version=$(toolchain version coredns_version)
+cache=$(toolchain cache-dir)
+bin=$(toolchain bindir)
 work=$cache/node-image
 mkdir -p "$work"
 mirror=${DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)}
@@ -112,6 +115,9 @@ node_image() {
 }
 
 started=$SECONDS
+# The binaries that go into the node image and its component images (each built once, then cached by version).
+toolchain build kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns \
+  | sed 's/^/  /'
 timed rootfs_image gpu-testbed/debian:bookworm ""
 timed rootfs_image gpu-testbed/python:bookworm "python3,python3-venv,iproute2,ca-certificates"
 timed rootfs_image gpu-testbed/kind-rootfs:bookworm \
@@ -124,7 +130,6 @@ done
 # kube-proxy programs iptables/nftables: it gets the node's own userland.
 timed binary_image "$reg/kube-proxy:$k8s" gpu-testbed/kind-rootfs:bookworm "$bin/kube-proxy"
 timed binary_image "$reg/etcd:$etcd_tag" gpu-testbed/debian:bookworm "$bin/etcd"
-coredns_version=$(version coredns_version)
 timed binary_image "$reg/coredns/coredns:$coredns_version" gpu-testbed/debian:bookworm "$bin/coredns"
 pause_tags=("$reg/pause:3.10.1" "$reg/pause:3.10")  # kubeadm's pause, and the sandbox image kind's containerd names
 timed pause_image "${pause_tags[@]}"
