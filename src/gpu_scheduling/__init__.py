@@ -1,11 +1,13 @@
-"""GPU scheduling for Kubernetes: a map-driven scheduler, a CUDA_VISIBLE_DEVICES webhook and a check service.
+"""GPU scheduling for Kubernetes: a map-driven scheduler, a CUDA_VISIBLE_DEVICES webhook, a GPU inventory agent and
+a check service.
 
-Layers import only downward:
+Layers import only downward (checked by `lint-imports`, contracts in pyproject.toml):
 
-    cli entry points (scheduler.main, webhook.main, check)
-        -> scheduler.*, webhook.*           (talk to Kubernetes / serve HTTP)
-        -> kube.*                            (thin asyncio Kubernetes client)
-        -> gpumap, patches, admission, decision, constants   (pure: no I/O, no Kubernetes client)
+    programs, independent of each other:  scheduler, webhook, agent, check
+        -> kube.client, informer, leaderelection, workqueue, sync, config; health   (network and files)
+        -> admission, patches, podrequest, gpumap, claims, logs, kube.paths, kube.errors, kube.wire   (pure)
+        -> constants
+
+The pure modules (and scheduler.decision, scheduler.metrics, agent.inventory) do no I/O: plain data in, plain
+data out.
 """
-
-__version__ = "0.1.0"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from gpu_scheduling import constants, gpumap, patches, podrequest
 from gpu_scheduling.gpumap import json_type, plain, show
@@ -53,7 +53,7 @@ class AdmissionResponse(TypedDict):
 
 
 class AdmissionReview(TypedDict):
-    apiVersion: Literal["admission.k8s.io/v1"]
+    apiVersion: Literal["admission.k8s.io/v1"]  # constants.ADMISSION_API_VERSION (a type names the literal)
     kind: Literal["AdmissionReview"]
     request: NotRequired[AdmissionRequest]
     response: NotRequired[AdmissionResponse]
@@ -75,7 +75,7 @@ MAX_UID_CHARS = 256
 
 _MIN_OP_BYTES = 60  # {"op":"remove","path":"/spec/containers/0/env/0"} is 47 bytes, 64 in base64
 
-_UID_RE = re.compile(r"^[\x21-\x7e]{1,%d}$" % MAX_UID_CHARS)
+_UID_RE = re.compile(rf"^[\x21-\x7e]{{1,{MAX_UID_CHARS}}}$")
 
 
 def _check_request(request: Any) -> AdmissionRequest:
@@ -103,7 +103,7 @@ def _check_request(request: Any) -> AdmissionRequest:
     for field in ("namespace", "name"):
         if not isinstance(request.get(field, ""), str):
             raise BadRequest(f"request.{field} is {json_type(request.get(field))}; expected a string")
-    return request  # type: ignore[return-value]
+    return cast("AdmissionRequest", request)  # its shape checked field by field above
 
 
 def parse_review(body: bytes) -> AdmissionRequest:
@@ -117,16 +117,16 @@ def parse_review(body: bytes) -> AdmissionRequest:
         raise BadRequest(f"body is not JSON: {show(str(exc), 200)}") from None
     if not isinstance(review, dict):
         raise BadRequest("body is not a JSON object")
-    if review.get("apiVersion") != "admission.k8s.io/v1" or review.get("kind") != "AdmissionReview":
+    if review.get("apiVersion") != constants.ADMISSION_API_VERSION or review.get("kind") != "AdmissionReview":
         raise BadRequest(
-            f"expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got "
+            f"expected apiVersion {constants.ADMISSION_API_VERSION} kind AdmissionReview, got "
             f"{show(review.get('apiVersion'))} {show(review.get('kind'))}"
         )
     return _check_request(review.get("request"))
 
 
 def _review(response: AdmissionResponse) -> AdmissionReview:
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+    return {"apiVersion": constants.ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": response}
 
 
 def allow(uid: str, ops: list[patches.PatchOp] | None = None) -> AdmissionReview:

@@ -1,4 +1,5 @@
-"""Every annotation, label, environment and name the components agree on. Constants only, no logic.
+"""Every annotation, label, environment variable, API group and version, resource and name the components agree
+on. Constants only, no logic beyond composing constants; the API paths built from them are in `kube.paths`.
 
 The Jinja templates of the test-bed take the same keys from inventory variables; tests/unit/test_constants.py
 compares the two so they cannot drift apart.
@@ -30,6 +31,10 @@ WEBHOOK_NAME: Final = "cuda-env.gpu-scheduling.io"
 #: Secret holding the webhook's serving certificate (kube-system), as in the take-home.
 WEBHOOK_TLS_SECRET: Final = "cuda-env-webhook-tls"
 
+#: Environment variables that set the default `--log-level` and `--log-format` of every program.
+LOG_LEVEL_ENV: Final = "LOG_LEVEL"
+LOG_FORMAT_ENV: Final = "LOG_FORMAT"
+
 #: Reason of the PodScheduled=False condition and the Event when a pod cannot be placed (as kube-scheduler).
 REASON_UNSCHEDULABLE: Final = "Unschedulable"
 EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"
@@ -37,9 +42,16 @@ EVENT_SCHEDULED: Final = "Scheduled"
 
 # ---- GpuClaim (see README "GpuClaim") --------------------------------------------------------------------------
 
-#: API group and version of GpuClaim and GpuNodeStatus.
+#: API group and version of GpuClaim and GpuNodeStatus, and their `apiVersion`.
 CLAIM_GROUP: Final = "gpu.scheduling"
 CLAIM_VERSION: Final = "v1"
+API_VERSION: Final = f"{CLAIM_GROUP}/{CLAIM_VERSION}"
+
+#: Kinds and resource names (plurals) of the two CRDs (roles/deploy/files/crds/).
+GPU_CLAIM_KIND: Final = "GpuClaim"
+GPU_CLAIM_PLURAL: Final = "gpuclaims"
+GPU_NODE_STATUS_KIND: Final = "GpuNodeStatus"
+GPU_NODE_STATUS_PLURAL: Final = "gpunodestatuses"
 
 #: Pod annotation naming the pod's GpuClaim (same namespace), set by the user.
 CLAIM_ANNOTATION: Final = "gpu.scheduling/claim"
@@ -58,3 +70,36 @@ EXCLUSIVITY_ANNOTATION: Final = "gpu.scheduling/exclusivity"
 #: The project's own namespace: the per-GPU Leases `gpu-<node>-<id>` (one place, so a GPU is locked cluster-wide)
 #: and the scheduler's leader-election Lease. Not kube-system: the scheduler may write Leases here and nowhere else.
 LEASE_NAMESPACE: Final = "gpu-scheduling"
+
+#: Labels on every GPU Lease, so the scheduler can watch them with one selector (`GPU_LEASE_SELECTOR`). The node
+#: label is the node name when it fits a label value (63 characters), else a shortened form with a hash; the full
+#: name is the annotation LEASE_NODE_ANNOTATION.
+LEASE_LABEL: Final = "gpu.scheduling/lease"
+LEASE_LABEL_VALUE: Final = "gpu"
+GPU_LEASE_SELECTOR: Final = f"{LEASE_LABEL}={LEASE_LABEL_VALUE}"
+LEASE_NODE_LABEL: Final = "gpu.scheduling/node"
+LEASE_GPU_LABEL: Final = "gpu.scheduling/gpu"
+LEASE_EXCLUSIVITY_LABEL: Final = "gpu.scheduling/exclusivity"
+LEASE_NODE_ANNOTATION: Final = "gpu.scheduling/node"
+
+#: Pod UIDs sharing a Shared GPU, comma-separated (holderIdentity holds one identity only), and the same pods'
+#: "<namespace>/<name>" in the same order, so that whether a holder is alive can be asked of the API by name.
+LEASE_HOLDERS_ANNOTATION: Final = "gpu.scheduling/holders"
+LEASE_HOLDER_PODS_ANNOTATION: Final = "gpu.scheduling/holder-pods"
+
+#: Node annotation declaring a simulated inventory such as `count=8,islands=2,bandwidth=600/64,unhealthy=7`
+#: (read by gpu-inventory-agent where NVML does not answer; see agent.inventory).
+SIMULATED_ANNOTATION: Final = "gpu.scheduling/simulated-inventory"
+
+# ---- Kubernetes APIs the programs call --------------------------------------------------------------------------
+
+#: Version of the core API (`/api/v1`): Pod, Node, Binding, Event, DeleteOptions.
+CORE_API_VERSION: Final = "v1"
+
+#: Group and version of Lease (the GPU locks and the leader election), and its `apiVersion`.
+COORDINATION_GROUP: Final = "coordination.k8s.io"
+COORDINATION_VERSION: Final = "v1"
+LEASE_API_VERSION: Final = f"{COORDINATION_GROUP}/{COORDINATION_VERSION}"
+
+#: `apiVersion` of the AdmissionReview the webhook reads and answers.
+ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"

@@ -11,13 +11,19 @@ import json
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING, TextIO
+
+from gpu_scheduling import constants
+
+if TYPE_CHECKING:
+    from types import TracebackType
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 # Every C0 control character, DEL and the C1 controls, and the Unicode line and paragraph separators, which some
 # readers treat as line breaks. Backslash is escaped too, so that an escaped sequence cannot be forged either.
-_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7f, 0xa0))}
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
 _ESCAPES.update({ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t",
                  0x2028: "\\u2028", 0x2029: "\\u2029", 0x85: "\\x85"})
 
@@ -34,14 +40,16 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
 
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+    def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = escape(record.message)
         return super().formatMessage(record)
 
-    def formatException(self, ei) -> str:  # noqa: N802
+    def formatException(
+        self, ei: tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
+    ) -> str:
         return escape(super().formatException(ei))
 
-    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+    def formatStack(self, stack_info: str) -> str:
         return escape(super().formatStack(stack_info))
 
     def format(self, record: logging.LogRecord) -> str:
@@ -54,7 +62,7 @@ class JSONFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out = {
-            "time": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC)
             .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
@@ -78,7 +86,7 @@ def formatter(fmt: str) -> logging.Formatter:
     raise ValueError(f"log format must be one of {', '.join(FORMATS)}, not {fmt!r}")
 
 
-def configure(level: str, fmt: str = "text", stream=None) -> None:
+def configure(level: str | int, fmt: str = "text", stream: TextIO | None = None) -> None:
     """Send every logger's records at `level` and above to `stream` (default stderr) in format `fmt`; replaces
     the handlers the root logger had, so that calling it again (tests) does not duplicate lines."""
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
@@ -92,7 +100,7 @@ def configure(level: str, fmt: str = "text", stream=None) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`--log-level` (default $LOG_LEVEL or INFO) and `--log-format` (default $LOG_FORMAT or text)."""
-    p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"),
+    p.add_argument("--log-level", default=os.environ.get(constants.LOG_LEVEL_ENV, "INFO"),
                    help="DEBUG, INFO, WARNING or ERROR (default: $LOG_LEVEL or INFO)")
     p.add_argument("--log-format", choices=FORMATS, default=_env_format(),
                    help="text: one escaped line per record; json: one JSON object per line "
@@ -100,5 +108,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _env_format() -> str:
-    value = os.environ.get("LOG_FORMAT", "text").strip().lower()
+    value = os.environ.get(constants.LOG_FORMAT_ENV, "text").strip().lower()
     return value if value in FORMATS else "text"

@@ -54,7 +54,7 @@ def _object(value: Any, field: str, what: str = "an object") -> Mapping[str, Any
     return value
 
 
-def annotations(metadata: Any) -> Mapping[str, Any]:
+def _annotations(metadata: Any) -> Mapping[str, Any]:
     """The pod's annotations ({} when none); PodRequestError when metadata or annotations are not objects."""
     meta = _object(metadata, "metadata")
     return _object(meta.get("annotations"), "metadata.annotations", "an object of strings")
@@ -82,7 +82,7 @@ def read(metadata: Any) -> Request:
     Raises :class:`gpumap.PodMapError` (and nothing else) for any other shape: metadata, annotations or labels
     that are not objects, a map or claim annotation that is not a string, an empty or invalid claim name, both
     annotations at once, a malformed map, an index that cannot be resolved or is not in the map."""
-    notes = annotations(metadata)
+    notes = _annotations(metadata)
     has_map = constants.MAP_ANNOTATION in notes
     has_claim = constants.CLAIM_ANNOTATION in notes
     if has_map and has_claim:

@@ -7,6 +7,9 @@ import pytest
 
 from bench import measure, report, workload
 from gpu_scheduling import constants, gpumap
+from gpu_scheduling.agent import inventory
+from gpu_scheduling.claims import objects
+from harness.controlplane import node_body
 
 
 def test_w1_spreads_pods_evenly_and_never_gives_a_gpu_twice():
@@ -23,13 +26,21 @@ def test_w1_spreads_pods_evenly_and_never_gives_a_gpu_twice():
 def test_w1_pins_every_contender_to_the_same_node():
     mapped = workload.w1_pods("gpu-scheduler", "ns", pods=30, nodes=7, group_size=10)
     native = workload.w1_pods(workload.KUBE_SCHEDULER, "ns", pods=30, nodes=7, group_size=10)
-    assert [p["metadata"]["name"] for p in mapped] == [p["metadata"]["name"] for p in native]
-    for m, n in zip(mapped, native):
+    ceiling = workload.w1_pods(workload.CEILING_SCHEDULER, "ns", pods=30, nodes=7, group_size=10)
+    assert [p["metadata"]["name"] for p in mapped] == [p["metadata"]["name"] for p in native] == \
+        [p["metadata"]["name"] for p in ceiling]
+    for m, n, c in zip(mapped, native, ceiling, strict=True):
         entry = gpumap.entry_for_pod(m["metadata"])
         terms = n["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [entry.node]
         assert constants.MAP_ANNOTATION not in n["metadata"]["annotations"]
-        for pod in (m, n):
+        # The ceiling binder reads its node from one annotation, the node of the same map entry.
+        assert c["metadata"]["annotations"][constants.MAP_ANNOTATION] == m["metadata"]["annotations"][
+            constants.MAP_ANNOTATION]
+        assert c["metadata"]["annotations"][workload.CEILING_NODE_ANNOTATION] == entry.node
+        assert gpumap.entry_for_pod(c["metadata"]) == entry
+        assert workload.CEILING_NODE_ANNOTATION not in m["metadata"]["annotations"]
+        for pod in (m, n, c):
             assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
 
 
@@ -101,9 +112,9 @@ def test_resource_slice_publishes_the_simulated_inventory():
     assert [d["attributes"]["index"] for d in devices] == [{"int": i} for i in range(8)]
     islands = [d["attributes"]["island"]["string"] for d in devices]
     assert islands == ["nvlink-group-0"] * 4 + ["nvlink-group-1"] * 4
-    inventory = workload.simulated_inventory()["devices"]
-    assert [d["attributes"]["bandwidthGBps"]["int"] for d in devices] == [d["bandwidthGBps"] for d in inventory]
-    assert islands == [d["island"] for d in inventory]  # the two inventories say the same
+    simulated = inventory.simulated_status()["devices"]
+    assert [d["attributes"]["bandwidthGBps"]["int"] for d in devices] == [d["bandwidthGBps"] for d in simulated]
+    assert islands == [d["island"] for d in simulated]  # the two inventories say the same
 
 
 def test_dra_inventory_is_one_device_class_then_a_slice_per_node():
@@ -116,9 +127,27 @@ def test_dra_inventory_is_one_device_class_then_a_slice_per_node():
 
 
 def test_gpu_node_status_is_the_simulated_inventory_of_its_node():
-    body, status = workload.gpu_node_status("node2")
+    statuses = workload.gpuclaim_inventory(3)
+    assert list(statuses) == ["node1", "node2", "node3"]
+    # harness.inventory.publish writes each through the agent's writer, which creates this object first.
+    body = objects.node_status_body("node2")
     assert body["kind"] == "GpuNodeStatus" and body["metadata"]["name"] == body["spec"]["nodeName"] == "node2"
-    assert status == {"status": workload.simulated_inventory()}
+    assert statuses["node2"] == inventory.simulated_status()
+    assert workload.GPUS_PER_NODE == statuses["node2"]["total"] == len(statuses["node2"]["devices"]) == 8
+
+
+def test_every_object_is_created_in_its_collection():
+    claims, pods = workload.claim_pods(workload.GPUCLAIM, "gpu-scheduler", "ns", [1])
+    dra_claims, _ = workload.claim_pods(workload.DRA, workload.KUBE_SCHEDULER, "ns", [1])
+    device_class, resource_slice = workload.dra_inventory(1)
+    node = node_body("node1")
+    assert [workload.collection_path(o) for o in (pods[0], claims[0], dra_claims[0], device_class, resource_slice,
+                                                  node)] == [
+        "/api/v1/namespaces/ns/pods", "/apis/gpu.scheduling/v1/namespaces/ns/gpuclaims",
+        "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims", "/apis/resource.k8s.io/v1/deviceclasses",
+        "/apis/resource.k8s.io/v1/resourceslices", "/api/v1/nodes"]
+    with pytest.raises(ValueError, match="creates no Secret"):
+        workload.collection_path({"kind": "Secret", "metadata": {"name": "s"}})
 
 
 def test_storm_fill_takes_every_gpu_so_no_storm_pod_fits():

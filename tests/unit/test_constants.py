@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from gpu_scheduling import constants, gpumap
+from gpu_scheduling.agent import inventory
 from harness import manifests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -105,12 +106,17 @@ def test_the_exceptions_are_still_needed():
 
 
 def test_the_crds_use_the_api_of_the_constants():
+    names = {}
     for path in sorted((ROOT / "roles/deploy/files/crds").glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
         spec = crd["spec"]
         assert spec["group"] == constants.CLAIM_GROUP, path.name
         assert crd["metadata"]["name"] == f"{spec['names']['plural']}.{constants.CLAIM_GROUP}", path.name
         assert constants.CLAIM_VERSION in [v["name"] for v in spec["versions"]], path.name
+        names[spec["names"]["kind"]] = spec["names"]["plural"]
+    # The kinds and plurals the programs build their paths and objects from (kube.paths, claims.objects).
+    assert names == {constants.GPU_CLAIM_KIND: constants.GPU_CLAIM_PLURAL,
+                     constants.GPU_NODE_STATUS_KIND: constants.GPU_NODE_STATUS_PLURAL}
 
 
 def render(template: str) -> list[dict]:
@@ -312,3 +318,9 @@ def test_the_annotation_policy_fixes_every_key_the_programs_use():
     bindings = {d["spec"]["policyName"] for d in render("admission-policies.yaml.j2")
                 if d["kind"] == "ValidatingAdmissionPolicyBinding"}
     assert bindings == set(docs)
+
+
+def test_the_deployed_agent_simulates_what_the_control_plane_tests_write():
+    """The KinD agent's simulated inventory (deploy_agent_simulated) and the one the control-plane scenarios and the
+    benchmark write (agent.inventory.simulated_status()) are the same, so a scenario holds on both tiers."""
+    assert DEPLOY_DEFAULTS["deploy_agent_simulated"] == inventory.DEFAULT_SIMULATED

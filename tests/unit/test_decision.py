@@ -1,5 +1,7 @@
 """The scheduler's decision for one pod against plain node dicts."""
 
+import contextlib
+
 import pytest
 
 from gpu_scheduling import gpumap, podrequest
@@ -23,10 +25,8 @@ def pod(name="check-3", annotation=TAKE_HOME, tolerations=None, **spec):
     env = []
     if annotation is not None:
         meta["annotations"] = {"gpu-scheduling-map": annotation}
-        try:
+        with contextlib.suppress(gpumap.PodMapError):
             env = [{"name": "CUDA_VISIBLE_DEVICES", "value": gpumap.entry_for_pod(meta).cuda_visible_devices}]
-        except gpumap.PodMapError:
-            pass
     spec.setdefault("containers", [{"name": "c", "env": env}])
     return {"metadata": meta, "spec": {"schedulerName": "gpu-scheduler", "tolerations": tolerations or [], **spec}}
 

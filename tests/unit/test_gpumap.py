@@ -279,7 +279,7 @@ def test_missing_index_lists_a_bounded_number_of_indices():
 def test_wrong_type_map():
     with pytest.raises(gpumap.MapError, match="is a number; expected a string"):
         gpumap.entry_for_pod({"name": "a-0", "annotations": {"gpu-scheduling-map": 3}})
-    with pytest.raises(gpumap.PodIndexError, match="metadata.annotations is an array"):
+    with pytest.raises(gpumap.PodIndexError, match=r"metadata\.annotations is an array"):
         gpumap.entry_for_pod({"name": "a-0", "annotations": []})
 
 

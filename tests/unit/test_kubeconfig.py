@@ -6,8 +6,8 @@ import ssl
 import pytest
 
 from gpu_scheduling.kube import config
-from tests.harness import pki
-from tests.harness.controlplane import kubeconfig
+from harness import pki
+from harness.controlplane import kubeconfig
 
 
 def test_embedded_client_certificate(tmp_path):

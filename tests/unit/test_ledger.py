@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from gpu_scheduling.claims import allocator, objects
-from gpu_scheduling.claims.ledger import Hold, Ledger, LeaseRecord
+from gpu_scheduling.claims.ledger import Hold, LeaseRecord, Ledger
 
 
 def claim(uid: str, node: str = "n1", gpus: tuple[int, ...] = (0,), exclusivity: str = "Exclusive") -> Hold:
@@ -364,7 +364,7 @@ class LedgerMachine(RuleBasedStateMachine):
             self.reconcile_one()
             if self.leases == before and not self.lease_events:
                 break
-        for key, (excl, holders, _) in self.leases.items():
+        for key, (_excl, holders, _) in self.leases.items():
             for uid in holders:
                 pod = self.pods[uid]
                 assert pod.alive and pod.bound is not None and key in set(pod.bound.gpus), (

@@ -67,7 +67,7 @@ def test_json_one_object_per_line(capture):
     try:
         {}["missing"]
     except KeyError:
-        log.error("boom", exc_info=True)
+        log.exception("boom")
     log.debug("quiet")
     lines = stream.getvalue().splitlines()
     assert len(lines) == 3 and all(line.isascii() for line in lines)

@@ -1,4 +1,5 @@
-"""What GPUs a node has: read through NVML, or from a simulated declaration. Pure except `from_nvml`.
+"""What GPUs a node has, from a simulated declaration, and the GpuNodeStatus status the agent writes. Pure (NVML
+is read in `agent.nvml`).
 
 A simulated inventory is declared as `count=8,islands=2,bandwidth=600/64,unhealthy=7`: `count` GPUs split into
 `islands` equal NVLink islands (ids in order), the islands' bandwidths in GB/s separated by `/` (the last one
@@ -12,11 +13,9 @@ from typing import Any
 
 from gpu_scheduling.claims import objects
 
+#: The agent's default declaration (nodes without the annotation constants.SIMULATED_ANNOTATION): 8 GPUs, 0-3 in
+#: one NVLink island at 600 GB/s, 4-7 in another at 64 GB/s, all healthy.
 DEFAULT_SIMULATED = "count=8,islands=2,bandwidth=600/64,unhealthy="
-SIMULATED_ANNOTATION = "gpu.scheduling/simulated-inventory"
-
-# GB/s of one NVLink link (both directions) by NVLink version, for the island bandwidth NVML does not report.
-NVLINK_GBPS_PER_LINK = {1: 40, 2: 50, 3: 50, 4: 50, 5: 100}
 
 
 class InventoryError(ValueError):
@@ -71,49 +70,17 @@ def islands_from_links(count: int, links: Iterable[tuple[int, int]]) -> dict[int
     return {i: roots.index(find(i)) for i in range(count)}
 
 
-def from_nvml() -> list[dict[str, Any]]:
-    """Read the GPUs through NVML (nvidia-ml-py). Raises ImportError or pynvml.NVMLError without a driver."""
-    import pynvml
-
-    pynvml.nvmlInit()
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        bus = {pynvml.nvmlDeviceGetPciInfo(h).busId: i for i, h in enumerate(handles)}
-        links: list[tuple[int, int]] = []
-        link_gbps = [0] * count
-        health = ["Healthy"] * count
-        for i, h in enumerate(handles):
-            try:
-                pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
-                if pynvml.nvmlDeviceGetRetiredPagesPendingStatus(h):
-                    health[i] = "Unhealthy"
-            except pynvml.NVMLError_NotSupported:
-                pass
-            except pynvml.NVMLError:
-                health[i] = "Unhealthy"
-            for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-                try:
-                    if pynvml.nvmlDeviceGetNvLinkState(h, link) != pynvml.NVML_FEATURE_ENABLED:
-                        continue
-                    version = pynvml.nvmlDeviceGetNvLinkVersion(h, link)
-                    peer = bus.get(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)
-                except pynvml.NVMLError:
-                    continue  # no such link on this GPU
-                link_gbps[i] += NVLINK_GBPS_PER_LINK.get(version, 50)
-                if peer is not None:
-                    links.append((i, peer))
-        islands = islands_from_links(count, links)
-        return [{"id": i, "health": health[i], "island": f"nvlink-group-{islands[i]}", "bandwidthGBps": link_gbps[i]}
-                for i in range(count)]
-    finally:
-        pynvml.nvmlShutdown()
+def simulated_status(spec: str = DEFAULT_SIMULATED) -> dict[str, Any]:
+    """The GpuNodeStatus status of a node with the simulated inventory `spec`, none of its GPUs in use (what the
+    agent writes for such a node, and what the tests and the benchmark write where no agent runs)."""
+    return node_status(parse_simulated(spec), ())
 
 
 def node_status(devices: list[dict[str, Any]], leases: Iterable[Mapping[str, Any]],
                 pods: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The GpuNodeStatus status: devices with inUseBy (the pods holding each GPU, "<namespace>/<name>" where
-    known) from the node's GPU Leases and the map pods bound to it, and the counts."""
+    known, replacing any inUseBy the devices had) from the node's GPU Leases and the map pods bound to it, and the
+    counts."""
     users: dict[int, set[str]] = {}
     for lease in leases:
         record = objects.lease_record(lease)

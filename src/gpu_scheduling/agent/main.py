@@ -1,52 +1,49 @@
 """`gpu-inventory-agent`: every few seconds, write this node's GpuNodeStatus from NVML (or the simulated
-declaration), the node's GPU leases and the map pods bound to it. Touches only the GpuNodeStatus named after its node."""
+declaration), the node's GPU leases and the map pods bound to it. Touches only the GpuNodeStatus named after its
+node."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 from typing import Any
 
 from gpu_scheduling import constants, logs
-from gpu_scheduling.agent import inventory
+from gpu_scheduling.agent import inventory, nvml
+from gpu_scheduling.agent.publish import write_node_status
 from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import config as kubeconfig
-from gpu_scheduling.kube.client import ApiError, Client
+from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.client import Client
+from gpu_scheduling.kube.errors import ApiError
 
 log = logging.getLogger("gpu_scheduling.agent")
-API = f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}/gpunodestatuses"
 
 
-def read_devices(source: str, node: dict[str, Any], default_simulated: str) -> tuple[list[dict[str, Any]], str]:
+def read_inventory(source: str, node: dict[str, Any], default_simulated: str) -> tuple[dict[str, Any], str]:
+    """This node's GpuNodeStatus status with no GPU in use yet, and where it came from ("nvml" or "simulated")."""
     if source in ("auto", "nvml"):
         try:
-            return inventory.from_nvml(), "nvml"
+            return inventory.node_status(nvml.from_nvml(), ()), "nvml"
         except Exception as exc:  # no library, no driver, no GPU
             if source == "nvml":
                 raise
             log.debug("NVML unavailable (%s); using the simulated inventory", exc)
-    declared = (node["metadata"].get("annotations") or {}).get(inventory.SIMULATED_ANNOTATION, default_simulated)
-    return inventory.parse_simulated(declared), "simulated"
+    declared = (node["metadata"].get("annotations") or {}).get(constants.SIMULATED_ANNOTATION, default_simulated)
+    return inventory.simulated_status(declared), "simulated"
 
 
 async def sync(client: Client, node_name: str, source: str, default_simulated: str) -> str:
-    node = await client.get(f"/api/v1/nodes/{node_name}")
-    devices, used = read_devices(source, node, default_simulated)
-    leases = (await client.get(objects.LEASES_PATH, labelSelector=objects.node_lease_selector(node_name)))["items"]
+    node = await client.get(paths.node(node_name))
+    status, used = read_inventory(source, node, default_simulated)
+    leases = (await client.get(paths.GPU_LEASES, labelSelector=objects.node_lease_selector(node_name)))["items"]
     # Map pods hold GPUs without a Lease: read them from the pods bound to this node.
-    pods = (await client.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node_name}"))["items"]
-    status = inventory.node_status(devices, leases, pods)
-    body = {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuNodeStatus",
-            "metadata": {"name": node_name}, "spec": {"nodeName": node_name}}
-    try:
-        await client.post(API, body)
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
-    await client.patch(f"{API}/{node_name}/status", {"status": status})
+    pods = (await client.get(paths.ALL_PODS, fieldSelector=f"spec.nodeName={node_name}"))["items"]
+    await write_node_status(client, node_name, inventory.node_status(status["devices"], leases, pods))
     return used
 
 
@@ -68,10 +65,8 @@ async def run(args: argparse.Namespace) -> None:
                     last = used
             except (ApiError, inventory.InventoryError, OSError) as exc:
                 log.warning("could not update GpuNodeStatus %s: %s", args.node_name, exc)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), args.interval)
-            except asyncio.TimeoutError:
-                pass
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -81,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--source", choices=["auto", "nvml", "simulated"], default="auto",
                    help="auto: NVML when a driver answers, else simulated (default)")
     p.add_argument("--simulated", default=inventory.DEFAULT_SIMULATED,
-                   help=f"simulated inventory when the node has no {inventory.SIMULATED_ANNOTATION} annotation")
+                   help=f"simulated inventory when the node has no {constants.SIMULATED_ANNOTATION} annotation")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between updates (default 10)")
     p.add_argument("--once", action="store_true", help="write the GpuNodeStatus once and exit")
     p.add_argument("--print", action="store_true", help="print this machine's inventory as JSON and exit")
@@ -91,8 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.print:
         import json
 
-        devices, used = read_devices(args.source, {"metadata": {}}, args.simulated)
-        print(json.dumps({"source": used, **inventory.node_status(devices, [])}, indent=2))
+        status, used = read_inventory(args.source, {"metadata": {}}, args.simulated)
+        print(json.dumps({"source": used, **status}, indent=2))
         return
     if not args.node_name:
         raise SystemExit("gpu-inventory-agent: --node-name or NODE_NAME is required")

@@ -1,2 +1,3 @@
-"""GpuClaim: declarative GPU requests (see docs in README "GpuClaim"). Work in progress: the pure allocator is
-here; the CRDs, the scheduler path, leases and the inventory agent come next."""
+"""GpuClaim: declarative GPU requests (README "GpuClaim"), the pure part. `allocator` chooses a node and GPU ids,
+`ledger` knows which pod holds which GPU, `objects` translates GpuClaim, GpuNodeStatus and Lease objects to and
+from their data. The scheduler's claim path (scheduler.claims) and the inventory agent (agent) do the I/O."""

@@ -124,7 +124,7 @@ def _contiguous(free: Sequence[Device], request: Request, within_island: bool,
     if within_island:
         # Prefer the island left fullest afterwards (packing), then the lowest ids.
         candidates = []
-        for island, devs in _islands(free, request, qualifying_only=qualifying_only).items():
+        for devs in _islands(free, request, qualifying_only=qualifying_only).values():
             if len(devs) >= count:
                 chosen = _lowest_run(devs, count) or devs[:count]
                 candidates.append((len(devs) - count, chosen[0].id, chosen))
@@ -231,9 +231,10 @@ def allocate(request: Request, nodes: Iterable[Node], holdings: Iterable[Holding
         if on_node:
             free = _usable(node, request, on_node)
         else:
-            free = healthy.get(id(node.devices))
-            if free is None:
-                free = healthy[id(node.devices)] = [d for d in node.devices if d.healthy]
+            cached = healthy.get(id(node.devices))
+            if cached is None:
+                cached = healthy[id(node.devices)] = [d for d in node.devices if d.healthy]
+            free = cached
         if len(free) < request.count:
             continue
         state = (id(node.devices), tuple(d.id for d in free))

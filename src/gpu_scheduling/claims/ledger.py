@@ -128,9 +128,6 @@ class Ledger:
     def leases_of(self, uid: str) -> set[GpuKey]:
         return set(self._uid_leases.get(uid, ()))
 
-    def is_released(self, uid: str) -> bool:
-        return uid in self._released
-
     def releasing(self, uid: str) -> bool:
         """The pod was given up but a Lease still names it: it must not be placed again until the API agrees."""
         return uid in self._released and bool(self._uid_leases.get(uid))
@@ -169,12 +166,13 @@ class Ledger:
 
     def conflicts(self, node: str, gpu_ids: Iterable[int], exclusivity: str, uid: str) -> list[Conflict]:
         """Who stops pod `uid` from holding `gpu_ids` of `node` with `exclusivity` now (empty: nobody)."""
-        out = []
+        out: list[Conflict] = []
         for gpu in gpu_ids:
             key = (node, gpu)
-            for other in sorted(self._gpu_holders.get(key, ())):
-                if other != uid and (exclusivity == "Exclusive" or self._holds[other].exclusivity == "Exclusive"):
-                    out.append(Conflict(node, gpu, self._holds[other].describe()))
+            out.extend(Conflict(node, gpu, self._holds[other].describe())
+                       for other in sorted(self._gpu_holders.get(key, ()))
+                       if other != uid
+                       and (exclusivity == "Exclusive" or self._holds[other].exclusivity == "Exclusive"))
             lease = self._leases.get(key)
             if lease is not None:
                 others = [h for h in lease.holders if h != uid and h not in self._gpu_holders.get(key, ())]

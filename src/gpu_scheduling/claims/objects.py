@@ -1,30 +1,15 @@
-"""Translate GpuClaim, GpuNodeStatus and Lease objects (plain dicts) to and from the allocator's data. Pure."""
+"""Translate GpuClaim, GpuNodeStatus and Lease objects (plain dicts) to and from the allocator's data, and build
+them. Pure."""
 
 from __future__ import annotations
 
 import hashlib
-
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from gpu_scheduling import constants, gpumap
-from gpu_scheduling.claims.allocator import Device, Holding, Node, Request
+from gpu_scheduling.claims.allocator import Device, Node, Request
 from gpu_scheduling.claims.ledger import Hold, LeaseRecord
-
-# Labels on every GPU lease, so the scheduler can watch them with one selector. The node label is the node name
-# when it fits a label value (63 characters), else a shortened form with a hash; the full name is an annotation.
-LEASE_LABEL = "gpu.scheduling/lease"
-LEASE_NODE_LABEL = "gpu.scheduling/node"
-LEASE_GPU_LABEL = "gpu.scheduling/gpu"
-LEASE_EXCLUSIVITY_LABEL = "gpu.scheduling/exclusivity"
-LEASE_NODE_ANNOTATION = "gpu.scheduling/node"
-# Pod UIDs sharing a Shared GPU, comma-separated (holderIdentity holds one identity only), and the same pods'
-# "<namespace>/<name>" in the same order, so that whether a holder is alive can be asked of the API by name.
-LEASE_HOLDERS_ANNOTATION = "gpu.scheduling/holders"
-LEASE_HOLDER_PODS_ANNOTATION = "gpu.scheduling/holder-pods"
-
-# Where the GPU leases live, and the selector of one node's leases.
-LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{constants.LEASE_NAMESPACE}/leases"
 
 _NAME_MAX = 253  # a Lease name is a DNS subdomain
 _LABEL_MAX = 63
@@ -42,7 +27,8 @@ def node_label_value(node: str) -> str:
 
 
 def node_lease_selector(node: str) -> str:
-    return f"{LEASE_LABEL}=gpu,{LEASE_NODE_LABEL}={node_label_value(node)}"
+    """The label selector of the GPU Leases of `node`."""
+    return f"{constants.GPU_LEASE_SELECTOR},{constants.LEASE_NODE_LABEL}={node_label_value(node)}"
 
 
 def lease_name(node: str, gpu: int) -> str:
@@ -69,6 +55,18 @@ def request_from_claim(claim: Mapping[str, Any]) -> Request:
     )
 
 
+def claim_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A GpuClaim named `name` asking for `spec` (devices, topology, selector; see README "GpuClaim")."""
+    return {"apiVersion": constants.API_VERSION, "kind": constants.GPU_CLAIM_KIND, "metadata": {"name": name},
+            "spec": spec}
+
+
+def node_status_body(node: str) -> dict[str, Any]:
+    """The GpuNodeStatus of `node`, without its status (written through the status subresource)."""
+    return {"apiVersion": constants.API_VERSION, "kind": constants.GPU_NODE_STATUS_KIND, "metadata": {"name": node},
+            "spec": {"nodeName": node}}
+
+
 def inventory_node(status_obj: Mapping[str, Any]) -> str | None:
     """The node a GpuNodeStatus describes: its own name. None when its `spec.nodeName` names another node: such an
     inventory is ignored, never trusted, since whoever may write one node's inventory must not be able to offer GPUs
@@ -90,8 +88,8 @@ def node_from_status(status_obj: Mapping[str, Any], labels: Mapping[str, str]) -
 
 def lease_holders(lease: Mapping[str, Any]) -> list[str]:
     annotations = lease["metadata"].get("annotations") or {}
-    if LEASE_HOLDERS_ANNOTATION in annotations:
-        return [h for h in annotations[LEASE_HOLDERS_ANNOTATION].split(",") if h]
+    if constants.LEASE_HOLDERS_ANNOTATION in annotations:
+        return [h for h in annotations[constants.LEASE_HOLDERS_ANNOTATION].split(",") if h]
     holder = (lease.get("spec") or {}).get("holderIdentity")
     return [holder] if holder else []
 
@@ -101,45 +99,37 @@ def lease_record(lease: Mapping[str, Any]) -> LeaseRecord | None:
     meta = lease["metadata"]
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
-    node = annotations.get(LEASE_NODE_ANNOTATION) or labels.get(LEASE_NODE_LABEL)
-    gpu = labels.get(LEASE_GPU_LABEL, "")
+    node = annotations.get(constants.LEASE_NODE_ANNOTATION) or labels.get(constants.LEASE_NODE_LABEL)
+    gpu = labels.get(constants.LEASE_GPU_LABEL, "")
     if not node or not gpu.isdigit() or len(gpu) > 6:
         return None
     holders = lease_holders(lease)
-    pods = [p for p in annotations.get(LEASE_HOLDER_PODS_ANNOTATION, "").split(",")]
+    pods = annotations.get(constants.LEASE_HOLDER_PODS_ANNOTATION, "").split(",")
     refs = {uid: pods[i] for i, uid in enumerate(holders) if i < len(pods) and pods[i]}
-    return LeaseRecord(meta["name"], node, int(gpu), labels.get(LEASE_EXCLUSIVITY_LABEL, "Exclusive"),
+    return LeaseRecord(meta["name"], node, int(gpu), labels.get(constants.LEASE_EXCLUSIVITY_LABEL, "Exclusive"),
                        tuple(holders), refs, meta.get("resourceVersion", ""))
-
-
-def holdings_from_leases(leases: Iterable[Mapping[str, Any]]) -> list[Holding]:
-    """What the given GPU Leases hold (for tools that read Leases without a ledger)."""
-    out = []
-    for lease in leases:
-        record = lease_record(lease)
-        if record is not None and record.holders:
-            out.append(Holding(record.node, (record.gpu,), record.exclusivity))
-    return out
 
 
 def lease_body(node: str, gpu: int, exclusivity: str, holders: Mapping[str, str]) -> dict[str, Any]:
     """A GPU Lease held by `holders` (pod uid -> "<namespace>/<name>")."""
     return {
-        "apiVersion": "coordination.k8s.io/v1",
+        "apiVersion": constants.LEASE_API_VERSION,
         "kind": "Lease",
         "metadata": {
             "name": lease_name(node, gpu),
             "namespace": constants.LEASE_NAMESPACE,
-            "labels": {LEASE_LABEL: "gpu", LEASE_NODE_LABEL: node_label_value(node), LEASE_GPU_LABEL: str(gpu),
-                       LEASE_EXCLUSIVITY_LABEL: exclusivity},
-            "annotations": lease_holder_annotations(holders) | {LEASE_NODE_ANNOTATION: node},
+            "labels": {constants.LEASE_LABEL: constants.LEASE_LABEL_VALUE,
+                       constants.LEASE_NODE_LABEL: node_label_value(node), constants.LEASE_GPU_LABEL: str(gpu),
+                       constants.LEASE_EXCLUSIVITY_LABEL: exclusivity},
+            "annotations": lease_holder_annotations(holders) | {constants.LEASE_NODE_ANNOTATION: node},
         },
         "spec": {"holderIdentity": next(iter(holders), "")},
     }
 
 
 def lease_holder_annotations(holders: Mapping[str, str]) -> dict[str, str]:
-    return {LEASE_HOLDERS_ANNOTATION: ",".join(holders), LEASE_HOLDER_PODS_ANNOTATION: ",".join(holders.values())}
+    return {constants.LEASE_HOLDERS_ANNOTATION: ",".join(holders),
+            constants.LEASE_HOLDER_PODS_ANNOTATION: ",".join(holders.values())}
 
 
 def hold_from_pod(pod: Mapping[str, Any]) -> Hold | None:

@@ -1,4 +1,5 @@
-"""JSON requests and watches against the Kubernetes API over one pooled aiohttp session."""
+"""JSON requests and watches against the Kubernetes API over one pooled aiohttp session (the programs' client;
+`sync.SyncClient` is its blocking twin for test steps and tools). Errors are `errors.ApiError` subclasses."""
 
 from __future__ import annotations
 
@@ -12,18 +13,10 @@ from typing import Any
 import aiohttp
 
 from gpu_scheduling.kube.config import ClusterConfig
+from gpu_scheduling.kube.errors import ApiError, error_for
+from gpu_scheduling.kube.wire import JSON, PATCH_CONTENT_TYPES
 
 log = logging.getLogger(__name__)
-
-JSON = dict[str, Any]
-
-
-class ApiError(Exception):
-    """The API server answered with an error status; `status`, `reason` and `message` come from its Status."""
-
-    def __init__(self, status: int, reason: str, message: str, body: Any = None):
-        self.status, self.reason, self.message, self.body = status, reason, message, body
-        super().__init__(f"{status} {reason}: {message}")
 
 
 class RateLimiter:
@@ -89,16 +82,11 @@ class Client:
 
     @staticmethod
     async def _error(resp: aiohttp.ClientResponse) -> ApiError:
-        text = await resp.text()
-        try:
-            body = json.loads(text)
-            return ApiError(resp.status, body.get("reason", resp.reason or ""), body.get("message", text), body)
-        except (ValueError, AttributeError):
-            return ApiError(resp.status, resp.reason or "", text)
+        return error_for(resp.status, await resp.text(), resp.reason or "")
 
     async def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                       body: Any = None, content_type: str = "application/json",
-                      timeout: float = 30) -> JSON:
+                      timeout: float = 30) -> JSON:  # noqa: ASYNC109 - aiohttp's total timeout of this request
         assert self._session is not None, "use `async with Client(...)`"
         await self.limiter.acquire()
         async with self._session.request(
@@ -111,7 +99,8 @@ class Client:
         ) as resp:
             if resp.status >= 400:
                 raise await self._error(resp)
-            return await resp.json(content_type=None)
+            answer: JSON = await resp.json(content_type=None)
+            return answer
 
     async def get(self, path: str, **params: Any) -> JSON:
         return await self.request("GET", path, params=params or None)
@@ -123,12 +112,7 @@ class Client:
         return await self.request("DELETE", path)
 
     async def patch(self, path: str, body: Any, kind: str = "merge") -> JSON:
-        content_types = {
-            "merge": "application/merge-patch+json",
-            "strategic": "application/strategic-merge-patch+json",
-            "json": "application/json-patch+json",
-        }
-        return await self.request("PATCH", path, body=body, content_type=content_types[kind])
+        return await self.request("PATCH", path, body=body, content_type=PATCH_CONTENT_TYPES[kind])
 
     async def list_pages(self, path: str, page_size: int = 500, **params: Any) -> AsyncIterator[JSON]:
         """LIST `path` in pages of `page_size` (the apiserver's `limit`/`continue`), yielding each page."""

@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpu_scheduling.kube.client import ApiError, Client
+from gpu_scheduling.kube.errors import ApiError, Gone, from_status
+
+if TYPE_CHECKING:
+    from gpu_scheduling.kube.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -78,29 +81,25 @@ class Informer:
                 async for event in self.client.watch(self.path, params):
                     self._apply(event)
                 backoff = 0.2
-            except ApiError as exc:
-                if exc.status == 410:  # our resourceVersion is too old: start over
-                    log.info("%s: watch expired, relisting", self.name)
-                    need_list = True
-                    continue
-                log.warning("%s: %s; retrying in %.1fs", self.name, exc, backoff)
-            except _GoneInStream:
+            except Gone:  # our resourceVersion is too old (answered, or sent in the stream): start over
+                log.info("%s: watch expired, relisting", self.name)
                 need_list = True
                 continue
+            except ApiError as exc:
+                log.warning("%s: %s; retrying in %.1fs", self.name, exc, backoff)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # network trouble: keep the cache, reconnect
+            except Exception as exc:  # noqa: BLE001 - network trouble: keep the cache, reconnect
                 log.warning("%s: watch failed (%s: %s); retrying in %.1fs", self.name, type(exc).__name__, exc,
                             backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 10)
 
     def _apply(self, event: dict[str, Any]) -> None:
-        kind, obj = event.get("type"), slim(event.get("object") or {})
+        kind: str = event.get("type", "")
+        obj = slim(event.get("object") or {})
         if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise _GoneInStream()
-            raise ApiError(obj.get("code", 500), obj.get("reason", ""), obj.get("message", ""))
+            raise from_status(obj)
         self._rv = obj.get("metadata", {}).get("resourceVersion", self._rv)
         if kind == "BOOKMARK":
             return
@@ -112,6 +111,3 @@ class Informer:
             self.cache[key] = obj
         self.handler(kind, obj, old)
 
-
-class _GoneInStream(Exception):
-    pass

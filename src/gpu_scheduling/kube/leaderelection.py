@@ -29,11 +29,17 @@ import random
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, AsyncContextManager, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
-from gpu_scheduling.kube.client import ApiError, Client
+from gpu_scheduling import constants
+from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
+
+if TYPE_CHECKING:
+    from gpu_scheduling.kube.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +51,6 @@ MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 #: client-go's JitterFactor: a follower retries every retry period plus up to 1.2 retry periods at random (so
 #: the followers do not ask in step), and the renew deadline must leave room for one such jittered retry.
 JITTER_FACTOR = 1.2
-
-LEASES_API = "/apis/coordination.k8s.io/v1"
 
 
 def micro_time(moment: datetime.datetime) -> str:
@@ -81,13 +85,10 @@ class ElectionConfig:
 
     def problems(self) -> list[str]:
         """Every problem with these values at once (empty: valid)."""
-        out = []
-        for field in ("namespace", "name", "identity"):
-            if not getattr(self, field):
-                out.append(f"{field} must not be empty")
-        for field in ("lease_duration", "renew_deadline", "retry_period", "release_timeout"):
-            if not getattr(self, field) > 0:
-                out.append(f"{field} must be greater than zero, got {getattr(self, field)}")
+        out = [f"{field} must not be empty" for field in ("namespace", "name", "identity") if not getattr(self, field)]
+        out.extend(f"{field} must be greater than zero, got {getattr(self, field)}"
+                   for field in ("lease_duration", "renew_deadline", "retry_period", "release_timeout")
+                   if not getattr(self, field) > 0)
         if not self.lease_duration > self.renew_deadline:
             out.append(f"lease duration ({self.lease_duration}s) must be greater than the renew deadline "
                        f"({self.renew_deadline}s)")
@@ -219,8 +220,8 @@ class LeaderElector:
         self.client, self.config = client, config
         self._on_transition = on_transition
         self._clock = clock
-        self._collection = f"{LEASES_API}/namespaces/{config.namespace}/leases"
-        self._item = f"{self._collection}/{config.name}"
+        self._collection = paths.leases(config.namespace)
+        self._item = paths.lease(config.namespace, config.name)
         self._observation: Observation | None = None
         self._lease: dict[str, Any] | None = None  # the Lease as last read or written, the base of the next PUT
         self._renewed_at = -math.inf
@@ -297,19 +298,17 @@ class LeaderElector:
             log.error("the leader's work failed while it was being stopped", exc_info=task.exception())
 
     # ---- one attempt ---------------------------------------------------------------------------------------------
-    async def _try(self, timeout: float) -> Action | None:
-        """One read-decide-write round within `timeout` seconds; None when it failed (logged)."""
+    async def _try(self, seconds: float) -> Action | None:
+        """One read-decide-write round within `seconds`; None when it failed (logged)."""
         try:
-            return await asyncio.wait_for(self._attempt(), timeout=max(timeout, 0.001))
+            return await asyncio.wait_for(self._attempt(), timeout=max(seconds, 0.001))
         except TimeoutError:
             log.warning("%s: no answer about the lease %s within %.1fs", self.config.identity, self.description,
-                        timeout)
+                        seconds)
+        except Conflict as exc:  # another candidate wrote first; the next read shows who
+            log.debug("%s: lost a race for the lease %s: %s", self.config.identity, self.description, exc)
         except ApiError as exc:
-            if exc.status == 409:  # another candidate wrote first; the next read shows who
-                log.debug("%s: lost a race for the lease %s: %s", self.config.identity, self.description, exc)
-            else:
-                log.warning("%s: cannot read or write the lease %s: %s", self.config.identity, self.description,
-                            exc)
+            log.warning("%s: cannot read or write the lease %s: %s", self.config.identity, self.description, exc)
         except (aiohttp.ClientError, OSError) as exc:
             log.warning("%s: cannot reach the API server for the lease %s: %s", self.config.identity,
                         self.description, exc)
@@ -319,9 +318,7 @@ class LeaderElector:
         cfg = self.config
         try:
             lease: dict[str, Any] | None = await self.client.get(self._item)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        except NotFound:
             lease = None
         self._seen(lease)
         verdict = decide(self._observation, cfg.identity, self._clock(), self._stamp(), cfg.lease_seconds)
@@ -329,7 +326,7 @@ class LeaderElector:
             return verdict.action
         assert verdict.record is not None
         if verdict.action is Action.CREATE:
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            body = {"apiVersion": constants.LEASE_API_VERSION, "kind": "Lease",
                     "metadata": {"name": cfg.name, "namespace": cfg.namespace}, "spec": verdict.record.to_spec()}
             written = await self.client.post(self._collection, body)
         else:
@@ -343,10 +340,8 @@ class LeaderElector:
     async def _release(self) -> None:
         try:  # read first: the Lease as it is now, even if our last write's answer never came back
             self._seen(await self.client.get(self._item))
-        except ApiError as exc:
-            if exc.status == 404:
-                return
-            raise
+        except NotFound:
+            return
         record = release_record(self._observation, self.config.identity, self._stamp())
         if record is None or self._lease is None:
             return
@@ -400,7 +395,7 @@ class LeaderElector:
         return micro_time(datetime.datetime.now(datetime.UTC))
 
 
-async def run_on_own_thread(make_client: Callable[[], AsyncContextManager[Client]], config: ElectionConfig,
+async def run_on_own_thread(make_client: Callable[[], AbstractAsyncContextManager[Client]], config: ElectionConfig,
                             lead: Callable[[], Awaitable[T]], *,
                             on_transition: Callable[[bool], None] | None = None) -> T:
     """`LeaderElector(...).run(lead)`, with the election on a thread and event loop of its own (and a client made
@@ -439,7 +434,9 @@ async def run_on_own_thread(make_client: Callable[[], AsyncContextManager[Client
         return running.result()
 
     async def elect() -> T:
-        election_task.append((asyncio.get_running_loop(), asyncio.current_task()))  # type: ignore[arg-type]
+        me = asyncio.current_task()
+        assert me is not None  # asyncio.run runs it as a task
+        election_task.append((asyncio.get_running_loop(), me))
         ready.set()
         async with make_client() as client:
             return await LeaderElector(client, config, on_transition=on_transition).run(lead_on_caller)

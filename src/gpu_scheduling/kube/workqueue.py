@@ -51,12 +51,12 @@ class WorkQueue(Generic[K]):
     def backoff(self, key: K) -> float:
         """The delay the next `add_rate_limited(key)` would wait."""
         failures = self._failures.get(key, 0)
-        return min(self.base_delay * 2 ** failures, self.max_delay) if failures else 0.0
+        return min(self.base_delay * 2.0 ** failures, self.max_delay) if failures else 0.0
 
     def add_rate_limited(self, key: K) -> float:
         """Retry `key` after its backoff, which doubles with every call until `forget(key)`."""
         self._failures[key] = self._failures.get(key, 0) + 1
-        delay = min(self.base_delay * 2 ** (self._failures[key] - 1), self.max_delay)
+        delay = min(self.base_delay * 2.0 ** (self._failures[key] - 1), self.max_delay)
         self.add_after(key, delay)
         return delay
 
@@ -102,7 +102,7 @@ class Backoff:
         count, last = self._attempts.get(key, (0, 0.0))
         if not count:
             return 0.0
-        wait = min(self.initial * 2 ** (count - 1), self.maximum)
+        wait = min(self.initial * 2.0 ** (count - 1), self.maximum)
         return max(0.0, last + wait - time.monotonic())
 
     def reset(self, key: Hashable) -> None:

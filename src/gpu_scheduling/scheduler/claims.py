@@ -19,26 +19,29 @@ missed stays locked. Only the leader writes; followers keep their caches and led
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from gpu_scheduling import constants
 from gpu_scheduling.claims import allocator, objects
-from gpu_scheduling.claims.ledger import GpuKey, Hold, Ledger, LeaseRecord
-from gpu_scheduling.kube.client import ApiError, Client
+from gpu_scheduling.claims.ledger import GpuKey, Hold, LeaseRecord, Ledger
+from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
 from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.kube.workqueue import WorkQueue
 from gpu_scheduling.scheduler import decision
 
+if TYPE_CHECKING:
+    from gpu_scheduling.kube.client import Client
+
 log = logging.getLogger(__name__)
 
-API = f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}"
-LEASES = objects.LEASES_PATH
 TRANSIENT = (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
@@ -72,10 +75,11 @@ class ClaimPath:
         self.workers = workers
         self.enabled = False
         self.leading = False
-        self.claims = Informer(client, f"{API}/gpuclaims", self._on_claim, name="gpuclaims")
-        self.statuses = Informer(client, f"{API}/gpunodestatuses", self._on_status, name="gpunodestatuses")
-        self.leases = Informer(client, LEASES, self._on_lease, params={"labelSelector": f"{objects.LEASE_LABEL}=gpu"},
-                               name="gpu-leases")
+        self.claims = Informer(client, paths.ALL_GPU_CLAIMS, self._on_claim, name=constants.GPU_CLAIM_PLURAL)
+        self.statuses = Informer(client, paths.NODE_STATUSES, self._on_status,
+                                 name=constants.GPU_NODE_STATUS_PLURAL)
+        self.leases = Informer(client, paths.GPU_LEASES, self._on_lease,
+                               params={"labelSelector": constants.GPU_LEASE_SELECTOR}, name="gpu-leases")
         self.releases: WorkQueue[GpuKey] = WorkQueue(base_delay=0.5, max_delay=30.0)
         # The allocator's inventory, rebuilt only when what it is made of changes: each GpuNodeStatus as a Node,
         # keyed by the two resourceVersions it comes from; the usable nodes per set of tolerations, dropped on any
@@ -91,12 +95,10 @@ class ClaimPath:
     async def watch(self) -> list[asyncio.Task[Any]]:
         """Watch what the claim path needs when the CRDs are installed; otherwise stay disabled."""
         try:
-            await self.client.get(API)
-        except ApiError as exc:
-            if exc.status == 404:
-                log.info("GpuClaim CRDs are not installed: claim pods will be reported unschedulable")
-                return []
-            raise
+            await self.client.get(paths.GPU_API)
+        except NotFound:
+            log.info("GpuClaim CRDs are not installed: claim pods will be reported unschedulable")
+            return []
         informers = (self.claims, self.statuses, self.leases)
         tasks = [asyncio.create_task(i.run(), name=f"{i.name}-informer") for i in informers]
         for i in informers:
@@ -262,8 +264,7 @@ class ClaimPath:
         if all(current.get(k) == v for k, v in status.items()) or written == status:
             return
         try:
-            await self.client.patch(
-                f"{API}/namespaces/{meta['namespace']}/gpuclaims/{meta['name']}/status", {"status": status})
+            await self.client.patch(paths.gpu_claim_status(meta["namespace"], meta["name"]), {"status": status})
             self.stats["claim_status_writes"] += 1
             # Remember what we wrote (the informer's copy is never edited), so the same outcome is not written
             # again before the watch catches up.
@@ -289,18 +290,17 @@ class ClaimPath:
     async def _acquire_one(self, hold: Hold, gpu: int) -> bool:
         body = objects.lease_body(hold.node, gpu, hold.exclusivity, {hold.uid: hold.pod})
         try:
-            await self.client.post(LEASES, body)
+            await self.client.post(paths.GPU_LEASES, body)
             self.stats["lease_creates"] += 1
             return True
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        except Conflict:
+            pass
         return await self._join(hold, gpu)
 
     async def _join(self, hold: Hold, gpu: int) -> bool:
         """The Lease exists: ours already (a retry), or a Shared one a Shared claim may join."""
         name = objects.lease_name(hold.node, gpu)
-        lease = await self.client.get(f"{LEASES}/{name}")
+        lease = await self.client.get(paths.lease(constants.LEASE_NAMESPACE, name))
         record = objects.lease_record(lease)
         if record is None:
             return False
@@ -312,7 +312,7 @@ class ClaimPath:
         holders = {h: record.pods.get(h, "") for h in record.holders} | {hold.uid: hold.pod}
         lease["metadata"].setdefault("annotations", {}).update(objects.lease_holder_annotations(holders))
         try:  # the resourceVersion makes this a compare-and-swap
-            await self.client.request("PUT", f"{LEASES}/{name}", body=lease)
+            await self.client.request("PUT", paths.lease(constants.LEASE_NAMESPACE, name), body=lease)
             self.stats["lease_updates"] += 1
         except ApiError:
             return False
@@ -325,7 +325,7 @@ class ClaimPath:
                 settled = await self._reconcile_lease(key)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # any failure is a retry, never a dropped release
+            except Exception as exc:  # noqa: BLE001 - any failure is a retry, never a dropped release
                 settled = False
                 log.warning("reconciling lease %s failed (%s: %s); retrying", objects.lease_name(*key),
                             type(exc).__name__, exc)
@@ -341,10 +341,8 @@ class ClaimPath:
         """Make the Lease of GPU `key` name exactly the live pods the ledger says hold it. True when done."""
         name = objects.lease_name(*key)
         try:
-            lease: dict[str, Any] | None = await self.client.get(f"{LEASES}/{name}")
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+            lease: dict[str, Any] | None = await self.client.get(paths.lease(constants.LEASE_NAMESPACE, name))
+        except NotFound:
             lease = None
         record = objects.lease_record(lease) if lease is not None else None
         if record is not None:
@@ -364,7 +362,7 @@ class ClaimPath:
         if record is None or not record.holders:  # a bound pod's lock is gone: put it back
             body = objects.lease_body(key[0], key[1], missing[0].exclusivity, {h.uid: h.pod for h in missing})
             if record is None:
-                await self.client.post(LEASES, body)
+                await self.client.post(paths.GPU_LEASES, body)
                 self.stats["lease_creates"] += 1
                 log.warning("re-created lease %s for %s", name, ", ".join(h.pod for h in missing))
                 return False
@@ -373,7 +371,7 @@ class ClaimPath:
         return True
 
     async def _remove_holders(self, record: LeaseRecord, keep: tuple[str, ...]) -> bool:
-        path = f"{LEASES}/{record.name}"
+        path = paths.lease(constants.LEASE_NAMESPACE, record.name)
         try:
             if keep:
                 lease = await self.client.get(path)
@@ -386,17 +384,15 @@ class ClaimPath:
                 self.stats["lease_updates"] += 1
             else:
                 await self.client.request("DELETE", path, body={
-                    "kind": "DeleteOptions", "apiVersion": "v1",
+                    "kind": "DeleteOptions", "apiVersion": constants.CORE_API_VERSION,
                     "preconditions": {"resourceVersion": record.resource_version}})
                 self.stats["lease_deletes"] += 1
             log.info("released lease %s (kept: %s)", record.name, ",".join(keep) or "nobody")
             return True
-        except ApiError as exc:
-            if exc.status == 404:  # gone already
-                return True
-            if exc.status == 409:  # changed meanwhile: plan again
-                return False
-            raise
+        except NotFound:  # gone already
+            return True
+        except Conflict:  # changed meanwhile: plan again
+            return False
 
     async def _verify(self, uid: str, ref: str) -> None:
         """Ask the API whether pod `uid` (named `ref`, "<namespace>/<name>", when known) still holds GPUs, and tell
@@ -408,11 +404,8 @@ class ClaimPath:
         pod: dict[str, Any] | None = None
         if ref:
             namespace, _, name = ref.partition("/")
-            try:
-                pod = await self.client.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
+            with contextlib.suppress(NotFound):
+                pod = await self.client.get(paths.pod(namespace, name))
         else:
             pod = await self._find_pod(uid)
         if pod is None or pod["metadata"].get("uid") != uid or decision.is_finished(pod):
@@ -429,9 +422,10 @@ class ClaimPath:
 
     async def _find_pod(self, uid: str) -> dict[str, Any] | None:
         """A Lease without the holder's name (written by an older version): look for the uid in a fresh list."""
-        async for page in self.client.list_pages("/api/v1/pods",
+        async for page in self.client.list_pages(paths.ALL_PODS,
                                                   fieldSelector=f"spec.schedulerName={self.scheduler_name}"):
-            for pod in page.get("items") or []:
+            items: list[dict[str, Any]] = page.get("items") or []
+            for pod in items:
                 if pod["metadata"].get("uid") == uid:
                     return pod
         return None
@@ -440,7 +434,7 @@ class ClaimPath:
         """Compare the ledger with a fresh list of the GPU Leases; queue every Lease that disagrees (and every GPU
         of a bound pod without its Lease). Returns how many were queued."""
         seen: dict[GpuKey, LeaseRecord] = {}
-        async for page in self.client.list_pages(LEASES, labelSelector=f"{objects.LEASE_LABEL}=gpu"):
+        async for page in self.client.list_pages(paths.GPU_LEASES, labelSelector=constants.GPU_LEASE_SELECTOR):
             for lease in page.get("items") or []:
                 record = objects.lease_record(lease)
                 if record is not None:
@@ -462,7 +456,7 @@ class ClaimPath:
                 await self.sweep()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # keep sweeping
+            except Exception as exc:  # noqa: BLE001 - keep sweeping
                 log.warning("lease sweep failed (%s: %s)", type(exc).__name__, exc)
             await asyncio.sleep(self.sweep_seconds)
 

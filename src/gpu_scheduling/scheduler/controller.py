@@ -24,19 +24,23 @@ import logging
 import socket
 import time
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.claims import objects
 from gpu_scheduling.claims.ledger import Hold, Ledger
-from gpu_scheduling.kube.client import ApiError, Client
+from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.errors import ApiError, NotFound
 from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.kube.workqueue import Backoff, WorkQueue
 from gpu_scheduling.scheduler import decision
 from gpu_scheduling.scheduler.claims import ClaimPath, Placed
 from gpu_scheduling.scheduler.metrics import Metrics
+
+if TYPE_CHECKING:
+    from gpu_scheduling.kube.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +73,7 @@ deadline and the lease duration, so no new leader can be acting yet; then as lon
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _key(pod: dict[str, Any]) -> str:
@@ -89,9 +93,9 @@ class Scheduler:
         self.config = config
         self.metrics = metrics or Metrics()
         self.ledger = Ledger()
-        self.pods = Informer(client, "/api/v1/pods", self._on_pod,
+        self.pods = Informer(client, paths.ALL_PODS, self._on_pod,
                              params={"fieldSelector": f"spec.schedulerName={config.name}"}, name="pods")
-        self.nodes = Informer(client, "/api/v1/nodes", self._on_node, name="nodes")
+        self.nodes = Informer(client, paths.NODES, self._on_node, name="nodes")
         self.queue: WorkQueue[str] = WorkQueue()
         self.backoff = Backoff(config.retry_seconds, config.max_retry_seconds)
         self._by_uid: dict[str, str] = {}  # pod uid -> key, for every cached pod
@@ -356,23 +360,23 @@ class Scheduler:
         this attempt (gone, or bound elsewhere); None: unknown (a server error or timeout), retried later."""
         meta = pod["metadata"]
         body: dict[str, Any] = {
-            "apiVersion": "v1",
+            "apiVersion": constants.CORE_API_VERSION,
             "kind": "Binding",
             # The uid makes the bind a no-op for a pod recreated under the same name since we saw it.
             "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            "target": {"apiVersion": constants.CORE_API_VERSION, "kind": "Node", "name": node},
         }
         if placed is not None:  # the apiserver copies them onto the pod in the same write
             body["metadata"]["annotations"] = placed.annotations
         started = time.monotonic()
-        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        path = paths.pod(meta["namespace"], meta["name"])
         try:
-            await self.client.post(f"{path}/binding", body)
+            await self.client.post(paths.pod_binding(meta["namespace"], meta["name"]), body)
+        except NotFound as exc:
+            log.info("not binding %s: %s", key, exc.message)
+            self.metrics.bind_conflicts += 1
+            return False
         except ApiError as exc:
-            if exc.status == 404:
-                log.info("not binding %s: %s", key, exc.message)
-                self.metrics.bind_conflicts += 1
-                return False
             if exc.status == 409:  # bound already: by us (a retry after a lost answer), or by someone else
                 self.metrics.bind_conflicts += 1
                 return await self._bound_where(key, path, meta["uid"], node)
@@ -380,7 +384,7 @@ class Scheduler:
             self.metrics.bind_errors += 1
             self.queue.add_rate_limited(key)
             return None
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("binding %s to %s: no answer (%s); will retry", key, node, exc)
             self.metrics.bind_errors += 1
             self.queue.add_rate_limited(key)
@@ -393,9 +397,9 @@ class Scheduler:
         """A bind answered 409: read the pod to learn whether it is ours on `node`."""
         try:
             current = await self.client.get(path)
-        except ApiError as exc:
-            if exc.status == 404:
-                return False
+        except NotFound:
+            return False
+        except ApiError:
             self.queue.add_rate_limited(key)
             return None
         where = (current.get("spec") or {}).get("nodeName")
@@ -439,14 +443,15 @@ class Scheduler:
         }
         try:
             await self.client.patch(
-                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+                paths.pod_status(meta["namespace"], meta["name"]),
                 {"status": {"conditions": [condition]}},
                 kind="strategic",
             )
-        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            if not isinstance(exc, ApiError) or exc.status != 404:
-                log.warning("could not set PodScheduled=False on %s: %s", key, exc)
-                self._reported.pop(key, None)
+        except NotFound:
+            pass
+        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("could not set PodScheduled=False on %s: %s", key, exc)
+            self._reported.pop(key, None)
         await self._event(pod, "Warning", constants.EVENT_FAILED_SCHEDULING, message)
 
     # ---- events ----------------------------------------------------------------------------------------------
@@ -459,11 +464,11 @@ class Scheduler:
         meta = pod["metadata"]
         now = _now()
         event = {
-            "apiVersion": "v1",
+            "apiVersion": constants.CORE_API_VERSION,
             "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
             "involvedObject": {
-                "apiVersion": "v1",
+                "apiVersion": constants.CORE_API_VERSION,
                 "kind": "Pod",
                 "namespace": meta["namespace"],
                 "name": meta["name"],
@@ -480,7 +485,7 @@ class Scheduler:
             "count": 1,
         }
         try:
-            await self.client.post(f"/api/v1/namespaces/{meta['namespace']}/events", event)
-        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            await self.client.post(paths.events(meta["namespace"]), event)
+        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
             # An event is a courtesy: losing one (the apiserver busy or going away) must not disturb scheduling.
             log.warning("could not record %s event for %s/%s: %s", reason, meta["namespace"], meta["name"], exc)

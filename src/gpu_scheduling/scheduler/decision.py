@@ -80,7 +80,8 @@ def node_problem(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) 
             continue
         if not any(toleration_matches(t, taint) for t in tolerations):
             value = f"={taint['value']}" if taint.get("value") else ""
-            return f"node {name} has taint {taint.get('key')}{value}:{taint.get('effect')} that the pod does not tolerate"
+            return (f"node {name} has taint {taint.get('key')}{value}:{taint.get('effect')} that the pod does not "
+                    "tolerate")
     return None
 
 

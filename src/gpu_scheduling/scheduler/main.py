@@ -147,8 +147,8 @@ async def run(args: argparse.Namespace) -> None:
             main.cancel()
             await asyncio.wait({main})
             await runner.cleanup()
-        if not main.cancelled() and main.exception() is not None:
-            raise main.exception()  # type: ignore[misc]
+        if not main.cancelled() and (error := main.exception()) is not None:
+            raise error
         log.info("gpu-scheduler stopped")
 
 

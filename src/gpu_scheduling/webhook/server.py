@@ -17,13 +17,14 @@ import argparse
 import asyncio
 import bisect
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import logging
 import signal
 import ssl
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import h2.errors
 import h2.events
@@ -32,10 +33,16 @@ import hypercorn.protocol
 from hypercorn.asyncio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.asyncio.worker_context import WorkerContext
 from hypercorn.config import Config
-from hypercorn.events import Closed, RawData, Updated
+from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.utils import wrap_app
 
 from gpu_scheduling import admission, logs
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
 log = logging.getLogger("gpu_scheduling.webhook")
 
@@ -111,11 +118,12 @@ class WebhookMetrics:
         text = "".join(f"# HELP {n} {h}\n# TYPE {n} {t}\n{n} {v}\n" for n, t, h, v in rows)
         name = "gpu_webhook_connections_total"
         text += (f"# HELP {name} Client connections accepted, by protocol (ALPN).\n# TYPE {name} counter\n"
-                 f'{name}{{protocol="h2"}} {self.connections_h2}\n{name}{{protocol="http/1.1"}} {self.connections_h1}\n')
+                 f'{name}{{protocol="h2"}} {self.connections_h2}\n'
+                 f'{name}{{protocol="http/1.1"}} {self.connections_h1}\n')
         name = "gpu_webhook_request_duration_seconds"
         text += f"# HELP {name} Time from the start of a /mutate request to its answer.\n# TYPE {name} histogram\n"
         cumulative = 0
-        for le, count in zip((*LATENCY_BUCKETS, "+Inf"), self.bucket_counts):
+        for le, count in zip((*LATENCY_BUCKETS, "+Inf"), self.bucket_counts, strict=False):
             cumulative += count
             text += f'{name}_bucket{{le="{le}"}} {cumulative}\n'
         text += f"{name}_sum {round(self.seconds_sum, 6)}\n{name}_count {cumulative}\n"
@@ -128,7 +136,7 @@ class _BodyBudget:
 
     def __init__(self, capacity: int) -> None:
         self.capacity, self.free = capacity, capacity
-        self._waiters: list[asyncio.Future] = []
+        self._waiters: list[asyncio.Future[None]] = []
 
     async def take(self, n: int) -> None:
         while self.free < n:
@@ -168,8 +176,8 @@ def _json(obj: Any) -> bytes:
 class WebhookApp:
     """The ASGI application: routes, body limits and the admission decision."""
 
-    ROUTES = {"/mutate": ("POST",), "/healthz": ("GET", "HEAD"), "/readyz": ("GET", "HEAD"),
-              "/metrics": ("GET", "HEAD")}
+    ROUTES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "/mutate": ("POST",), "/healthz": ("GET", "HEAD"), "/readyz": ("GET", "HEAD"), "/metrics": ("GET", "HEAD")}
 
     def __init__(self, metrics: WebhookMetrics | None = None, *, max_body: int = MAX_BODY_BYTES,
                  body_timeout: float = BODY_TIMEOUT, body_budget: int = BODY_BUDGET_BYTES) -> None:
@@ -179,10 +187,10 @@ class WebhookApp:
         self._budget: _BodyBudget | None = None
         self._large: concurrent.futures.ThreadPoolExecutor | None = None
 
-    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if scope["type"] != "http":  # websocket: refuse (lifespan is never run by serve())
             if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008})
+                await send({"type": "websocket.close", "code": 1008, "reason": None})
             return
         try:
             await self._route(scope, receive, send)
@@ -193,12 +201,10 @@ class WebhookApp:
             self.metrics.errors += 1
             log.exception("unexpected error answering an admission request (%s %s)", scope.get("method"),
                           scope.get("path"))
-            try:
+            with contextlib.suppress(Exception):
                 await self._send(send, 500, _json({"error": "internal error, see the webhook's log"}))
-            except Exception:
-                pass
 
-    async def _route(self, scope, receive, send) -> None:
+    async def _route(self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         path, method = scope["path"], scope["method"]
         allowed = self.ROUTES.get(path)
         if allowed is None:
@@ -215,7 +221,7 @@ class WebhookApp:
         ctype = "text/plain; version=0.0.4; charset=utf-8" if path == "/metrics" else "text/plain; charset=utf-8"
         await self._send(send, 200, b"" if method == "HEAD" else text, ctype)
 
-    async def _mutate(self, scope, receive, send) -> None:
+    async def _mutate(self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         started = time.perf_counter()
         try:
             body = await self._read_body(scope, receive)
@@ -243,7 +249,7 @@ class WebhookApp:
             log.warning("bad admission request from %s: %s", _peer(scope), exc)
             await self._send(send, 400, _json({"error": str(exc)}))
             return
-        out = _encode(review)
+        out = admission.encode_review(review)
         response = review["response"]
         self.metrics.requests += 1
         if not response.get("allowed"):
@@ -255,7 +261,7 @@ class WebhookApp:
         await self._send(send, 200, out)
         self.metrics.observe(time.perf_counter() - started)
 
-    async def _read_body(self, scope, receive) -> bytes:
+    async def _read_body(self, scope: HTTPScope, receive: ASGIReceiveCallable) -> bytes:
         declared = None
         for name, value in scope["headers"]:
             if name == b"content-length":
@@ -276,7 +282,7 @@ class WebhookApp:
                 size, more = 0, True
                 while more:
                     message = await receive()
-                    if message["type"] == "http.disconnect":
+                    if message["type"] != "http.request":  # http.disconnect, the one other message of HTTP
                         raise _Gone
                     chunk = message.get("body", b"")
                     more = message.get("more_body", False)
@@ -295,7 +301,8 @@ class WebhookApp:
             self._budget.give(held)
         return b"".join(chunks)
 
-    async def _refuse_and_drain(self, scope, receive, send, answer: _Answer) -> None:
+    async def _refuse_and_drain(self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable,
+                                answer: _Answer) -> None:
         """413: the whole answer goes out at once, then what the client is still sending is read and dropped (not
         kept) for at most DRAIN_SECONDS and DRAIN_BYTES before the exchange ends (HTTP/1.1: the connection closes;
         HTTP/2: the stream ends, and is reset if the client still sends), so that a client that writes its whole
@@ -323,27 +330,22 @@ class WebhookApp:
         except (ConnectionError, OSError) as exc:
             raise _Gone from exc
 
-    async def _send(self, send, status: int, body: bytes, content_type: str = "application/json",
-                    extra=()) -> None:
+    async def _send(self, send: ASGISendCallable, status: int, body: bytes, content_type: str = "application/json",
+                    extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
         headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
                    *extra]
         try:
             await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
         except (ConnectionError, OSError) as exc:
             raise _Gone from exc
 
 
-def _decide(body: bytes) -> dict[str, Any]:
+def _decide(body: bytes) -> admission.AdmissionReview:
     return admission.review_pod(admission.parse_review(body))
 
 
-def _encode(review: dict[str, Any]) -> bytes:
-    encode = getattr(admission, "encode_review", None)
-    return encode(review) if encode is not None else _json(review)
-
-
-def _peer(scope) -> str:
+def _peer(scope: HTTPScope) -> str:
     client = scope.get("client")
     return f"{client[0]}:{client[1]}" if client else "?"
 
@@ -433,14 +435,14 @@ class _Connection(TCPServer):
             self.pool.metrics.connections_h1 += 1
         try:
             await super().run()
-        except Exception as exc:  # e.g. a TLS error while closing: the client's doing, not ours
+        except Exception as exc:  # noqa: BLE001 - e.g. a TLS error while closing: the client's doing, not ours
             log.debug("connection from %s ended: %s: %s", self.peer, type(exc).__name__, exc)
         finally:
             self._cancel_header_timer()
             self.pool.remove(self)
             log.debug("connection from %s closed", self.peer)
 
-    async def protocol_send(self, event) -> None:
+    async def protocol_send(self, event: Event) -> None:
         if isinstance(event, Updated):
             self.idle = event.idle
             if event.idle:
@@ -467,7 +469,7 @@ class _Connection(TCPServer):
         while not self.reader.at_eof():
             try:
                 data = await asyncio.wait_for(self.reader.read(MAX_RECV), self.config.read_timeout)
-            except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError, ssl.SSLError):
+            except (ConnectionError, OSError, TimeoutError, ssl.SSLError):
                 break
             if data and self.idle and not self.h2:
                 self._start_header_timer()
@@ -496,14 +498,14 @@ class _Connection(TCPServer):
         self.writer.transport.abort()
 
 
-class _H2Protocol(hypercorn.protocol.H2Protocol):
+class _H2Protocol(H2Protocol):
     """Hypercorn's HTTP/2 connection, answering early safely: when the answer (a 413, a 408) went out before the
     whole request body came in, the client's further DATA frames are for a stream Hypercorn has forgotten, which
     raised KeyError and dropped the connection (and the flow-control credit of that data was never returned).
     Here such data is acknowledged and the stream reset with NO_ERROR, as RFC 9113 section 8.1 describes."""
 
-    async def _handle_events(self, events: list) -> None:
-        batch: list = []
+    async def _handle_events(self, events: list[h2.events.Event]) -> None:
+        batch: list[h2.events.Event] = []
         for event in events:
             if isinstance(event, h2.events.DataReceived) and event.stream_id not in self.streams:
                 if batch:  # the stream may be opened by an event before this one
@@ -511,16 +513,15 @@ class _H2Protocol(hypercorn.protocol.H2Protocol):
                     batch = []
                 if event.stream_id not in self.streams:
                     self.connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                    try:
+                    with contextlib.suppress(h2.exceptions.H2Error):  # already closed or reset
                         self.connection.reset_stream(event.stream_id, h2.errors.ErrorCodes.NO_ERROR)
-                    except h2.exceptions.H2Error:  # already closed or reset
-                        pass
                     continue
             batch.append(event)
         await super()._handle_events(batch)
 
 
-hypercorn.protocol.H2Protocol = _H2Protocol  # ProtocolWrapper looks the class up here when a connection speaks h2
+# ProtocolWrapper looks the class up here when a connection speaks h2.
+hypercorn.protocol.H2Protocol = _H2Protocol  # type: ignore[attr-defined]  # a re-export hypercorn does not declare
 
 
 def hypercorn_config(limits: Limits) -> Config:
@@ -550,10 +551,11 @@ async def serve(app: WebhookApp, host: str, port: int, ctx: ssl.SSLContext, stop
     context = WorkerContext(None)
     pool = _Pool(limits, app.metrics)
     loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task] = set()
+    tasks: set[asyncio.Task[Any]] = set()
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # a callback of start_server runs as a task
         tasks.add(task)
         task.add_done_callback(tasks.discard)
         await _Connection(pool, asgi, loop, config, context, {}, reader, writer)
