@@ -7,8 +7,9 @@
   kube-scheduler-dra  the same kube-scheduler, GPUs asked for with Dynamic Resource Allocation (ResourceClaims
                       against ResourceSlices): the native form of a claim, for W2 and the storm (its W1 would be
                       kube-scheduler's);
-  ceiling             `loadgen bind`: list+watch, read the node from the map, POST the binding, nothing else. What
-                      the apiserver allows on this machine for the same pods (W1 only: it knows only the map).
+  ceiling             `loadgen bind`: list+watch, read the node the benchmark named on the pod (the node of its
+                      map entry), POST the binding, nothing else. What the apiserver allows on this machine for
+                      the same pods (W1 only: only W1 pods name their node).
 
 Each contender's scheduler signs in as plane.SCHEDULER_USER, so its writes can be counted from the audit log.
 Both schedulers run one replica with leader election on, as deployed, with the same timings (LEADER_ELECTION),
@@ -22,14 +23,15 @@ from __future__ import annotations
 
 import ssl
 
-from gpu_scheduling import constants
-from gpu_scheduling.kube.leaderelection import ElectionConfig
-from tests.harness.api import ApiError, wait_for
-from tests.harness.components import Components, LeaderElection
-from tests.harness.processes import Process, free_port
-
 from bench import workload
 from bench.plane import BenchPlane, ProcessStats
+from gpu_scheduling import constants
+from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.errors import ApiError
+from gpu_scheduling.kube.leaderelection import ElectionConfig
+from harness.components import Components, LeaderElection
+from harness.processes import Process, free_port
+from harness.wait import wait_for
 
 CLIENT_QPS = 5000
 CLIENT_BURST = 5000
@@ -83,8 +85,7 @@ class Contender:
         leads would wait in the timed window for the election, not for the scheduler."""
         def held() -> bool:
             try:
-                return bool(plane.api.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease}")
-                            .get("spec", {}).get("holderIdentity"))
+                return bool(plane.api.get(paths.lease(namespace, lease)).get("spec", {}).get("holderIdentity"))
             except ApiError:
                 return False
 
@@ -101,8 +102,8 @@ class GpuScheduler(Contender):
         self.components = Components(plane.cp, self.scheduler_name, leader_election=LEADER_ELECTION)
         kubeconfig, _ = plane.scheduler_identity()
         argv = [a for a in self.components.scheduler.argv if not a.startswith("--kubeconfig=")]
-        self.components.scheduler.argv = argv + [f"--kubeconfig={kubeconfig}", f"--qps={CLIENT_QPS}",
-                                                 f"--burst={CLIENT_BURST}", f"--workers={SCHEDULER_WORKERS}"]
+        self.components.scheduler.argv = [*argv, f"--kubeconfig={kubeconfig}", f"--qps={CLIENT_QPS}",
+                                          f"--burst={CLIENT_BURST}", f"--workers={SCHEDULER_WORKERS}"]
         return self.components
 
     def start(self, plane: BenchPlane) -> None:
@@ -196,13 +197,14 @@ class KubeSchedulerDra(KubeScheduler):
 class Ceiling(Contender):
     name = "ceiling"
     scheduler_name = workload.CEILING_SCHEDULER
-    claim_api = workload.EXTENDED  # never used: the ceiling only follows maps
+    claim_api = workload.EXTENDED  # never used: the ceiling only binds W1 pods
     workloads = ("w1",)
 
     def start(self, plane: BenchPlane) -> None:
         _, identity = plane.scheduler_identity()
         self.proc = Process("ceiling-binder", [
             str(plane.loadgen), "bind", *plane.api_flags(identity), f"-scheduler-name={self.scheduler_name}",
+            f"-node-annotation={workload.CEILING_NODE_ANNOTATION}",
             # Runs until stopped (not -expect), so its CPU and RSS can still be read when the run ends.
             f"-workers={SCHEDULER_WORKERS}",
         ], plane.cp.logs).start()

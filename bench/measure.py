@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 
 def _ts(text: str) -> float:
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.datetime.fromisoformat(text).timestamp()
 
 
 @dataclasses.dataclass

@@ -27,15 +27,16 @@ import pathlib
 import subprocess
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpu_scheduling import constants
-from tests.harness.api import ApiError, wait_for
-from tests.harness.controlplane import ControlPlane, kubeconfig, node_body
-from tests.harness.pki import Pair
-
 from bench import workload
+from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.errors import ApiError
+from gpu_scheduling.kube.sync import SyncClient
+from harness import inventory
+from harness.controlplane import ControlPlane, create_namespace, kubeconfig, node_body, node_ready
+from harness.pki import Pair
+from harness.wait import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LOADGEN_SRC = ROOT / "bench" / "loadgen"
@@ -183,7 +184,7 @@ class BenchPlane:
         self.cp.stop()
 
     @property
-    def api(self):  # noqa: ANN201 - the harness's synchronous Api
+    def api(self) -> SyncClient:
         assert self.cp.api is not None
         return self.cp.api
 
@@ -210,11 +211,12 @@ class BenchPlane:
 
     def create(self, objects: Iterable[dict[str, Any]], name: str, concurrency: int = 64,
                rate: float = 0) -> pathlib.Path:
-        """Create `objects` through the load generator; returns its per-request timing CSV."""
-        source = self.dir / f"{name}.jsonl"
+        """Create `objects` through the load generator, each in its collection (`workload.collection_path`);
+        returns its per-request timing CSV."""
+        source = self.dir / f"{name}.txt"
         with source.open("w") as f:
             for obj in objects:
-                f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+                f.write(f"{workload.collection_path(obj)} {json.dumps(obj, separators=(',', ':'))}\n")
         out = self.dir / f"{name}-requests.csv"
         subprocess.run([str(self.loadgen), "create", *self.api_flags(), f"-in={source}",
                         f"-concurrency={concurrency}", f"-rate={rate}", f"-out={out}"], check=True)
@@ -222,42 +224,25 @@ class BenchPlane:
 
     # ---- cluster contents ------------------------------------------------------------------------------------
     def add_nodes(self, count: int, timeout: float = 600) -> float:
-        """Create `count` kwok nodes with 8 GPUs each and wait until all are Ready and untainted; returns the
-        seconds that took."""
+        """Create `count` kwok nodes with GPUS_PER_NODE GPUs each and wait until all are Ready and untainted;
+        returns the seconds that took."""
         started = time.monotonic()
         nodes = [node_body(workload.node_name(i), workload.GPUS_PER_NODE) for i in range(count)]
         self.create(nodes, "nodes", concurrency=32)
 
         def all_ready() -> bool:
-            ready = 0
-            for node in self.api.get("/api/v1/nodes")["items"]:
-                conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
-                tainted = any(t.get("key") == "node.kubernetes.io/not-ready" for t in node["spec"].get("taints") or [])
-                ready += conditions.get("Ready") == "True" and not tainted
-            return ready == count
+            return sum(map(node_ready, self.api.get(paths.NODES)["items"])) == count
 
         wait_for(f"{count} kwok nodes Ready and untainted", all_ready, timeout=timeout, interval=2)
         return time.monotonic() - started
 
     def add_inventory(self, api: workload.ClaimApi, count: int) -> None:
         """What a scheduler reading `api` needs to know of the GPUs of nodes 0..count-1, written here and only
-        here for every contender: the simulated GpuNodeStatus (what the inventory agent writes on real nodes),
-        or the DeviceClass and one ResourceSlice per node (what a DRA driver publishes). `extended` needs
-        nothing: the nodes already advertise nvidia.com/gpu."""
+        here for every contender: the simulated GpuNodeStatus, written by the inventory agent's own writer
+        (harness.inventory), or the DeviceClass and one ResourceSlice per node (what a DRA driver publishes), the
+        same devices. `extended` needs nothing: the nodes already advertise nvidia.com/gpu."""
         if api == workload.GPUCLAIM:
-            path = f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}/gpunodestatuses"
-
-            def write(i: int) -> None:
-                body, status = workload.gpu_node_status(workload.node_name(i))
-                try:
-                    self.api.create(path, body)
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise
-                self.api.patch(f"{path}/{body['metadata']['name']}/status", status)
-
-            with ThreadPoolExecutor(16) as pool:
-                list(pool.map(write, range(count)))
+            inventory.publish(self.cp.kubeconfig, workload.gpuclaim_inventory(count))
         elif api == workload.DRA:
             self.check_dra()
             self.create(workload.dra_inventory(count), "dra-inventory", concurrency=32)
@@ -265,7 +250,7 @@ class BenchPlane:
     def check_dra(self) -> None:
         """Fail early, saying why, when this apiserver does not serve the DRA API the benchmark uses."""
         try:
-            resources = {r["name"] for r in self.api.get(f"/apis/{workload.DRA_API}")["resources"]}
+            resources = {r["name"] for r in self.api.get(workload.dra_path())["resources"]}
         except ApiError as exc:
             raise RuntimeError(f"the apiserver does not serve {workload.DRA_API} ({exc}); Dynamic Resource "
                                "Allocation needs it (--runtime-config, feature gate DynamicResourceAllocation)",
@@ -276,6 +261,4 @@ class BenchPlane:
 
     def namespace(self, name: str) -> None:
         """Create a namespace and wait for its default ServiceAccount (pods are refused until it exists)."""
-        self.api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-        wait_for(f"ServiceAccount default in {name}",
-                 lambda: self.api.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=60)
+        create_namespace(self.api, name)

@@ -17,6 +17,8 @@ import sys
 from typing import Any
 
 from bench import measure
+from gpu_scheduling import constants
+from hack import toolchain
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COLOURS = {"gpu-scheduler": "tab:green", "kube-scheduler": "tab:blue", "ceiling": "tab:gray",
@@ -40,13 +42,9 @@ def machine() -> dict[str, Any]:
     mem_kib = next(int(line.split()[1]) for line in pathlib.Path("/proc/meminfo").read_text().splitlines()
                    if line.startswith("MemTotal:"))
     go = subprocess.run(["go", "version"], capture_output=True, text=True).stdout.strip()
-    versions = {}
-    for line in (ROOT / "versions.yml").read_text().splitlines():
-        if line and not line.startswith("#") and ":" in line:
-            key, value = line.split(":", 1)
-            versions[key.strip()] = value.strip().strip('"')
     return {"cpus": os.cpu_count(), "cpu_model": cpu, "memory_gib": round(mem_kib / 2**20, 1),
-            "kernel": platform.release(), "python": sys.version.split()[0], "go": go, "versions": versions}
+            "kernel": platform.release(), "python": sys.version.split()[0], "go": go,
+            "versions": toolchain.read_versions()}
 
 
 def _summary(runs: list[dict[str, Any]], wl: str) -> dict[str, dict[str, Any]]:
@@ -131,8 +129,8 @@ def write_csv(runs: list[dict[str, Any]], path: pathlib.Path) -> None:
 
 
 def _table(summary: dict[str, dict[str, Any]]) -> str:
-    lines = ["| contender | bound | pods/s | create→bound p50 ms | p90 ms | p99 ms | contender CPU s | "
-             "peak RSS MiB | apiserver CPU s | etcd CPU s | create rate pods/s |",
+    lines = [("| contender | bound | pods/s | create→bound p50 ms | p90 ms | p99 ms | contender CPU s | "
+              "peak RSS MiB | apiserver CPU s | etcd CPU s | create rate pods/s |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
         lines.append(f"| {name} | {s['bound']} | {_fmt(s['throughput'], 1)} | {_fmt(s['p50'])} | {_fmt(s['p90'])} | "
@@ -191,7 +189,7 @@ def _writes(runs: list[dict[str, Any]], wl: str) -> str:
             by.setdefault(r["contender"], []).append(r["writes_per_pod"])
     if not by:
         return ""
-    keys = sorted({k for per in by.values() for w in per for k in w if k != "total"}) + ["total"]
+    keys = [*sorted({k for per in by.values() for w in per for k in w if k != "total"}), "total"]
     lines = ["| write request | " + " | ".join(by) + " |", "|---|" + "---|" * len(by)]
     for key in keys:
         cells = []
@@ -204,8 +202,8 @@ def _writes(runs: list[dict[str, Any]], wl: str) -> str:
 
 
 def _storm(storms: list[dict[str, Any]]) -> str:
-    lines = ["| contender | pods waiting | first pass s | apiserver CPU-s/s | scheduler CPU-s/s | contender CPU-s/s | "
-             "etcd CPU-s/s | scheduler writes/min | all writes/min | scheduler peak RSS MiB |",
+    lines = [("| contender | pods waiting | first pass s | apiserver CPU-s/s | scheduler CPU-s/s | contender CPU-s/s | "
+              "etcd CPU-s/s | scheduler writes/min | all writes/min | scheduler peak RSS MiB |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in storms:
         if r["storm"] is None:
@@ -265,7 +263,7 @@ def _webhook(hooks: dict[str, Any]) -> str:
 
 def render(results: dict[str, Any], assets: str) -> str:
     s, m, runs = results["settings"], results["machine"], results["runs"]
-    when = datetime.datetime.fromtimestamp(results["started"], datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.datetime.fromtimestamp(results["started"], datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     v = m["versions"]
     parts = [f"""# Benchmarks
 
@@ -295,7 +293,8 @@ shares these {m['cpus']} CPUs, so every figure is a figure of the whole machine 
      ResourceClaims (`resource.k8s.io/v1`, enabled by default in {v.get('kubernetes_version')}), which its
      DynamicResources plugin allocates and reserves before binding (W2 and the storm);
   4. **ceiling**: `loadgen bind` (Go, `bench/loadgen`), list+watch and POST the binding from
-     {results['client']['workers']} goroutines, nothing else (W1).
+     {results['client']['workers']} goroutines to the node the pod names in one annotation (the node of its map
+     entry, worked out by the benchmark), nothing else (W1).
 - Client settings: every scheduler QPS {results['client']['qps']}, burst {results['client']['burst']} (none
   is held back by its own limiter); the ceiling has no limiter. Both schedulers run one replica with leader
   election on, as deployed (a Lease renewed every few seconds), and the timed window starts once it leads. The
@@ -313,7 +312,7 @@ shares these {m['cpus']} CPUs, so every figure is a figure of the whole machine 
         r0 = next(r for r in runs if r["workload"] == "w1")
         parts.append(f"""## W1: {r0['pods']} map-pinned pods
 
-{r0['pods']} pods in groups of {s['group_size']} sharing one `gpu-scheduling-map` (the replicas of one
+{r0['pods']} pods in groups of {s['group_size']} sharing one `{constants.MAP_ANNOTATION}` (the replicas of one
 StatefulSet), pod p on node p mod {s['nodes']}, one GPU each.
 
 {_table(w1)}

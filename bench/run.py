@@ -23,10 +23,10 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpu_scheduling import constants
-
 from bench import contenders, measure, report, workload
 from bench.plane import SCHEDULER_USER, BenchPlane, build_loadgen
+from gpu_scheduling import constants
+from gpu_scheduling.kube import paths
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
@@ -84,9 +84,10 @@ class Settings:
     docs: pathlib.Path | None = ROOT / "docs" / "benchmarks.md"
 
 
-SMOKE = dict(nodes=5, pods=40, group_size=10, reps=1, webhook_seconds=2, create_latency_pods=20, timeout=120,
-             storm_pods=40, storm_seconds=5, storm_baseline_seconds=3, writes_settle_seconds=1,
-             out=ROOT / "build" / "bench-smoke", docs=None)
+SMOKE: dict[str, Any] = {
+    "nodes": 5, "pods": 40, "group_size": 10, "reps": 1, "webhook_seconds": 2, "create_latency_pods": 20,
+    "timeout": 120, "storm_pods": 40, "storm_seconds": 5, "storm_baseline_seconds": 3, "writes_settle_seconds": 1,
+    "out": ROOT / "build" / "bench-smoke", "docs": None}
 
 
 def _snapshot(stats: dict[str, Any]) -> dict[str, float]:
@@ -170,10 +171,9 @@ def _claims_done(plane: BenchPlane, api: workload.ClaimApi) -> int:
     """Claims the scheduler finished with: a GpuClaim in phase Bound, a ResourceClaim allocated and reserved for
     its pod (what kube-scheduler writes before it binds)."""
     if api == workload.GPUCLAIM:
-        items = plane.api.get(f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}/namespaces/{NAMESPACE}"
-                              "/gpuclaims")["items"]
+        items = plane.api.get(paths.gpu_claims(NAMESPACE))["items"]
         return sum((c.get("status") or {}).get("phase") == "Bound" for c in items)
-    items = plane.api.get(f"/apis/{workload.DRA_API}/namespaces/{NAMESPACE}/resourceclaims")["items"]
+    items = plane.api.get(workload.dra_path("resourceclaims", NAMESPACE))["items"]
     return sum(bool((c.get("status") or {}).get("allocation"))
                and [r.get("name") for r in c["status"].get("reservedFor") or []] == [c["metadata"]["name"]]
                for c in items)
@@ -286,13 +286,13 @@ def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) ->
         while waiting and time.monotonic() < deadline:
             _check(plane, contender)
             time.sleep(2 if len(pods) < 1000 else 5)  # listing thousands of pods costs the apiserver too
-            listed = plane.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+            listed = plane.api.get(paths.pods(NAMESPACE))["items"]
             waiting = len(pods) - sum(measure.tried(p) for p in listed)
         result.update(first_pass_complete=waiting == 0, untried_after_timeout=waiting,
                       first_pass_seconds=round(time.monotonic() - started, 1))
         result["storm"] = _window(plane, contender, watched, writes, settings.storm_seconds)
         result["bound"] = sum(bool(p["spec"].get("nodeName"))
-                              for p in plane.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"])
+                              for p in plane.api.get(paths.pods(NAMESPACE))["items"])
         result["peak_rss_mib"] = {k: s.peak_rss_mib() for k, s in watched.items()}
     except RunAborted as exc:
         result["failure"] = str(exc)
@@ -396,7 +396,7 @@ def admission_review(settings: Settings) -> dict[str, Any]:
 def run_webhook(settings: Settings, loadgen: pathlib.Path) -> dict[str, Any]:
     """Admission latency at fixed rates straight at the webhook, then pod-create latency through the apiserver
     without and with the webhook registered."""
-    from tests.harness.components import Components
+    from harness.components import Components
 
     workdir = settings.out / "runs" / "webhook"
     shutil.rmtree(workdir, ignore_errors=True)
@@ -428,7 +428,7 @@ def run_webhook(settings: Settings, loadgen: pathlib.Path) -> dict[str, Any]:
             csv = plane.create(pods, f"create-{label}", rate=50)
             lat = measure.request_latencies_ms(csv)
             out["pod_create"][label] = {"requests": len(lat), **_quantiles(lat)}
-            sample = plane.api.get(f"/api/v1/namespaces/{ns}/pods/{pods[0]['metadata']['name']}")
+            sample = plane.api.get(paths.pod(ns, pods[0]["metadata"]["name"]))
             env = {e["name"]: e.get("value") for e in sample["spec"]["containers"][0].get("env") or []}
             mutated = constants.CUDA_ENV in env
             if mutated != (label == "with"):

@@ -3,7 +3,9 @@
 W1, the take-home at scale: groups of `group_size` pods that share one `gpu-scheduling-map` (as the replicas of
 one StatefulSet do), each pod pinned by its map entry to one node and one GPU. Pod p of the run goes to node
 p mod N, GPU p div N mod 8, so every node gets the same share. How a contender is told that placement differs:
-  - gpu-scheduler and the ceiling binder read the map annotation;
+  - gpu-scheduler reads the map annotation;
+  - the ceiling binder's pods carry the map too, and the node of their entry, worked out here, as a plain
+    annotation (CEILING_NODE_ANNOTATION): the binder reads one value and parses nothing;
   - kube-scheduler gets the native form, required node affinity on kubernetes.io/hostname plus a request of
     `nvidia.com/gpu: 1` (every W1 pod carries that request, so the pods differ only in how they are pinned).
 
@@ -16,8 +18,10 @@ next size), so every contender can place every pod. The same request reaches eac
   - `dra`: one ResourceClaim per pod asking `exactly` n devices of the bench's DeviceClass, referenced from the
     pod's `spec.resourceClaims` and its container's `resources.claims` (kube-scheduler, Dynamic Resource
     Allocation, `resource.k8s.io/v1`).
-What the scheduler needs to know of the GPUs comes in the same three forms (`inventory_objects`): the simulated
-GpuNodeStatus, the nodes' `nvidia.com/gpu` capacity, one ResourceSlice per node.
+What the scheduler needs to know of the GPUs comes in the same three forms, all made from the one simulated
+inventory (`gpu_scheduling.agent.inventory.simulated_status`): the GpuNodeStatus of every node
+(`gpuclaim_inventory`), the nodes' `nvidia.com/gpu` capacity (GPUS_PER_NODE), one ResourceSlice per node
+(`dra_inventory`).
 
 Storm, GPUs exhausted: one 8-GPU claim pod per node takes every GPU first (the fill), then `pods` 1-GPU claim
 pods arrive that cannot be placed and wait; what the waiting costs is the measure.
@@ -29,10 +33,17 @@ import dataclasses
 from typing import Any, Literal
 
 from gpu_scheduling import constants
+from gpu_scheduling.agent.inventory import simulated_status
+from gpu_scheduling.claims import objects
+from gpu_scheduling.kube import paths
 
-GPUS_PER_NODE = 8
+GPUS_PER_NODE: int = simulated_status()["total"]
+"""GPUs of every node: those of the simulated inventory."""
 IMAGE = "registry.invalid/gpu-scheduler-check:bench"  # never pulled: kwok runs no containers
 CEILING_SCHEDULER = "ceiling-binder"
+CEILING_NODE_ANNOTATION = "gpu-bench/node"
+"""The node a ceiling pod is bound to, as a plain node name (the node of its map entry): `loadgen bind
+-node-annotation` reads it."""
 KUBE_SCHEDULER = "default-scheduler"
 W2_MIX = ((8, 0.10), (4, 0.15), (2, 0.25), (1, 0.50))
 """GPUs per claim and the share of GPUs (not of claims) each size takes in W2."""
@@ -50,6 +61,27 @@ DRA_REQUEST = "gpus"
 """The name of the one request in every ResourceClaim, and of the pod's claim entry."""
 DRA_ISLAND = f"{DRA_DRIVER}/island"
 """The fully qualified attribute a `matchAttribute` constraint keeps equal: the NVLink island."""
+DRA_KINDS = {"DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims"}
+"""The DRA kinds the benchmark creates and their resources."""
+
+
+def dra_path(resource: str = "", namespace: str | None = None) -> str:
+    """The API path of a DRA resource (in `namespace`), or of the DRA API itself."""
+    return f"/apis/{DRA_API}" + (f"/namespaces/{namespace}" if namespace else "") + (f"/{resource}" if resource else "")
+
+
+def collection_path(obj: dict[str, Any]) -> str:
+    """Where the benchmark creates `obj`: the API path of its kind's collection, in its namespace."""
+    kind, namespace = obj["kind"], obj["metadata"].get("namespace")
+    if kind == "Pod":
+        return paths.pods(namespace)
+    if kind == constants.GPU_CLAIM_KIND:
+        return paths.gpu_claims(namespace)
+    if kind == "Node":
+        return paths.NODES
+    if kind in DRA_KINDS:
+        return dra_path(DRA_KINDS[kind], namespace)
+    raise ValueError(f"the benchmark creates no {kind}")
 
 
 def node_name(i: int) -> str:
@@ -112,19 +144,22 @@ def _pod(namespace: str, name: str, scheduler: str, gpus: int | None, *, annotat
 
 def w1_pods(contender_scheduler: str, namespace: str, pods: int, nodes: int, group_size: int = 100,
             cuda_env: bool = False) -> list[dict[str, Any]]:
-    """The W1 pods for one contender: map-pinned for gpu-scheduler and the ceiling, affinity-pinned for
-    kube-scheduler. `cuda_env`: the map pods carry the CUDA_VISIBLE_DEVICES the webhook would have set (for a
-    contender without the webhook: gpu-scheduler binds no map pod that lacks it)."""
+    """The W1 pods for one contender: map-pinned for gpu-scheduler and the ceiling (whose pods also name their
+    node in CEILING_NODE_ANNOTATION), affinity-pinned for kube-scheduler. `cuda_env`: the map pods carry the
+    CUDA_VISIBLE_DEVICES the webhook would have set (for a contender without the webhook: gpu-scheduler binds no
+    map pod that lacks it)."""
     out = []
     for group in w1_placements(pods, nodes, group_size):
         text = gpu_map(group)
         for pl in group:
             if contender_scheduler == KUBE_SCHEDULER:
                 out.append(_pod(namespace, pl.pod, KUBE_SCHEDULER, len(pl.gpus), affinity_node=pl.node))
-            else:
-                env = {constants.CUDA_ENV: ",".join(map(str, pl.gpus))} if cuda_env else None
-                out.append(_pod(namespace, pl.pod, contender_scheduler, len(pl.gpus),
-                                annotations={constants.MAP_ANNOTATION: text}, env=env))
+                continue
+            annotations = {constants.MAP_ANNOTATION: text}
+            if contender_scheduler == CEILING_SCHEDULER:
+                annotations[CEILING_NODE_ANNOTATION] = pl.node
+            env = {constants.CUDA_ENV: ",".join(map(str, pl.gpus))} if cuda_env else None
+            out.append(_pod(namespace, pl.pod, contender_scheduler, len(pl.gpus), annotations=annotations, env=env))
     return out
 
 
@@ -147,8 +182,9 @@ def gpuclaim_spec(gpus: int) -> dict[str, Any]:
 
 
 def gpuclaim(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuClaim",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    body = objects.claim_body(name, spec)
+    body["metadata"]["namespace"] = namespace
+    return body
 
 
 def resource_claim(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -208,18 +244,10 @@ def storm_sizes(nodes: int, pods: int) -> tuple[list[int], list[int]]:
 
 
 # ---- what the scheduler knows of the GPUs ---------------------------------------------------------------------
-def simulated_inventory() -> dict[str, Any]:
-    """One node's GpuNodeStatus status: 8 healthy GPUs in two NVLink islands (as the claim scenarios use)."""
-    devices = [{"id": i, "health": "Healthy", "island": f"nvlink-group-{i // 4}",
-                "bandwidthGBps": 600 if i < 4 else 64, "inUseBy": []} for i in range(GPUS_PER_NODE)]
-    return {"total": GPUS_PER_NODE, "free": GPUS_PER_NODE, "unhealthy": 0, "devices": devices}
-
-
-def gpu_node_status(node: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(object, status): a GpuNodeStatus is created first, its status written through the status subresource."""
-    body = {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuNodeStatus",
-            "metadata": {"name": node}, "spec": {"nodeName": node}}
-    return body, {"status": simulated_inventory()}
+def gpuclaim_inventory(nodes: int) -> dict[str, dict[str, Any]]:
+    """The GpuNodeStatus status of nodes 0..nodes-1, by node: the simulated inventory (what the inventory agent
+    writes on real nodes), for `harness.inventory.publish`."""
+    return {node_name(i): simulated_status() for i in range(nodes)}
 
 
 def device_class() -> dict[str, Any]:
@@ -230,10 +258,10 @@ def device_class() -> dict[str, Any]:
 
 def resource_slice(node: str) -> dict[str, Any]:
     """The node's GPUs as its DRA driver would publish them: one pool named after the node, in one slice, the
-    same 8 devices as the simulated GpuNodeStatus, each with its index, NVLink island and bandwidth."""
+    devices of the simulated inventory, each with its index, NVLink island and bandwidth."""
     devices = [{"name": f"gpu-{d['id']}", "attributes": {
         "index": {"int": d["id"]}, "island": {"string": d["island"]}, "bandwidthGBps": {"int": d["bandwidthGBps"]},
-    }} for d in simulated_inventory()["devices"]]
+    }} for d in simulated_status()["devices"]]
     return {"apiVersion": DRA_API, "kind": "ResourceSlice", "metadata": {"name": f"{node}-{DRA_DRIVER}"},
             "spec": {"driver": DRA_DRIVER, "nodeName": node,
                      "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}

@@ -1,5 +1,6 @@
 """The project's own programs (gpu-webhook, gpu-scheduler) run as real processes against the test control plane,
-and the MutatingWebhookConfiguration that points the apiserver at the webhook by URL.
+and the MutatingWebhookConfiguration that points the apiserver at the webhook by URL (the test-bed's own, rendered
+by harness.manifests).
 
 Every gpu-scheduler started here gets short leader-election timings (LEADER_ELECTION) and an identity of its
 own; a second one can be started beside the first, and the leader read from the leader Lease. With
@@ -23,47 +24,16 @@ from typing import Any
 import yaml
 
 from gpu_scheduling import constants
-from harness import pki
+from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import NotFound
-from harness.wait import wait_for
+from harness import manifests, pki
 from harness.controlplane import ControlPlane
 from harness.faultproxy import FaultProxy
 from harness.processes import Process, free_port
+from harness.wait import wait_for
 
 SCRIPTS = pathlib.Path(sys.executable).parent  # console scripts of the installed package
 CRD_DIR = pathlib.Path(__file__).resolve().parents[1] / "roles" / "deploy" / "files" / "crds"
-
-
-def match_conditions(scheduler_name: str) -> list[dict[str, str]]:
-    """Only pods that carry the map or use this scheduler reach the webhook; every other pod is admitted even
-    when the webhook is down (failurePolicy Fail then only affects pods that need it)."""
-    return [{
-        "name": "gpu-pods-only",
-        "expression": (
-            f"(has(object.metadata.annotations) && '{constants.MAP_ANNOTATION}' in object.metadata.annotations)"
-            f" || (has(object.spec.schedulerName) && object.spec.schedulerName == '{scheduler_name}')"
-        ),
-    }]
-
-
-def webhook_configuration(url: str, ca_pem: bytes, scheduler_name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "cuda-env-webhook"},
-        "webhooks": [{
-            "name": constants.WEBHOOK_NAME,
-            "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
-                       "scope": "Namespaced"}],
-            "matchConditions": match_conditions(scheduler_name),
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
-            "reinvocationPolicy": "Never",
-        }],
-    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,8 +120,9 @@ class SchedulerProcess(Process):
 class Components:
     """`fault_proxy`: route the schedulers through a FaultProxy (`self.proxy`), for the fault scenarios; off for
     the benchmark, which must measure the direct path. `restart_on_failure`: a scheduler that exits by itself is
-    started again, as the kubelet would (the scenarios); off for the benchmark, where such an exit fails the run. `leader_election`: the timings every scheduler gets, or
-    None for `--no-leader-elect` (each scheduler then schedules at once, alone)."""
+    started again, as the kubelet would (the scenarios); off for the benchmark, where such an exit fails the run.
+    `leader_election`: the timings every scheduler gets, or None for `--no-leader-elect` (each scheduler then
+    schedules at once, alone)."""
 
     def __init__(self, cp: ControlPlane, scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME, *,
                  fault_proxy: bool = False, leader_election: LeaderElection | None = LEADER_ELECTION,
@@ -235,7 +206,7 @@ class Components:
 
     @property
     def leader_lease_path(self) -> str:
-        return f"/apis/coordination.k8s.io/v1/namespaces/{constants.LEASE_NAMESPACE}/leases/{self.scheduler_name}"
+        return paths.lease(constants.LEASE_NAMESPACE, self.scheduler_name)
 
     def leader_lease(self) -> dict[str, Any] | None:
         """The leader Lease as the apiserver has it now (read directly, never through the proxy)."""
@@ -266,8 +237,10 @@ class Components:
     def register_webhook(self) -> None:
         assert self.cp.api is not None
         self.cp.api.apply_or_replace(
-            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-            webhook_configuration(self.webhook_url, self.webhook_ca.pem, self.scheduler_name),
+            paths.MUTATING_WEBHOOK_CONFIGURATIONS,
+            manifests.webhook_configuration(url=self.webhook_url, service=None,
+                                            ca_bundle_b64=base64.b64encode(self.webhook_ca.pem).decode(),
+                                            scheduler_name=self.scheduler_name),
         )
 
     def install_crds(self) -> None:
@@ -275,15 +248,15 @@ class Components:
         assert self.cp.api is not None
         api = self.cp.api
         # the project's namespace: GPU Leases and the leader-election Lease
-        api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                          "metadata": {"name": constants.LEASE_NAMESPACE}}, exist_ok=True)
+        api.create(paths.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                "metadata": {"name": constants.LEASE_NAMESPACE}}, exist_ok=True)
         for path in sorted(CRD_DIR.glob("*.yaml")):
             crd = yaml.safe_load(path.read_text())
-            api.apply_or_replace("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            api.apply_or_replace(paths.CRDS, crd)
             name = crd["metadata"]["name"]
             wait_for(f"CRD {name} Established", lambda n=name: any(
                 c["type"] == "Established" and c["status"] == "True"
-                for c in api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
+                for c in api.get(f"{paths.CRDS}/{n}")
                 .get("status", {}).get("conditions") or []))
 
     def start(self) -> Components:

@@ -11,20 +11,21 @@ import datetime
 import json
 import pathlib
 import ssl
-import subprocess
-import sys
 import time
 from typing import Any
 
 from gpu_scheduling import constants
-from harness import pki
+from gpu_scheduling.agent.inventory import simulated_status
+from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.sync import SyncClient
-from gpu_scheduling.kube.errors import ApiError
-from harness.wait import wait_for
+from hack import toolchain
+from harness import pki
 from harness.processes import Process, free_port
+from harness.wait import wait_for
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+SIMULATED_GPUS: int = simulated_status()["total"]
+"""GPUs of a node with the simulated inventory (gpu_scheduling.agent.inventory), what a fake node advertises."""
 # Every pods/binding request, and every write of a Lease in the project's namespace (GPU Leases and the leader
 # Lease), each with its response code and user agent: the scenarios prove "bound exactly once", "only the leader
 # binds" and what happened to the Leases from the apiserver's own record.
@@ -54,10 +55,18 @@ def _audit_time(stamp: str | None) -> float:
         tzinfo=datetime.UTC).timestamp()
 
 
-def bindir() -> pathlib.Path:
-    out = subprocess.run([sys.executable, str(ROOT / "hack" / "toolchain.py"), "bindir"], check=True,
-                         capture_output=True, text=True).stdout.strip()
-    return pathlib.Path(out)
+
+
+def default_service_account(namespace: str) -> str:
+    """The path of the namespace's `default` ServiceAccount, which the controller manager makes."""
+    return paths.service_account(namespace, "default")
+
+
+def create_namespace(api: SyncClient, name: str, timeout: float = 60) -> None:
+    """Create the namespace `name` (if missing) and wait for its default ServiceAccount: pods are refused until
+    it exists."""
+    api.create(paths.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, exist_ok=True)
+    wait_for(f"ServiceAccount default in {name}", lambda: api.get(default_service_account(name)), timeout=timeout)
 
 
 def kubeconfig(server: str, ca: bytes, cert: pki.Pair, user: str = "admin") -> str:
@@ -81,8 +90,8 @@ current-context: test
 """
 
 
-def node_body(name: str, gpus: int = 8, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """A kwok-managed fake node advertising `gpus` nvidia.com/gpu."""
+def node_body(name: str, gpus: int = SIMULATED_GPUS, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A kwok-managed fake node advertising `gpus` nvidia.com/gpu (by default those of the simulated inventory)."""
     resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
     return {
         "apiVersion": "v1",
@@ -94,6 +103,13 @@ def node_body(name: str, gpus: int = 8, labels: dict[str, str] | None = None) ->
         },
         "status": {"allocatable": dict(resources), "capacity": dict(resources)},
     }
+
+
+def node_ready(node: dict[str, Any]) -> bool:
+    """Whether the node is Ready and no longer carries the not-ready taint (pods can be bound to it)."""
+    conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
+    tainted = any(t.get("key") == "node.kubernetes.io/not-ready" for t in node["spec"].get("taints") or [])
+    return conditions.get("Ready") == "True" and not tainted
 
 
 class ControlPlane:
@@ -109,7 +125,7 @@ class ControlPlane:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.pki_dir = workdir / "pki"
         self.pki_dir.mkdir(exist_ok=True)
-        self.bin = bindir()
+        self.bin = toolchain.bindir()
         missing = [b for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")
                    if not (self.bin / b).exists()]
         if missing:
@@ -179,18 +195,11 @@ class ControlPlane:
             "--cidr=10.0.0.1/16", "--node-ip=10.0.0.1", "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{free_port()}",
         ])
+        api = self.api
         wait_for("the default ServiceAccount (controller manager up)",
-                 lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"), timeout=90)
+                 lambda: api.get(default_service_account("default")), timeout=90)
         self.elapsed = time.monotonic() - started
         return self
-
-    def _exists(self, path: str) -> bool:
-        assert self.api is not None
-        try:
-            self.api.get(path)
-            return True
-        except ApiError:
-            return False
 
     def _run(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
         proc = Process(name, argv + self.extra_args.get(name, []), self.logs, env).start()
@@ -237,16 +246,15 @@ class ControlPlane:
                 if (e.get("objectRef") or {}).get("resource") == "leases"]
 
     # ---- nodes -----------------------------------------------------------------------------------------------
-    def add_node(self, name: str, gpus: int = 8, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    def add_node(self, name: str, gpus: int = SIMULATED_GPUS, labels: dict[str, str] | None = None) -> dict[str, Any]:
         """Create a kwok-managed fake node; kwok keeps it Ready and runs the pods bound to it."""
         assert self.api is not None
         body = node_body(name, gpus, labels)
-        self.api.create("/api/v1/nodes", body, exist_ok=True)
-        return wait_for(f"node {name} Ready", lambda: self._ready_node(name), timeout=60)
+        self.api.create(paths.NODES, body, exist_ok=True)
+        api = self.api
 
-    def _ready_node(self, name: str) -> dict[str, Any] | None:
-        assert self.api is not None
-        node = self.api.get(f"/api/v1/nodes/{name}")
-        conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
-        tainted = any(t.get("key") == "node.kubernetes.io/not-ready" for t in node["spec"].get("taints") or [])
-        return node if conditions.get("Ready") == "True" and not tainted else None
+        def ready_node() -> dict[str, Any] | None:
+            node = api.get(paths.node(name))
+            return node if node_ready(node) else None
+
+        return wait_for(f"node {name} Ready", ready_node, timeout=60)

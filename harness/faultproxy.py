@@ -31,8 +31,8 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from tests.harness import pki
-from tests.harness.processes import free_port
+from harness import pki
+from harness.processes import free_port
 
 log = logging.getLogger(__name__)
 

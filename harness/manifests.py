@@ -9,6 +9,7 @@ group_vars (testbed_keys, the shared names) and the deploy role's defaults, with
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 from typing import Any
 
@@ -58,11 +59,22 @@ def _native(text: str) -> Any:
         return text
 
 
+@functools.cache
+def _inventory() -> dict[str, Any]:
+    return {**yaml.safe_load(GROUP_VARS.read_text()), **yaml.safe_load(DEPLOY_DEFAULTS.read_text())}
+
+
+def values() -> dict[str, Any]:
+    """The test-bed's values as the deploy role sees them (group_vars, then its defaults, Jinja resolved): the one
+    source of the names the scenarios share with the test-bed (worker nodes, the take-home map, namespaces, the
+    webhook's and the agent's names)."""
+    return _resolve(_inventory(), _environment())
+
+
 def render(template: str, **overrides: Any) -> list[dict[str, Any]]:
     """The documents of one of roles/deploy/templates, with group_vars, the deploy defaults and overrides."""
     env = _environment()
-    values = {**yaml.safe_load(GROUP_VARS.read_text()), **yaml.safe_load(DEPLOY_DEFAULTS.read_text()), **overrides}
-    text = env.get_template(template).render(**_resolve(values, env))
+    text = env.get_template(template).render(**_resolve({**_inventory(), **overrides}, env))
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 

@@ -36,7 +36,7 @@ class CA:
     def __init__(self, directory: pathlib.Path, name: str):
         self.dir = directory
         self.key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self.cert = (
             x509.CertificateBuilder()
             .subject_name(_name(name))
@@ -58,7 +58,7 @@ class CA:
     def issue(self, stem: str, cn: str, *, org: str | None = None, server: bool = False, client: bool = False,
               dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()) -> Pair:
         key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + (
             [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
         builder = (

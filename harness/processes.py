@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import pathlib
 import signal
@@ -71,7 +72,7 @@ class Process:
                 with urllib.request.urlopen(url, timeout=2, context=context) as resp:
                     if resp.status == 200:
                         return
-            except Exception as exc:  # not up yet
+            except (OSError, http.client.HTTPException) as exc:  # not up yet (URLError and ssl errors are OSErrors)
                 last = exc
             time.sleep(0.2)
         raise RuntimeError(f"{self.name} not ready at {url} after {timeout}s ({last}):\n{self.tail()}")

@@ -3,8 +3,11 @@
 // them, binds pods as the "ceiling" contender (a binder with no scheduling logic at all), and drives the
 // admission webhook at fixed request rates. Standard library only, so it builds offline in seconds.
 //
-//	loadgen create -in objects.jsonl -concurrency 64 -out creates.csv        (API flags: -server -ca -cert -key)
-//	loadgen bind   -scheduler-name ceiling-binder -expect 5000 -workers 32
+// It knows no key of the project and parses no map: the Python side (bench/plane.py) tells it where each object
+// is created and which annotation names the node each pod is bound to.
+//
+//	loadgen create -in objects.txt -concurrency 64 -out creates.csv        (API flags: -server -ca -cert -key)
+//	loadgen bind   -scheduler-name ceiling-binder -node-annotation gpu-bench/node -expect 5000 -workers 32
 //	loadgen admit  -url https://127.0.0.1:8443/mutate -ca ca.pem -body review.json -rate 200 -duration 20s -out admit.csv
 //
 // Every CSV row is `seq,start_unix_ns,end_unix_ns,http_status`.
@@ -25,7 +28,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,43 +154,14 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) (int, st
 
 // ---- create -------------------------------------------------------------------------------------------------
 
-type objectMeta struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name        string            `json:"name"`
-		Namespace   string            `json:"namespace"`
-		UID         string            `json:"uid"`
-		Labels      map[string]string `json:"labels"`
-		Annotations map[string]string `json:"annotations"`
-	} `json:"metadata"`
-}
-
-// collectionPath is where an object of this kind is created: core kinds under /api/v1, others under /apis with
-// the lower-case plural that every kind the benchmark creates follows (Pod, GpuClaim, ResourceSlice,
-// ResourceClaim: +s; DeviceClass, GpuNodeStatus: +es).
-func collectionPath(meta objectMeta) string {
-	path := "/apis/" + meta.APIVersion
-	if meta.APIVersion == "v1" {
-		path = "/api/v1"
-	}
-	if meta.Metadata.Namespace != "" {
-		path += "/namespaces/" + meta.Metadata.Namespace
-	}
-	plural := strings.ToLower(meta.Kind) + "s"
-	if strings.HasSuffix(meta.Kind, "s") {
-		plural = strings.ToLower(meta.Kind) + "es"
-	}
-	return path + "/" + plural
-}
-
-// create POSTs every object of a JSON-lines file: with -rate 0 from -concurrency workers as fast as the server
-// answers, otherwise open-loop at -rate pods per second (each request leaves on time, whatever the others do).
+// create POSTs every object of its input, one per line: the API path of the collection the object is created in,
+// one space, then the object's JSON. With -rate 0 from -concurrency workers as fast as the server answers,
+// otherwise open-loop at -rate pods per second (each request leaves on time, whatever the others do).
 func create(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("create", flag.ExitOnError)
 	var api apiFlags
 	api.register(fs)
-	in := fs.String("in", "", "JSON-lines file, one object per line (apiVersion, kind, metadata.namespace unless cluster-scoped)")
+	in := fs.String("in", "", "one object per line: its collection's API path, a space, its JSON")
 	concurrency := fs.Int("concurrency", 64, "requests in flight (with -rate 0)")
 	rate := fs.Float64("rate", 0, "pods per second, open loop (0: as fast as possible)")
 	out := fs.String("out", "", "CSV of per-request timings")
@@ -203,16 +176,16 @@ func create(ctx context.Context, args []string) error {
 	}
 	var bodies [][]byte
 	var urls []string
-	for _, line := range bytes.Split(raw, []byte("\n")) {
+	for n, line := range bytes.Split(raw, []byte("\n")) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		var meta objectMeta
-		if err := json.Unmarshal(line, &meta); err != nil {
-			return fmt.Errorf("%s line %d: %w", *in, len(bodies)+1, err)
+		path, body, ok := bytes.Cut(line, []byte(" "))
+		if !ok || !bytes.HasPrefix(path, []byte("/")) || !json.Valid(body) {
+			return fmt.Errorf("%s line %d: want `<collection path> <object JSON>`", *in, n+1)
 		}
-		bodies = append(bodies, line)
-		urls = append(urls, api.server+collectionPath(meta))
+		bodies = append(bodies, body)
+		urls = append(urls, api.server+string(path))
 	}
 	samples := make([]sample, len(bodies))
 	var failed atomic.Int64
@@ -272,27 +245,14 @@ func create(ctx context.Context, args []string) error {
 
 // ---- bind (the ceiling) -------------------------------------------------------------------------------------
 
-var trailingIndex = regexp.MustCompile(`-([0-9]+)$`)
-
-// target reads the pod's node from its gpu-scheduling-map entry: the least a binder can do to know where a pod
-// goes. Malformed input is an error here; the benchmark only feeds well-formed maps.
-func target(meta objectMeta) (string, error) {
-	index := meta.Metadata.Labels["apps.kubernetes.io/pod-index"]
-	if index == "" {
-		m := trailingIndex.FindStringSubmatch(meta.Metadata.Name)
-		if m == nil {
-			return "", fmt.Errorf("pod %s has no index", meta.Metadata.Name)
-		}
-		index = m[1]
-	}
-	for _, line := range strings.Split(meta.Metadata.Annotations["gpu-scheduling-map"], "\n") {
-		key, rest, ok := strings.Cut(strings.TrimSpace(line), "=")
-		if ok && strings.TrimSpace(key) == index {
-			node, _, _ := strings.Cut(rest, ":")
-			return strings.TrimSpace(node), nil
-		}
-	}
-	return "", fmt.Errorf("pod %s: no map entry for index %s", meta.Metadata.Name, index)
+// objectMeta is what the binder reads of a pod: who it is, and the annotation that names its node.
+type objectMeta struct {
+	Metadata struct {
+		Name        string            `json:"name"`
+		Namespace   string            `json:"namespace"`
+		UID         string            `json:"uid"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
 }
 
 type watchEvent struct {
@@ -307,16 +267,22 @@ type podList struct {
 	Items []json.RawMessage `json:"items"`
 }
 
-// bind lists and watches the unbound pods of -scheduler-name and binds each to its map node from -workers
-// goroutines, until -expect pods are bound.
+// bind lists and watches the unbound pods of -scheduler-name and binds each to the node its -node-annotation
+// names, from -workers goroutines, until -expect pods are bound. The benchmark works the node out when it makes
+// the pod (it is the node of the pod's map entry), so the binder only reads one annotation: the least a binder
+// can do to know where a pod goes.
 func bind(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bind", flag.ExitOnError)
 	var api apiFlags
 	api.register(fs)
 	name := fs.String("scheduler-name", "ceiling-binder", "spec.schedulerName of the pods to bind")
+	nodeAnnotation := fs.String("node-annotation", "", "pod annotation whose value is the node to bind the pod to")
 	expect := fs.Int("expect", 0, "exit after binding this many pods (0: run until signalled)")
 	workers := fs.Int("workers", 32, "binding requests in flight")
 	fs.Parse(args)
+	if *nodeAnnotation == "" {
+		return errors.New("-node-annotation is required")
+	}
 	c, err := api.client()
 	if err != nil {
 		return err
@@ -332,12 +298,12 @@ func bind(ctx context.Context, args []string) error {
 		go func() {
 			defer wg.Done()
 			for meta := range queue {
-				node, err := target(meta)
-				if err != nil {
-					fmt.Fprintln(os.Stderr, "loadgen bind:", err)
+				m := meta.Metadata
+				node := m.Annotations[*nodeAnnotation]
+				if node == "" {
+					fmt.Fprintf(os.Stderr, "loadgen bind: pod %s/%s has no annotation %s\n", m.Namespace, m.Name, *nodeAnnotation)
 					continue
 				}
-				m := meta.Metadata
 				body, _ := json.Marshal(map[string]any{
 					"apiVersion": "v1", "kind": "Binding",
 					"metadata": map[string]string{"name": m.Name, "namespace": m.Namespace, "uid": m.UID},

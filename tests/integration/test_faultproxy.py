@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from tests.harness import pki
-from tests.harness.api import Api, ApiError
-from tests.harness.controlplane import kubeconfig
-from tests.harness.faultproxy import FaultProxy
-from tests.harness.processes import free_port
+from gpu_scheduling.kube.errors import ApiError
+from gpu_scheduling.kube.sync import SyncClient
+from harness import pki
+from harness.controlplane import kubeconfig
+from harness.faultproxy import FaultProxy
+from harness.processes import free_port
 
 
 class Upstream(http.server.ThreadingHTTPServer):
@@ -75,7 +76,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._reply(200, b'{"compressed": false}')
         if self.path.startswith("/teapot"):
             return self._reply(418, b'{"kind": "Status", "code": 418}', {"X-Upstream": "yes"})
-        self._reply(200, json.dumps(entry).encode(), {"X-Upstream": "yes"})
+        return self._reply(200, json.dumps(entry).encode(), {"X-Upstream": "yes"})
 
     def _stream(self) -> None:
         """Like a watch: a chunked answer whose second event comes only when the test says so."""
@@ -128,7 +129,7 @@ def proxy(pki_dir, upstream):
     upstream_config.write_text(kubeconfig(f"https://127.0.0.1:{upstream.server_address[1]}", cluster.pem, client))
     upstream.seen.clear()
     upstream.release_stream.clear()
-    # The CA named as the proxy, as the harness has it (tests/harness/components.py).
+    # The CA named as the proxy, as the harness has it (harness/components.py).
     with FaultProxy(upstream_config, pki.CA(d, "faultproxy"), d, client_ca=cluster.cert_path) as p:
         yield p
 
@@ -166,7 +167,7 @@ def test_forwards_untouched_with_the_kubeconfig_client_certificate(proxy, upstre
 
 def test_client_kubeconfig_reaches_upstream_through_the_proxy(proxy, upstream):
     # The kubeconfig written for clients: the same user, the proxy's address and CA (what the scheduler loads).
-    api = Api(str(proxy.kubeconfig))
+    api = SyncClient(str(proxy.kubeconfig))
     assert api.cfg.server == proxy.url
     assert api.get("/api/v1/nodes")["client_cn"] == "scheduler-test"
     assert api.create("/api/v1/namespaces/a/pods", {"x": 1})["body"] == '{"x": 1}'
@@ -243,7 +244,7 @@ def test_an_injected_failure_is_a_kubernetes_status(proxy, pki_dir):
                                 "details": {"retryAfterSeconds": 3}}
     # The project's own client reads it as the apiserver's error.
     with pytest.raises(ApiError) as err:
-        Api(str(proxy.kubeconfig)).create("/api/v1/namespaces/a/pods", {})
+        SyncClient(str(proxy.kubeconfig)).create("/api/v1/namespaces/a/pods", {})
     assert (err.value.status, err.value.reason) == (504, "Timeout")
     assert "fault proxy" in err.value.message
 

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gpu_scheduling import constants
 from tests.integration.test_webhook_server import Webhook, start_webhook
 
 MAX_RESPONSE = 64 * 1024
@@ -83,8 +84,8 @@ VALID = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                      "resource": {"group": "", "version": "v1", "resource": "pods"},
                      "operation": "CREATE", "namespace": "default", "name": "p",
                      "object": {"metadata": {"name": "p-0", "namespace": "default", "uid": "x",
-                                             "annotations": {"gpu-scheduling-map": "0=node1:0,1\n1=node2:2",
-                                                             "gpu.scheduling/claim": "c"},
+                                             "annotations": {constants.MAP_ANNOTATION: "0=node1:0,1\n1=node2:2",
+                                                             constants.CLAIM_ANNOTATION: "c"},
                                              "labels": {"a": "b"},
                                              "ownerReferences": [{"kind": "StatefulSet", "name": "p"}]},
                                 "spec": {"schedulerName": "gpu-scheduler", "hostname": "p-0",
@@ -132,34 +133,28 @@ SENTINEL = "@@RAW@@"
 
 
 def corpus(rng: random.Random) -> list[tuple[str, bytes]]:
-    cases: list[tuple[str, bytes]] = []
     # Not JSON, or JSON that is not an object.
-    for b in [b"", b" ", b"\xef\xbb\xbf{}", b"{", b"}", b"[", b"nul", b"null", b"true", b"0", b'"s"', b"[]",
-              b"{}", b"\x00" * 100, b"\xff\xfe{\x00}\x00", b"{'a': 1}", b'{"a":1,}', b'{"a" 1}', b"\\u0000",
-              b'{"kind": "AdmissionReview"', b"NaN", b"-Infinity", b'{"a":"\\ud800"}', b'{"a":"\x01"}',
-              HUGE_INT.encode(), b"1" * 100_000, b" " * 100_000, b"\n" * 10_000]:
-        cases.append(("not-json", b))
-    for _ in range(60):
-        cases.append(("random-bytes", rng.randbytes(rng.choice([1, 10, 100, 1000, 10_000]))))
+    cases: list[tuple[str, bytes]] = [("not-json", b) for b in [
+        b"", b" ", b"\xef\xbb\xbf{}", b"{", b"}", b"[", b"nul", b"null", b"true", b"0", b'"s"', b"[]",
+        b"{}", b"\x00" * 100, b"\xff\xfe{\x00}\x00", b"{'a': 1}", b'{"a":1,}', b'{"a" 1}', b"\\u0000",
+        b'{"kind": "AdmissionReview"', b"NaN", b"-Infinity", b'{"a":"\\ud800"}', b'{"a":"\x01"}',
+        HUGE_INT.encode(), b"1" * 100_000, b" " * 100_000, b"\n" * 10_000]]
+    cases.extend(("random-bytes", rng.randbytes(rng.choice([1, 10, 100, 1000, 10_000]))) for _ in range(60))
     good = json.dumps(VALID).encode()
-    for cut in range(1, len(good), max(1, len(good) // 60)):
-        cases.append(("truncated", good[:cut]))
+    cases.extend(("truncated", good[:cut]) for cut in range(1, len(good), max(1, len(good) // 60)))
     # Deep nesting, at the top and inside the review.
     for depth in (100, 1000, 10_000, 100_000, 1_000_000):
         cases.append(("deep", b"[" * depth + b"]" * depth))
         cases.append(("deep", b'{"a":' * min(depth, 500_000) + b"1" + b"}" * min(depth, 500_000)))
         nested = "[" * min(depth, 200_000) + "]" * min(depth, 200_000)
-        for path in (("request",), ("request", "object"), ("request", "object", "metadata", "annotations"),
-                     ("request", "object", "spec", "containers")):
-            cases.append(("deep-inside", json.dumps(replaced(path, SENTINEL)).replace(
-                f'"{SENTINEL}"', nested).encode()))
+        cases.extend(("deep-inside", json.dumps(replaced(path, SENTINEL)).replace(f'"{SENTINEL}"', nested).encode())
+                     for path in (("request",), ("request", "object"), ("request", "object", "metadata", "annotations"),
+                                  ("request", "object", "spec", "containers")))
     # Wrong types at every level of a valid review.
     for path in paths(VALID):
-        for value in WRONG:
-            cases.append(("wrong-type", json.dumps(replaced(path, value)).encode()))
-        for raw in RAW_WRONG:
-            cases.append(("huge-number", json.dumps(replaced(path, SENTINEL)).replace(
-                f'"{SENTINEL}"', raw).encode()))
+        cases.extend(("wrong-type", json.dumps(replaced(path, value)).encode()) for value in WRONG)
+        cases.extend(("huge-number", json.dumps(replaced(path, SENTINEL)).replace(f'"{SENTINEL}"', raw).encode())
+                     for raw in RAW_WRONG)
     # Missing keys at every level.
     for path in paths(VALID)[1:]:
         doc = copy.deepcopy(VALID)
@@ -170,7 +165,7 @@ def corpus(rng: random.Random) -> list[tuple[str, bytes]]:
         cases.append(("missing", json.dumps(doc).encode()))
     # Badly shaped maps and claims, unicode whitespace and controls.
     for text in BAD_MAPS:
-        for key in ("gpu-scheduling-map", "gpu.scheduling/claim"):
+        for key in (constants.MAP_ANNOTATION, constants.CLAIM_ANNOTATION):
             doc = copy.deepcopy(VALID)
             doc["request"]["object"]["metadata"]["annotations"][key] = text
             cases.append(("bad-map", json.dumps(doc).encode()))
@@ -196,8 +191,8 @@ def corpus(rng: random.Random) -> list[tuple[str, bytes]]:
         doc["request"]["operation"] = op
         cases.append(("operation", json.dumps(doc).encode()))
     # Over 3 MiB: answered 413 from the Content-Length, before the body is read.
-    for size in (3 * 1024 * 1024 + 1, 4 * 1024 * 1024, 12 * 1024 * 1024):
-        cases.append(("oversized", b'{"a":"' + b"x" * (size - 8) + b'"}'))
+    cases.extend(("oversized", b'{"a":"' + b"x" * (size - 8) + b'"}')
+                 for size in (3 * 1024 * 1024 + 1, 4 * 1024 * 1024, 12 * 1024 * 1024))
     # Random mutations of the valid review until the corpus is large enough.
     all_paths = paths(VALID)[1:]
     while len(cases) < 2600:
@@ -208,7 +203,7 @@ def corpus(rng: random.Random) -> list[tuple[str, bytes]]:
                 node = doc
                 for key in path[:-1]:
                     node = node[key]
-                node[path[-1]] = copy.deepcopy(rng.choice(WRONG + ["".join(rng.choice("0=n:,\n \u00a0\x00é1") for _ in
+                node[path[-1]] = copy.deepcopy(rng.choice([*WRONG, "".join(rng.choice("0=n:,\n \u00a0\x00é1") for _ in
                                                              range(rng.randint(0, 40)))]))
             except (KeyError, IndexError, TypeError):
                 pass
@@ -324,7 +319,7 @@ def read_until_closed(sock: ssl.SSLSocket, limit: float) -> bytes:
         sock.settimeout(max(0.1, deadline - time.monotonic()))
         try:
             chunk = sock.recv(65536)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             break
         except (ssl.SSLError, OSError):
             return data
@@ -408,7 +403,7 @@ def trickle(hook: Webhook, prefix: bytes, drip: bytes, result: dict[str, Any]) -
                 if not chunk:
                     break
                 data += chunk
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 pass
             try:
                 sock.sendall(bytes([byte]))
@@ -488,8 +483,8 @@ def test_clients_that_hang_up_are_not_errors(webhook):
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         raw.close()
     # HTTP/2: streams reset by the client, and a connection dropped with streams open.
-    import h2.connection
     import h2.config
+    import h2.connection
 
     for _ in range(10):
         with tls_socket(webhook, ["h2"]) as sock:

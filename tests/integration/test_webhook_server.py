@@ -15,10 +15,10 @@ import sys
 import httpx
 import pytest
 
-from gpu_scheduling import admission
+from gpu_scheduling import admission, constants
 from gpu_scheduling.webhook import server
-from tests.harness import pki
-from tests.harness.processes import Process, free_port
+from harness import pki
+from harness.processes import Process, free_port
 
 SCRIPTS = pathlib.Path(sys.executable).parent
 
@@ -79,7 +79,7 @@ def review(obj) -> bytes:
                                    "operation": "CREATE", "namespace": "default", "object": obj}}).encode()
 
 
-GOOD_POD = {"metadata": {"name": "check-1", "annotations": {"gpu-scheduling-map": "1=node2:2"}},
+GOOD_POD = {"metadata": {"name": "check-1", "annotations": {constants.MAP_ANNOTATION: "1=node2:2"}},
             "spec": {"containers": [{"name": "c"}]}}
 PATCH = [{"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "2"}]}]
 
@@ -97,7 +97,7 @@ def test_patches_a_pod(webhook):
 
 
 def test_denies_a_bad_map_with_the_line(webhook):
-    bad = {"metadata": {"name": "check-1", "annotations": {"gpu-scheduling-map": "1=node2:x"}}, "spec": {}}
+    bad = {"metadata": {"name": "check-1", "annotations": {constants.MAP_ANNOTATION: "1=node2:x"}}, "spec": {}}
     status, body = post(webhook, review(bad))
     response = json.loads(body)["response"]
     assert status == 200 and response["allowed"] is False
@@ -123,9 +123,8 @@ def _raw_https(webhook: Webhook, alpn: list[str] | None = None) -> ssl.SSLSocket
     ctx = ssl.create_default_context(cafile=str(webhook.ca_path))
     if alpn:
         ctx.set_alpn_protocols(alpn)
-    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", webhook.port), timeout=10),
+    return ctx.wrap_socket(socket.create_connection(("127.0.0.1", webhook.port), timeout=10),
                            server_hostname="127.0.0.1")
-    return sock
 
 
 def _read_response(sock: ssl.SSLSocket) -> bytes:
@@ -191,18 +190,17 @@ def test_http11_keep_alive(webhook):
             assert_patched(resp.content)
 
 
-@pytest.mark.parametrize("ciphers", ["ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES256-SHA384:ECDHE-ECDSA-AES128-SHA256:"
-                                     "ECDHE-RSA-AES128-SHA:ECDHE-RSA-AES128-SHA256:AES128-SHA:AES256-SHA256",
+@pytest.mark.parametrize("ciphers", [("ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES256-SHA384:ECDHE-ECDSA-AES128-SHA256:"
+                                      "ECDHE-RSA-AES128-SHA:ECDHE-RSA-AES128-SHA256:AES128-SHA:AES256-SHA256"),
                                      "AES128-GCM-SHA256:AES256-GCM-SHA384"])
 def test_tls12_without_aead_ecdhe_suites_is_refused(webhook, ciphers):
     """A TLS 1.2 client offering only CBC suites (or only RSA key exchange) gets no connection."""
     ctx = ssl.create_default_context(cafile=str(webhook.ca_path))
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(ciphers)
-    with pytest.raises((ssl.SSLError, ConnectionError)):
-        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", webhook.port), timeout=10),
-                             server_hostname="127.0.0.1"):
-            pass
+    with pytest.raises((ssl.SSLError, ConnectionError)), ctx.wrap_socket(
+            socket.create_connection(("127.0.0.1", webhook.port), timeout=10), server_hostname="127.0.0.1"):
+        pass
 
 
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
@@ -225,9 +223,9 @@ def test_tls11_is_refused(webhook):
         ctx.set_ciphers("ALL:@SECLEVEL=0")
     except (ValueError, ssl.SSLError):
         pytest.skip("this OpenSSL cannot even offer TLS 1.1")
-    with pytest.raises((ssl.SSLError, ConnectionError)):
-        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", webhook.port), timeout=10)):
-            pass
+    with pytest.raises((ssl.SSLError, ConnectionError)), ctx.wrap_socket(
+            socket.create_connection(("127.0.0.1", webhook.port), timeout=10)):
+        pass
 
 
 def test_plain_http_is_refused(webhook):
