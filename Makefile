@@ -52,7 +52,7 @@ unit: venv
 
 # Gherkin scenarios on a real control plane (etcd, kube-apiserver, kube-controller-manager, kwok).
 scenarios: venv toolchain
-	$(BIN)/python -m pytest features -m "not kind"
+	$(BIN)/python -m pytest features --tier controlplane
 
 # The benchmark (about 70 min on 2 cores: W1, W2 with the DRA contender, the pending storm, the webhook):
 # writes docs/benchmarks.md and docs/benchmarks/.

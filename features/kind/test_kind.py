@@ -1,40 +1,70 @@
-"""Steps of the leader-election scenario on the KinD test-bed (features/kind.feature): the deployed gpu-scheduler
-Deployment runs two replicas, one holds the leader Lease; deleting the leader's pod while a StatefulSet is being
-placed hands the work to the other replica without losing or doubling a bind.
+"""The deployed take-home on the KinD test-bed (kind.feature, KinD tier only): each check pod's log, a claim pod
+given GPUs by the agent's inventory, and the leader election of the deployed scheduler: its Deployment runs two
+replicas, one holds the leader Lease; deleting the leader's pod while a StatefulSet is being placed hands the work
+to the other replica without losing or doubling a bind.
 
-KinD tier only: the replicas, their pods and the Lease are the test-bed's (roles/deploy); on the control-plane
-tier, where the scheduler is a process of the test session, these steps skip.
-
-Imported into features/conftest.py (`from features.steps_leader import *`), so it must not import that module;
-it uses the shared steps (the round-robin StatefulSet, "all N pods run on their mapped nodes", the Scheduled
-events) through the Gherkin text. Names that the star import should not carry start with an underscore.
+The replicas, their pods and the Lease are the test-bed's (roles/deploy); on the control-plane tier, where the
+scheduler is a process of the test session, the leader steps skip. The shared steps (the round-robin StatefulSet,
+"all N pods run on their mapped nodes", the Scheduled events, the claim steps) are features/conftest.py's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
-from pytest_bdd import given, parsers, then, when
+from pytest_bdd import given, parsers, scenarios, then, when
 
+from features.support import (
+    SCHEDULER_DEPLOYMENT,
+    SYSTEM_NAMESPACE,
+    StatefulSet,
+    World,
+    live_pods,
+    logs_show,
+    pod_ready,
+    running_on,
+    step,
+)
 from gpu_scheduling import constants
-from tests.harness.api import Api, wait_for
+from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.sync import SyncClient
+from harness.wait import wait_for
 
-if TYPE_CHECKING:
-    from features.conftest import World
+scenarios("kind.feature")
 
-# Where roles/deploy puts the scheduler (its defaults deploy_system_namespace and deploy_scheduler_name); the
-# leader Lease is named after the scheduler and lives in the project's namespace.
-_SCHEDULER_NAMESPACE = "kube-system"
-_DEPLOYMENT = constants.DEFAULT_SCHEDULER_NAME
-_LEADER_LEASE = (f"/apis/coordination.k8s.io/v1/namespaces/{constants.LEASE_NAMESPACE}/leases/"
-                 f"{constants.DEFAULT_SCHEDULER_NAME}")
+# The leader Lease is named after the scheduler and lives in the project's namespace.
+_LEADER_LEASE = paths.lease(constants.LEASE_NAMESPACE, constants.DEFAULT_SCHEDULER_NAME)
 # A follower takes over within lease duration + jittered retry periods (15 s + 2 x 4.4 s with the defaults);
 # a clean stop releases the Lease, so it is usually much sooner. Room for a loaded 2-core machine.
 _HANDOVER_TIMEOUT = 60
 
+
+# ---- the deployed StatefulSet's logs ---------------------------------------------------------------------------
+
+@given(step('the deployed StatefulSet "{name:q}" in namespace "{namespace:q}"'), target_fixture="statefulset")
+def deployed_statefulset(name: str, namespace: str) -> StatefulSet:
+    return StatefulSet(name, namespace)
+
+
+@then(step("pod {index:d} logs its node {node} and CUDA_VISIBLE_DEVICES \"{devices:q}\" at least twice"))
+def pod_logs(world: World, statefulset: StatefulSet, index: int, node: str, devices: str) -> None:
+    _logs(world, statefulset.namespace, statefulset.pod(index), node, devices)
+
+
+@then(step('the pod "{name:q}" logs its node {node} and CUDA_VISIBLE_DEVICES "{devices:q}" at least twice'))
+def named_pod_logs(world: World, name: str, node: str, devices: str) -> None:
+    _logs(world, world.namespace, name, node, devices)
+
+
+def _logs(world: World, namespace: str, name: str, node: str, devices: str) -> None:
+    wait_for(f"pod {name} Running on {node}", lambda: running_on(world, name, node, namespace), timeout=180)
+    logs_show(world, namespace, name, node, devices)
+
+
+# ---- the leader election -------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class LeaderHandover:
@@ -52,16 +82,11 @@ def leader_handover() -> LeaderHandover:
     return LeaderHandover()
 
 
-def _scheduler_pods(api: Api) -> list[dict[str, Any]]:
-    return [p for p in api.pods(_SCHEDULER_NAMESPACE, labelSelector=f"app={_DEPLOYMENT}")
-            if not p["metadata"].get("deletionTimestamp")]
+def _scheduler_pods(world: World) -> list[dict[str, Any]]:
+    return live_pods(world, SYSTEM_NAMESPACE, SCHEDULER_DEPLOYMENT)
 
 
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
-
-
-def _lease(api: Api) -> dict[str, Any]:
+def _lease(api: SyncClient) -> dict[str, Any]:
     return api.get(_LEADER_LEASE)["spec"]
 
 
@@ -71,18 +96,18 @@ def _pod_of(identity: str) -> str:
     return identity.rpartition("_")[0]
 
 
-def _leader_among(api: Api, pods: list[str]) -> tuple[str, dict[str, Any]] | None:
+def _leader_among(api: SyncClient, pods: list[str]) -> tuple[str, dict[str, Any]] | None:
     spec = _lease(api)
     holder = spec.get("holderIdentity") or ""
     return (holder, spec) if holder and _pod_of(holder) in pods else None
 
 
-def _two_ready_replicas(api: Api) -> list[str] | None:
-    deployment = api.get(f"/apis/apps/v1/namespaces/{_SCHEDULER_NAMESPACE}/deployments/{_DEPLOYMENT}")
+def _two_ready_replicas(world: World) -> list[str] | None:
+    deployment = world.api.get(paths.deployment(SYSTEM_NAMESPACE, SCHEDULER_DEPLOYMENT))
     status = deployment.get("status") or {}
-    pods = _scheduler_pods(api)
+    pods = _scheduler_pods(world)
     if (deployment["spec"].get("replicas") == 2 and status.get("readyReplicas") == 2
-            and status.get("updatedReplicas") == 2 and len(pods) == 2 and all(_ready(p) for p in pods)):
+            and status.get("updatedReplicas") == 2 and len(pods) == 2 and all(pod_ready(p) for p in pods)):
         return sorted(p["metadata"]["name"] for p in pods)
     return None
 
@@ -93,7 +118,7 @@ def leader_two_replicas(world: World, leader_handover: LeaderHandover) -> None:
         pytest.skip("needs the scheduler Deployment of the KinD test-bed")
     api = world.api
     leader_handover.replicas = wait_for("the scheduler Deployment with 2 ready replicas",
-                                        lambda: _two_ready_replicas(api), timeout=120, interval=1)
+                                        lambda: _two_ready_replicas(world), timeout=120, interval=1)
     # One of them leads (after a rollout the Lease may still name a replaced pod until it expires).
     wait_for(f"one of {leader_handover.replicas} holding the leader Lease",
              lambda: _leader_among(api, leader_handover.replicas), timeout=_HANDOVER_TIMEOUT, interval=0.5)
@@ -112,14 +137,14 @@ def leader_pod_deleted(world: World, leader_handover: LeaderHandover, count: int
     leader_handover.transitions = spec.get("leaseTransitions") or 0
     leader_handover.deleted_at = time.monotonic()
     # An ordinary delete: the kubelet sends SIGTERM, the leader stops scheduling and hands the Lease back.
-    api.delete(f"/api/v1/namespaces/{_SCHEDULER_NAMESPACE}/pods/{leader_handover.leader_pod}", missing_ok=False)
+    api.delete(paths.pod(SYSTEM_NAMESPACE, leader_handover.leader_pod), missing_ok=False)
 
 
 @then("another replica holds the leader Lease")
 def leader_moved(world: World, leader_handover: LeaderHandover) -> None:
     # Usually the follower that was waiting; the Deployment's replacement for the deleted pod may win the race.
     def new_leader() -> tuple[str, dict[str, Any]] | None:
-        others = [p["metadata"]["name"] for p in _scheduler_pods(world.api)]
+        others = [p["metadata"]["name"] for p in _scheduler_pods(world)]
         return _leader_among(world.api, [p for p in others if p != leader_handover.leader_pod])
 
     holder, spec = wait_for(f"a replica other than {leader_handover.leader_pod} holding the leader Lease",
@@ -133,5 +158,5 @@ def leader_moved(world: World, leader_handover: LeaderHandover) -> None:
 @then("the scheduler Deployment has 2 ready replicas again")
 def leader_replicas_back(world: World, leader_handover: LeaderHandover) -> None:
     replicas = wait_for("the scheduler Deployment back to 2 ready replicas",
-                        lambda: _two_ready_replicas(world.api), timeout=120, interval=1)
+                        lambda: _two_ready_replicas(world), timeout=120, interval=1)
     assert leader_handover.leader_pod not in replicas

@@ -12,22 +12,26 @@ import uuid
 import pytest
 
 from gpu_scheduling.kube import config as kubeconfig
+from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.client import Client
-from gpu_scheduling.kube.leaderelection import LEASES_API, ElectionConfig, run_on_own_thread
-from tests.harness.api import ApiError
+from gpu_scheduling.kube.errors import NotFound
+from gpu_scheduling.kube.leaderelection import ElectionConfig, run_on_own_thread
 
 pytestmark = pytest.mark.faults
 
 NAMESPACE = "default"
 
 
+def _block(seconds: float) -> None:
+    """Hold the calling thread without yielding: called from a coroutine, its event loop stands still."""
+    time.sleep(seconds)
+
+
 def _lease(cluster, name: str) -> dict:
     try:
-        return cluster.api.get(f"{LEASES_API}/namespaces/{NAMESPACE}/leases/{name}")["spec"]
-    except ApiError as exc:
-        if exc.status == 404:
-            return {}
-        raise
+        return cluster.api.get(paths.lease(NAMESPACE, name))["spec"]
+    except NotFound:
+        return {}
 
 
 def test_a_leader_with_a_blocked_event_loop_keeps_renewing(cluster):
@@ -39,7 +43,7 @@ def test_a_leader_with_a_blocked_event_loop_keeps_renewing(cluster):
     async def lead() -> str:
         await asyncio.sleep(0.5)
         seen["before"] = _lease(cluster, name)
-        time.sleep(8)  # the leader's loop does nothing else for over twice the renew deadline
+        _block(8)  # the leader's loop does nothing else for over twice the renew deadline
         seen["after"] = _lease(cluster, name)
         await asyncio.sleep(0.2)
         return "done"

@@ -4,11 +4,9 @@ middle of a rollout, and two schedulers competing for the leader Lease.
 Control-plane tier only: the proxy, the extra nodes, the processes and the audit log belong to the test session.
 Everything a scenario changes is undone by the `faults` fixture (proxy rules reset, extra schedulers stopped,
 the scheduler running again, the added nodes, their inventories and their Leases removed), so the scenarios that
-run after it see the session as it was.
-
-Imported into features/conftest.py (`from features.steps_faults import *`), so it must not import that module; it
-uses the shared steps (claims Bound, pods deleted, "every pod was bound exactly once") through the Gherkin text.
-Measured numbers (kills, handover) are printed and appended to `<control plane logs>/faults.log`.
+run after it see the session as it was. The shared steps (claims Bound, pods deleted, "every pod was bound exactly
+once") are features/conftest.py's. Measured numbers (kills, handover) are printed and appended to
+`<control plane logs>/faults.log`.
 """
 
 from __future__ import annotations
@@ -18,26 +16,29 @@ import re
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
-import parse
 import pytest
-from pytest_bdd import given, parsers, then, when
+from pytest_bdd import given, scenarios, then, when
 
+from features.support import CHECK_IMAGE, World, leases_of, on_node, path_pattern, step
 from gpu_scheduling import constants
+from gpu_scheduling.agent.inventory import simulated_status
 from gpu_scheduling.claims import objects
-from tests.harness.api import Api, ApiError, wait_for
-from tests.harness.components import LEADER_ELECTION, Components, SchedulerProcess
-from tests.harness.controlplane import ControlPlane, node_body
-from tests.harness.faultproxy import FaultProxy, Rule
+from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.errors import ApiError
+from gpu_scheduling.kube.sync import SyncClient
+from harness.components import LEADER_ELECTION, Components, SchedulerProcess
+from harness.controlplane import ControlPlane, node_body
+from harness.faultproxy import FaultProxy, Rule
+from harness.inventory import publish
+from harness.wait import wait_for
 
-if TYPE_CHECKING:
-    from features.conftest import World
+scenarios("faults.feature")
 
-CHECK_IMAGE = "gpu-scheduler-check:dev"  # kwok never pulls it
-CLAIMS_API = f"/apis/{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}"
-GPU_LEASE_PATH = re.compile(rf"^{re.escape(objects.LEASES_PATH)}/gpu-")
-BINDING_PATH = re.compile(r"^/api/v1/namespaces/[^/]+/pods/[^/]+/binding$")
+GPU_LEASE_PATH = re.compile(rf"^{re.escape(paths.GPU_LEASES)}/gpu-")
+BINDING_PATH = path_pattern(paths.pod_binding)
 BINDS_BEFORE_KILL = 5  # successful bindings a scheduler makes before the rollout's next kill
 POOL_LABEL = "faults.test/pool"  # the label the rollout's claims select; only the pool's nodes carry it
 # How late a follower may take over after the leader's last renewal, beyond lease duration + retry period: it
@@ -46,15 +47,6 @@ POOL_LABEL = "faults.test/pool"  # the label the rollout's claims select; only t
 HANDOVER_SLACK = 2 * 2.2 * LEADER_ELECTION.retry_period + 1.0
 # From holding the lease to the first bind: caches are warm on a follower, one decision and one POST.
 FIRST_BIND_SLACK = 2.0
-
-
-@parse.with_pattern(r'[^"]*')
-def _quoted(text: str) -> str:
-    return text
-
-
-def _step(text: str) -> parsers.StepParser:
-    return parsers.parse(text, extra_types={"q": _quoted})
 
 
 @dataclasses.dataclass
@@ -90,7 +82,7 @@ class Faults:
     handover_at: float = 0.0
 
     @property
-    def api(self) -> Api:
+    def api(self) -> SyncClient:
         return self.world.api
 
     @property
@@ -104,7 +96,7 @@ class Faults:
 
 
 @pytest.fixture
-def faults(world: World) -> Faults:
+def faults(world: World) -> Iterator[Faults]:
     cluster = world.cluster
     if cluster.cp is None or cluster.components is None or cluster.components.proxy is None:
         pytest.skip("fault scenarios need the test control plane with the fault proxy")
@@ -125,54 +117,33 @@ def _clean_up(f: Faults) -> None:
     if not f.pool:
         return
     # The pods first, while their nodes exist, so that the scheduler releases their Leases as it would in life.
-    f.api.delete(f"/api/v1/namespaces/{f.namespace}/pods", gracePeriodSeconds="0")
+    f.api.delete(paths.pods(f.namespace), gracePeriodSeconds="0")
     pool = set(f.pool)
     try:
         wait_for("the Leases of the pool's GPUs released", lambda: not _pool_leases(f.api, pool), timeout=90)
     except AssertionError as exc:  # left over: a failure the scenario reported already; do not leak it further
         f.report(f"cleanup: {exc}; deleting them")
         for node in f.pool:
-            f.api.delete(objects.LEASES_PATH, labelSelector=objects.node_lease_selector(node))
+            f.api.delete(paths.GPU_LEASES, labelSelector=objects.node_lease_selector(node))
     for node in f.pool:
-        f.api.delete(f"{CLAIMS_API}/gpunodestatuses/{node}")
-        f.api.delete(f"/api/v1/nodes/{node}")
+        f.api.delete(paths.gpu_node_status(node))
+        f.api.delete(paths.node(node))
 
 
 # ---- objects ---------------------------------------------------------------------------------------------------
 
 def _pod(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    """A pod of one container (lighter than features.support.pod_body: the rollout creates 120)."""
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
             "spec": {"schedulerName": constants.DEFAULT_SCHEDULER_NAME, "terminationGracePeriodSeconds": 0,
                      "containers": [{"name": "check", "image": CHECK_IMAGE}]}}
 
 
-def _claim(name: str, count: int, match_labels: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuClaim",
-            "metadata": {"name": name},
-            "spec": {"devices": {"count": count, "exclusivity": "Exclusive", "policy": "contiguous"},
-                     "selector": {"matchLabels": match_labels}}}
-
-
-def _create_claim_pod(api: Api, namespace: str, name: str, count: int, match_labels: dict[str, str]) -> None:
-    """The GpuClaim `name` and the pod `name` naming it."""
-    api.create(f"{CLAIMS_API}/namespaces/{namespace}/gpuclaims", _claim(name, count, match_labels))
-    api.create(f"/api/v1/namespaces/{namespace}/pods", _pod(name, {constants.CLAIM_ANNOTATION: name}))
-
-
-def _create(api: Api, path: str, body: dict[str, Any]) -> None:
-    """Create `body`; one left by an interrupted earlier run is taken as it is."""
-    try:
-        api.create(path, body)
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
-
-
-def _inventory() -> dict[str, Any]:
-    """8 healthy GPUs in two NVLink islands, as the simulated inventory of node1..node4."""
-    devices = [{"id": i, "health": "Healthy", "island": f"nvlink-group-{i // 4}",
-                "bandwidthGBps": 600 if i < 4 else 64, "inUseBy": []} for i in range(8)]
-    return {"total": 8, "free": 8, "unhealthy": 0, "devices": devices}
+def _create_claim_pod(api: SyncClient, namespace: str, name: str, count: int, selector: dict[str, Any]) -> None:
+    """The GpuClaim `name` (`count` Exclusive GPUs on a node `selector` matches) and the pod `name` naming it."""
+    api.create(paths.gpu_claims(namespace), objects.claim_body(name, {
+        "devices": {"count": count, "exclusivity": "Exclusive", "policy": "contiguous"}, "selector": selector}))
+    api.create(paths.pods(namespace), _pod(name, {constants.CLAIM_ANNOTATION: name}))
 
 
 # ---- reading state ---------------------------------------------------------------------------------------------
@@ -192,16 +163,11 @@ def _allocated(pod: dict[str, Any]) -> tuple[str, list[int]]:
     return node, [int(i) for i in ids.split(",") if i]
 
 
-def _pool_leases(api: Api, pool: set[str]) -> dict[str, list[str]]:
+def _pool_leases(api: SyncClient, pool: set[str]) -> dict[str, list[str]]:
     """GPU Lease name -> holder pod uids, for the Leases of the pool's nodes."""
-    leases = api.get(objects.LEASES_PATH)["items"]
+    leases = api.get(paths.GPU_LEASES)["items"]
     return {lease["metadata"]["name"]: objects.lease_holders(lease) for lease in leases
-            if (lease["metadata"].get("labels") or {}).get(objects.LEASE_NODE_LABEL) in pool}
-
-
-def _leases_of(api: Api, uid: str) -> list[str]:
-    return sorted(lease["metadata"]["name"] for lease in api.get(objects.LEASES_PATH)["items"]
-                  if uid in objects.lease_holders(lease))
+            if (lease["metadata"].get("labels") or {}).get(constants.LEASE_NODE_LABEL) in pool}
 
 
 def _bindings(f: Faults, names: list[str] | None = None) -> list[dict[str, Any]]:
@@ -222,12 +188,12 @@ def _sent_by(user_agent: str, agent: str) -> bool:
 
 # ---- a. a failed Lease delete --------------------------------------------------------------------------------
 
-@when(_step("the next {count:d} deletes of GPU Leases are answered {status:d} by the API"))
+@when(step("the next {count:d} deletes of GPU Leases are answered {status:d} by the API"))
 def fail_lease_deletes(faults: Faults, count: int, status: int) -> None:
     faults.rule = faults.proxy.fail(method="DELETE", path=GPU_LEASE_PATH, status=status, times=count)
 
 
-@then(_step("exactly {count:d} deletes of GPU Leases were answered {status:d}, and each of those Leases was "
+@then(step("exactly {count:d} deletes of GPU Leases were answered {status:d}, and each of those Leases was "
             "deleted later"))
 def lease_deletes_failed_then_retried(faults: Faults, count: int, status: int) -> None:
     assert faults.rule is not None
@@ -246,23 +212,20 @@ def lease_deletes_failed_then_retried(faults: Faults, count: int, status: int) -
 
 # ---- b. a rollout with the scheduler SIGKILLed ----------------------------------------------------------------
 
-@given(_step('{count:d} extra kwok nodes "{prefix:q}NN" labelled "{label:q}", each with 8 simulated GPUs'))
+@given(step('{count:d} extra kwok nodes "{prefix:q}NN" labelled "{label:q}", each with 8 simulated GPUs'))
 def pool_nodes(faults: Faults, count: int, prefix: str, label: str) -> None:
     key, _, value = label.partition("=")
     assert key == POOL_LABEL, f"the pool's label is {POOL_LABEL}"
     names = [f"{prefix}{i:02d}" for i in range(count)]
     faults.pool = names  # cleaned up even if the rest of this step fails
-    for name in names:  # all created first, then waited for together
-        _create(faults.api, "/api/v1/nodes", node_body(name, 8, {key: value}))
+    for name in names:  # all created first, then waited for together (one left by an interrupted run is taken)
+        faults.api.create(paths.NODES, node_body(name, 8, {key: value}), exist_ok=True)
     for name in names:
         faults.cp.add_node(name, 8, {key: value})  # exists already: waits until Ready and untainted
-        _create(faults.api, f"{CLAIMS_API}/gpunodestatuses", {
-            "apiVersion": f"{constants.CLAIM_GROUP}/{constants.CLAIM_VERSION}", "kind": "GpuNodeStatus",
-            "metadata": {"name": name}, "spec": {"nodeName": name}})
-        faults.api.patch(f"{CLAIMS_API}/gpunodestatuses/{name}/status", {"status": _inventory()})
+    publish(faults.world.cluster.kubeconfig, {name: simulated_status() for name in names})
 
 
-@when(_step('{count:d} pods each naming its own GpuClaim of "{sizes:q}" Exclusive GPUs on the "{label:q}" nodes '
+@when(step('{count:d} pods each naming its own GpuClaim of "{sizes:q}" Exclusive GPUs on the "{label:q}" nodes '
             'start being created, {rate:d} a second'))
 def start_rollout(faults: Faults, count: int, sizes: str, label: str, rate: int) -> None:
     # Paced below what the scheduler binds, so that new pods keep arriving through every kill and restart: a
@@ -272,7 +235,7 @@ def start_rollout(faults: Faults, count: int, sizes: str, label: str, rate: int)
     wanted = sum(cycle[i % len(cycle)] for i in range(count))
     assert wanted <= 8 * len(faults.pool), f"{wanted} GPUs asked for, the pool has {8 * len(faults.pool)}"
     faults.rollout = [f"r-{i:03d}" for i in range(count)]
-    api = Api(str(faults.cp.kubeconfig))  # a client of its own: it runs in another thread
+    api = SyncClient(str(faults.cp.kubeconfig))  # a client of its own: it runs in another thread
     namespace = faults.namespace
 
     def create() -> None:
@@ -280,9 +243,9 @@ def start_rollout(faults: Faults, count: int, sizes: str, label: str, rate: int)
         try:
             for i, name in enumerate(faults.rollout):
                 time.sleep(max(0.0, started + i / rate - time.monotonic()))
-                _create_claim_pod(api, namespace, name, cycle[i % len(cycle)], {key: value})
+                _create_claim_pod(api, namespace, name, cycle[i % len(cycle)], {"matchLabels": {key: value}})
                 faults.created = i + 1
-        except Exception as exc:  # reported by the step that waits for the pods
+        except (ApiError, OSError) as exc:  # refused, or the connection failed: reported by the step that waits
             faults.creation_errors.append(exc)
 
     faults.creator = threading.Thread(target=create, name="rollout", daemon=True)
@@ -291,7 +254,7 @@ def start_rollout(faults: Faults, count: int, sizes: str, label: str, rate: int)
                   f"{rate} created a second")
 
 
-@when(_step('the scheduler is SIGKILLed in the middle of a bind once "{points:q}" pods are created, and restarted '
+@when(step('the scheduler is SIGKILLed in the middle of a bind once "{points:q}" pods are created, and restarted '
             'each time'))
 def kill_during_rollout(faults: Faults, points: str) -> None:
     comps = faults.components
@@ -324,7 +287,7 @@ def kill_during_rollout(faults: Faults, points: str) -> None:
         kill.successor = comps.scheduler.identity
 
 
-@then(_step("all {count:d} pods of the rollout are bound"))
+@then(step("all {count:d} pods of the rollout are bound"))
 def rollout_bound(faults: Faults, count: int) -> None:
     assert faults.creator is not None
     faults.creator.join(180)
@@ -345,7 +308,7 @@ def rollout_bound(faults: Faults, count: int) -> None:
 def no_gpu_twice(faults: Faults) -> None:
     owners: dict[tuple[str, int], list[str]] = {}
     claims = {c["metadata"]["name"]: c for c in
-              faults.api.get(f"{CLAIMS_API}/namespaces/{faults.namespace}/gpuclaims")["items"]}
+              faults.api.get(paths.gpu_claims(faults.namespace))["items"]}
     for name, pod in _pods(faults, faults.rollout).items():
         node, ids = _allocated(pod)
         assert node == pod["spec"]["nodeName"], f"{name}: allocated {node}:{ids}, bound to {pod['spec']['nodeName']}"
@@ -379,17 +342,17 @@ def leases_match_annotations(faults: Faults) -> None:
 
 # ---- c. pods deleted while every scheduler is down -----------------------------------------------------------
 
-@given(_step('a second scheduler "{identity:q}" is running'))
+@given(step('a second scheduler "{identity:q}" is running'))
 def second_scheduler(faults: Faults, identity: str) -> None:
     faults.components.start_extra_scheduler(identity)
 
 
-@given(_step('the pods "{names:q}" each naming its own GpuClaim of "{sizes:q}" GPUs on {node} are bound'))
+@given(step('the pods "{names:q}" each naming its own GpuClaim of "{sizes:q}" GPUs on {node} are bound'))
 def claim_pods_bound(faults: Faults, names: str, sizes: str, node: str) -> None:
     pods, counts = names.split(","), [int(s) for s in sizes.split(",")]
     assert len(pods) == len(counts)
-    for name, count in zip(pods, counts):
-        _create_claim_pod(faults.api, faults.namespace, name, count, {"kubernetes.io/hostname": node})
+    for name, count in zip(pods, counts, strict=True):
+        _create_claim_pod(faults.api, faults.namespace, name, count, on_node(node))
     wait_for(f"{names} bound", lambda: _bound(faults, pods) == len(pods), timeout=90)
 
 
@@ -400,13 +363,13 @@ def kill_every_scheduler(faults: Faults) -> None:
     assert not any(p.running for p in faults.components.schedulers)
 
 
-@when(_step('the pods "{names:q}" are deleted'))
+@when(step('the pods "{names:q}" are deleted'))
 def delete_pods(faults: Faults, names: str) -> None:
     for name in names.split(","):
-        pod = faults.api.get(f"/api/v1/namespaces/{faults.namespace}/pods/{name}")
+        pod = faults.api.get(paths.pod(faults.namespace, name))
         faults.deleted[name] = pod["metadata"]["uid"]
-        assert _leases_of(faults.api, faults.deleted[name]), f"{name} held no Lease before its deletion"
-        faults.api.delete(f"/api/v1/namespaces/{faults.namespace}/pods/{name}", gracePeriodSeconds="0")
+        assert leases_of(faults.api, faults.deleted[name]), f"{name} held no Lease before its deletion"
+        faults.api.delete(paths.pod(faults.namespace, name), gracePeriodSeconds="0")
 
 
 @then("no GPU Lease is held by any of the deleted pods")
@@ -414,7 +377,7 @@ def deleted_pods_hold_nothing(faults: Faults) -> None:
     assert faults.deleted
     # The restarted scheduler first waits for the dead leader's lease to run out.
     wait_for("the Leases of the deleted pods released",
-             lambda: not any(_leases_of(faults.api, uid) for uid in faults.deleted.values()), timeout=90)
+             lambda: not any(leases_of(faults.api, uid) for uid in faults.deleted.values()), timeout=90)
 
 
 @then("every remaining pod holds exactly the Leases of its allocation annotation")
@@ -424,12 +387,12 @@ def remaining_pods_keep_theirs(faults: Faults) -> None:
     for name, pod in remaining.items():
         node, ids = _allocated(pod)
         assert ids, f"{name} has no allocation annotation"
-        assert _leases_of(faults.api, pod["metadata"]["uid"]) == sorted(objects.lease_name(node, g) for g in ids)
+        assert leases_of(faults.api, pod["metadata"]["uid"]) == sorted(objects.lease_name(node, g) for g in ids)
 
 
 # ---- d. two schedulers: the leader binds, a handover ----------------------------------------------------------
 
-@then(_step("exactly one scheduler holds the leader Lease, and keeps it for {seconds:d} seconds"))
+@then(step("exactly one scheduler holds the leader Lease, and keeps it for {seconds:d} seconds"))
 def one_leader(faults: Faults, seconds: int) -> None:
     comps = faults.components
     assert sum(1 for p in comps.schedulers if p.running) == 2
@@ -449,7 +412,7 @@ def one_leader(faults: Faults, seconds: int) -> None:
                   f"{[p.identity for p in comps.schedulers if p is not leader]}")
 
 
-@when(_step('{maps:d} map pods and {claims:d} claim pods of batch "{batch:q}" are created'))
+@when(step('{maps:d} map pods and {claims:d} claim pods of batch "{batch:q}" are created'))
 def create_batch(faults: Faults, maps: int, claims: int, batch: str) -> None:
     # One map for every batch: index i maps round-robin onto node1..node4, GPUs 4-7 (the claims take 0-3).
     gpu_map = "".join(f"{i}=node{i % 4 + 1}:{4 + (i // 4) % 4}\n" for i in range(64))
@@ -457,15 +420,14 @@ def create_batch(faults: Faults, maps: int, claims: int, batch: str) -> None:
     names = []
     for i in range(first, first + maps):
         names.append(f"{batch}-{i}")
-        faults.api.create(f"/api/v1/namespaces/{faults.namespace}/pods",
-                          _pod(names[-1], {constants.MAP_ANNOTATION: gpu_map}))
+        faults.api.create(paths.pods(faults.namespace), _pod(names[-1], {constants.MAP_ANNOTATION: gpu_map}))
     for i in range(claims):
         names.append(f"{batch}-claim-{i}")
-        _create_claim_pod(faults.api, faults.namespace, names[-1], 1, {"kubernetes.io/hostname": f"node{i % 4 + 1}"})
+        _create_claim_pod(faults.api, faults.namespace, names[-1], 1, on_node(f"node{i % 4 + 1}"))
     faults.batches[batch] = names
 
 
-@then(_step('every pod of batch "{batch:q}" is bound, each by the leader'))
+@then(step('every pod of batch "{batch:q}" is bound, each by the leader'))
 def batch_bound_by_leader(faults: Faults, batch: str) -> None:
     names = faults.batches[batch]
     wait_for(f"the {len(names)} pods of {batch} bound", lambda: _bound(faults, names) == len(names), timeout=90)
@@ -502,7 +464,7 @@ def handover(faults: Faults) -> None:
     assert took <= limit, f"handover took {took:.2f}s, more than {limit:.1f}s"
 
 
-@then(_step('the new leader binds every pod of batch "{batch:q}", the first within the lease duration plus the '
+@then(step('the new leader binds every pod of batch "{batch:q}", the first within the lease duration plus the '
             'retry period'))
 def new_leader_binds(faults: Faults, batch: str) -> None:
     assert faults.new_leader is not None and faults.old_leader is not None
@@ -523,6 +485,3 @@ def new_leader_binds(faults: Faults, batch: str) -> None:
                   f"bound {last:.2f}s (limit for the first {limit:.1f}s)")
     assert first <= limit, f"the first bind came {first:.2f}s after the kill, more than {limit:.1f}s"
 
-
-# Only the steps and the fixture go into conftest's namespace (pytest-bdd registers each step as a fixture here).
-__all__ = [name for name in list(globals()) if name.startswith("pytestbdd_")] + ["faults"]
