@@ -11,6 +11,7 @@ Standard library only, so the image needs just python3 and iproute2.
 
 import json
 import os
+import pathlib
 import ssl
 import subprocess
 import sys
@@ -32,8 +33,7 @@ def api_base() -> str:
 
 def get(path: str) -> dict:
     ctx = ssl.create_default_context(cafile=f"{SA}/ca.crt")
-    with open(f"{SA}/token") as f:
-        token = f.read().strip()
+    token = pathlib.Path(f"{SA}/token").read_text().strip()
     req = urllib.request.Request(api_base() + path, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
         return json.load(resp)
@@ -62,16 +62,15 @@ def write_cni_config(pod_cidr: str) -> None:
         ],
     }
     text = json.dumps(config, indent=2) + "\n"
+    target = pathlib.Path(CNI_FILE)
     try:
-        with open(CNI_FILE) as f:
-            if f.read() == text:
-                return
+        if target.read_text() == text:
+            return
     except OSError:
         pass
-    tmp = CNI_FILE + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, CNI_FILE)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(target)
     print(f"wrote {CNI_FILE} for podCIDR {pod_cidr}", flush=True)
 
 
@@ -95,7 +94,7 @@ def main() -> None:
     while True:
         try:
             sync(me)
-        except Exception as exc:  # keep going: the apiserver may be restarting
+        except Exception as exc:  # noqa: BLE001 - a daemon loop: log whatever failed (the apiserver restarting, a route) and try again
             print(f"sync failed: {exc}", file=sys.stderr, flush=True)
         time.sleep(INTERVAL)
 
