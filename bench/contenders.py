@@ -83,6 +83,7 @@ class Contender:
     def _wait_leading(plane: BenchPlane, namespace: str, lease: str) -> None:
         """Wait until the scheduler holds its leader Lease: ready is not leading, and a pod created before it
         leads would wait in the timed window for the election, not for the scheduler."""
+
         def held() -> bool:
             try:
                 return bool(plane.api.get(paths.lease(namespace, lease)).get("spec", {}).get("holderIdentity"))
@@ -102,8 +103,13 @@ class GpuScheduler(Contender):
         self.components = Components(plane.cp, self.scheduler_name, leader_election=LEADER_ELECTION)
         kubeconfig, _ = plane.scheduler_identity()
         argv = [a for a in self.components.scheduler.argv if not a.startswith("--kubeconfig=")]
-        self.components.scheduler.argv = [*argv, f"--kubeconfig={kubeconfig}", f"--qps={CLIENT_QPS}",
-                                          f"--burst={CLIENT_BURST}", f"--workers={SCHEDULER_WORKERS}"]
+        self.components.scheduler.argv = [
+            *argv,
+            f"--kubeconfig={kubeconfig}",
+            f"--qps={CLIENT_QPS}",
+            f"--burst={CLIENT_BURST}",
+            f"--workers={SCHEDULER_WORKERS}",
+        ]
         return self.components
 
     def start(self, plane: BenchPlane) -> None:
@@ -114,8 +120,7 @@ class GpuScheduler(Contender):
         self.components.stop()
 
     def processes(self) -> dict[str, ProcessStats]:
-        return {"scheduler": self._stats(self.components.scheduler),
-                "webhook": self._stats(self.components.webhook)}
+        return {"scheduler": self._stats(self.components.scheduler), "webhook": self._stats(self.components.webhook)}
 
     def _programs(self) -> list[Process]:
         return [self.components.scheduler, self.components.webhook]
@@ -163,11 +168,19 @@ profiles:
 - schedulerName: {self.scheduler_name}
 """)
         port = free_port()
-        self.proc = Process("kube-scheduler", [
-            str(plane.cp.bin / "kube-scheduler"), f"--config={config}", "--bind-address=127.0.0.1",
-            f"--secure-port={port}", f"--authentication-kubeconfig={plane.cp.kubeconfig}",
-            f"--authorization-kubeconfig={plane.cp.kubeconfig}", f"--cert-dir={plane.dir / 'kube-scheduler-certs'}",
-        ], plane.cp.logs).start()
+        self.proc = Process(
+            "kube-scheduler",
+            [
+                str(plane.cp.bin / "kube-scheduler"),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--authentication-kubeconfig={plane.cp.kubeconfig}",
+                f"--authorization-kubeconfig={plane.cp.kubeconfig}",
+                f"--cert-dir={plane.dir / 'kube-scheduler-certs'}",
+            ],
+            plane.cp.logs,
+        ).start()
         # /readyz includes the scheduler's informer sync; its self-signed serving certificate is not verified.
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
@@ -202,14 +215,25 @@ class Ceiling(Contender):
 
     def start(self, plane: BenchPlane) -> None:
         _, identity = plane.scheduler_identity()
-        self.proc = Process("ceiling-binder", [
-            str(plane.loadgen), "bind", *plane.api_flags(identity), f"-scheduler-name={self.scheduler_name}",
-            f"-node-annotation={workload.CEILING_NODE_ANNOTATION}",
-            # Runs until stopped (not -expect), so its CPU and RSS can still be read when the run ends.
-            f"-workers={SCHEDULER_WORKERS}",
-        ], plane.cp.logs).start()
-        wait_for("the ceiling binder watching", lambda: "watching" in self.proc.tail(5) or not self.proc.running,
-                 timeout=30, interval=0.1)
+        self.proc = Process(
+            "ceiling-binder",
+            [
+                str(plane.loadgen),
+                "bind",
+                *plane.api_flags(identity),
+                f"-scheduler-name={self.scheduler_name}",
+                f"-node-annotation={workload.CEILING_NODE_ANNOTATION}",
+                # Runs until stopped (not -expect), so its CPU and RSS can still be read when the run ends.
+                f"-workers={SCHEDULER_WORKERS}",
+            ],
+            plane.cp.logs,
+        ).start()
+        wait_for(
+            "the ceiling binder watching",
+            lambda: "watching" in self.proc.tail(5) or not self.proc.running,
+            timeout=30,
+            interval=0.1,
+        )
         if not self.proc.running:
             raise RuntimeError(f"ceiling binder exited:\n{self.proc.tail()}")
 
@@ -225,5 +249,6 @@ class Ceiling(Contender):
 
 DEFAULT = (GpuScheduler.name, KubeScheduler.name, KubeSchedulerDra.name, Ceiling.name)
 """What `make bench` runs; gpu-scheduler-no-webhook runs only when named."""
-BY_NAME: dict[str, type[Contender]] = {c.name: c for c in (GpuScheduler, KubeScheduler, KubeSchedulerDra, Ceiling,
-                                                           GpuSchedulerWithoutWebhook)}
+BY_NAME: dict[str, type[Contender]] = {
+    c.name: c for c in (GpuScheduler, KubeScheduler, KubeSchedulerDra, Ceiling, GpuSchedulerWithoutWebhook)
+}

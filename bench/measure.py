@@ -94,7 +94,7 @@ WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollectio
 
 
 def write_key(event: dict) -> str | None:
-    """"<verb> <resource>[/<subresource>]" of a completed write request, else None."""
+    """ "<verb> <resource>[/<subresource>]" of a completed write request, else None."""
     if event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS:
         return None
     ref = event.get("objectRef") or {}
@@ -128,8 +128,11 @@ class WriteTail(_Tail):
         """Writes by `user` (None: by anyone) received in [since, until) (None: unbounded), by key."""
         out: dict[str, int] = {}
         for received, who, key in self.events:
-            if (user is None or who == user) and (since is None or received >= since) and (
-                    until is None or received < until):
+            if (
+                (user is None or who == user)
+                and (since is None or received >= since)
+                and (until is None or received < until)
+            ):
                 out[key] = out.get(key, 0) + 1
         return dict(sorted(out.items()))
 
@@ -145,7 +148,8 @@ def tried(pod: dict) -> bool:
     """The scheduler has tried the pod: it found no place for it (condition PodScheduled=False), or bound it."""
     return bool(pod["spec"].get("nodeName")) or any(
         c.get("type") == "PodScheduled" and c.get("status") == "False"
-        for c in (pod.get("status") or {}).get("conditions") or [])
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def percentile(values: Sequence[float], q: float) -> float:

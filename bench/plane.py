@@ -124,8 +124,12 @@ def build_loadgen(out_dir: pathlib.Path) -> pathlib.Path:
     sources = sorted(LOADGEN_SRC.glob("*"))
     if binary.exists() and all(binary.stat().st_mtime >= s.stat().st_mtime for s in sources):
         return binary
-    subprocess.run(["go", "build", "-trimpath", "-o", str(binary), "."], cwd=LOADGEN_SRC, check=True,
-                   env=dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod"))
+    subprocess.run(
+        ["go", "build", "-trimpath", "-o", str(binary), "."],
+        cwd=LOADGEN_SRC,
+        check=True,
+        env=dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod"),
+    )
     return binary
 
 
@@ -166,14 +170,24 @@ class BenchPlane:
         stages = workdir / "kwok-stages.yaml"
         workdir.mkdir(parents=True, exist_ok=True)
         stages.write_text(KWOK_STAGES)
-        self.cp = ControlPlane(workdir, audit_policy=AUDIT_POLICY, extra_args={
-            "kube-apiserver": ["--audit-log-mode=batch", "--max-requests-inflight=800",
-                               "--max-mutating-requests-inflight=400",
-                               f"--profiling={str(profiling).lower()}"],  # /debug/pprof for `--profile`
-            "kube-controller-manager": ["--node-monitor-grace-period=3600s", "--kube-api-qps=200",
-                                        "--kube-api-burst=400"],
-            "kwok": [f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}", f"--config={stages}"],
-        })
+        self.cp = ControlPlane(
+            workdir,
+            audit_policy=AUDIT_POLICY,
+            extra_args={
+                "kube-apiserver": [
+                    "--audit-log-mode=batch",
+                    "--max-requests-inflight=800",
+                    "--max-mutating-requests-inflight=400",
+                    f"--profiling={str(profiling).lower()}",
+                ],  # /debug/pprof for `--profile`
+                "kube-controller-manager": [
+                    "--node-monitor-grace-period=3600s",
+                    "--kube-api-qps=200",
+                    "--kube-api-burst=400",
+                ],
+                "kwok": [f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}", f"--config={stages}"],
+            },
+        )
         self._identity: tuple[pathlib.Path, Pair] | None = None
 
     def start(self) -> BenchPlane:
@@ -206,11 +220,11 @@ class BenchPlane:
     def api_flags(self, identity: Pair | None = None) -> list[str]:
         """Flags of `loadgen` to reach the apiserver, as the admin or as `identity`."""
         who = identity or self.cp.admin
-        return [f"-server={self.cp.server}", f"-ca={self.cp.ca.cert_path}", f"-cert={who.cert}",
-                f"-key={who.key}"]
+        return [f"-server={self.cp.server}", f"-ca={self.cp.ca.cert_path}", f"-cert={who.cert}", f"-key={who.key}"]
 
-    def create(self, objects: Iterable[dict[str, Any]], name: str, concurrency: int = 64,
-               rate: float = 0) -> pathlib.Path:
+    def create(
+        self, objects: Iterable[dict[str, Any]], name: str, concurrency: int = 64, rate: float = 0
+    ) -> pathlib.Path:
         """Create `objects` through the load generator, each in its collection (`workload.collection_path`);
         returns its per-request timing CSV."""
         source = self.dir / f"{name}.txt"
@@ -218,8 +232,18 @@ class BenchPlane:
             for obj in objects:
                 f.write(f"{workload.collection_path(obj)} {json.dumps(obj, separators=(',', ':'))}\n")
         out = self.dir / f"{name}-requests.csv"
-        subprocess.run([str(self.loadgen), "create", *self.api_flags(), f"-in={source}",
-                        f"-concurrency={concurrency}", f"-rate={rate}", f"-out={out}"], check=True)
+        subprocess.run(
+            [
+                str(self.loadgen),
+                "create",
+                *self.api_flags(),
+                f"-in={source}",
+                f"-concurrency={concurrency}",
+                f"-rate={rate}",
+                f"-out={out}",
+            ],
+            check=True,
+        )
         return out
 
     # ---- cluster contents ------------------------------------------------------------------------------------
@@ -252,9 +276,10 @@ class BenchPlane:
         try:
             resources = {r["name"] for r in self.api.get(workload.dra_path())["resources"]}
         except ApiError as exc:
-            raise RuntimeError(f"the apiserver does not serve {workload.DRA_API} ({exc}); Dynamic Resource "
-                               "Allocation needs it (--runtime-config, feature gate DynamicResourceAllocation)",
-                               ) from None
+            raise RuntimeError(
+                f"the apiserver does not serve {workload.DRA_API} ({exc}); Dynamic Resource "
+                "Allocation needs it (--runtime-config, feature gate DynamicResourceAllocation)",
+            ) from None
         missing = {"deviceclasses", "resourceslices", "resourceclaims", "resourceclaims/status"} - resources
         if missing:
             raise RuntimeError(f"{workload.DRA_API} lacks {sorted(missing)}")

@@ -21,8 +21,13 @@ from gpu_scheduling import constants
 from hack import toolchain
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-COLOURS = {"gpu-scheduler": "tab:green", "kube-scheduler": "tab:blue", "ceiling": "tab:gray",
-           "gpu-scheduler-no-webhook": "tab:olive", "kube-scheduler-dra": "tab:purple"}
+COLOURS = {
+    "gpu-scheduler": "tab:green",
+    "kube-scheduler": "tab:blue",
+    "ceiling": "tab:gray",
+    "gpu-scheduler-no-webhook": "tab:olive",
+    "kube-scheduler-dra": "tab:purple",
+}
 STORM_TARGET = 0.05
 """CPU-seconds per second the apiserver and the scheduler may each spend on pods waiting for GPUs (issue 9)."""
 PEERS = ("kube-scheduler-dra", "kube-scheduler")
@@ -39,12 +44,21 @@ def machine() -> dict[str, Any]:
         if line.startswith("model name"):
             cpu = line.split(":", 1)[1].strip()
             break
-    mem_kib = next(int(line.split()[1]) for line in pathlib.Path("/proc/meminfo").read_text().splitlines()
-                   if line.startswith("MemTotal:"))
+    mem_kib = next(
+        int(line.split()[1])
+        for line in pathlib.Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
     go = subprocess.run(["go", "version"], capture_output=True, text=True).stdout.strip()
-    return {"cpus": os.cpu_count(), "cpu_model": cpu, "memory_gib": round(mem_kib / 2**20, 1),
-            "kernel": platform.release(), "python": sys.version.split()[0], "go": go,
-            "versions": toolchain.read_versions()}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu,
+        "memory_gib": round(mem_kib / 2**20, 1),
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "go": go,
+        "versions": toolchain.read_versions(),
+    }
 
 
 def _summary(runs: list[dict[str, Any]], wl: str) -> dict[str, dict[str, Any]]:
@@ -60,8 +74,9 @@ def _summary(runs: list[dict[str, Any]], wl: str) -> dict[str, dict[str, Any]]:
             "p99": measure.spread(r["latency_p99_ms"] for r in mine),
             "cpu": measure.spread(_contender_cpu(r) for r in mine),
             "cpu_per_pod_ms": measure.spread(_contender_cpu(r) * 1000 / r["pods"] for r in mine),
-            "scheduler_cpu_per_pod_ms": measure.spread(r["cpu_seconds"].get("scheduler", 0.0) * 1000 / r["pods"]
-                                                       for r in mine),
+            "scheduler_cpu_per_pod_ms": measure.spread(
+                r["cpu_seconds"].get("scheduler", 0.0) * 1000 / r["pods"] for r in mine
+            ),
             "writes_per_pod": measure.spread((r.get("writes_per_pod") or {}).get("total", 0.0) for r in mine),
             "rss": measure.spread(r["peak_rss_mib"].get("scheduler", 0.0) for r in mine),
             "apiserver_cpu": measure.spread(r["cpu_seconds"]["kube-apiserver"] for r in mine),
@@ -98,12 +113,14 @@ def plot(runs: list[dict[str, Any]], wl: str, path: pathlib.Path) -> bool:
         ys = [0] + [n for _, n in r["curve"]]
         label = r["contender"] if r["contender"] not in seen else None
         seen.add(r["contender"])
-        ax.step(xs, ys, where="post", color=COLOURS.get(r["contender"], "black"), alpha=0.85, label=label,
-                linewidth=1.4)
+        ax.step(
+            xs, ys, where="post", color=COLOURS.get(r["contender"], "black"), alpha=0.85, label=label, linewidth=1.4
+        )
     ax.set_xlabel("seconds since the first pod create request")
     ax.set_ylabel("pods bound")
-    ax.set_title(f"{wl.upper()}: pods bound over time, {mine[0]['pods']} pods on {mine[0]['nodes']} nodes "
-                 f"(every repetition)")
+    ax.set_title(
+        f"{wl.upper()}: pods bound over time, {mine[0]['pods']} pods on {mine[0]['nodes']} nodes (every repetition)"
+    )
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
@@ -113,29 +130,57 @@ def plot(runs: list[dict[str, Any]], wl: str, path: pathlib.Path) -> bool:
 
 
 def write_csv(runs: list[dict[str, Any]], path: pathlib.Path) -> None:
-    fields = ["workload", "contender", "rep", "nodes", "pods", "bound", "seconds", "throughput", "create_seconds",
-              "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "failed_binds", "scheduler_cpu_s",
-              "webhook_cpu_s", "apiserver_cpu_s", "etcd_cpu_s", "scheduler_peak_rss_mib", "scheduler_writes_per_pod"]
+    fields = [
+        "workload",
+        "contender",
+        "rep",
+        "nodes",
+        "pods",
+        "bound",
+        "seconds",
+        "throughput",
+        "create_seconds",
+        "latency_p50_ms",
+        "latency_p90_ms",
+        "latency_p99_ms",
+        "failed_binds",
+        "scheduler_cpu_s",
+        "webhook_cpu_s",
+        "apiserver_cpu_s",
+        "etcd_cpu_s",
+        "scheduler_peak_rss_mib",
+        "scheduler_writes_per_pod",
+    ]
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for r in runs:
             row = {k: r[k] for k in fields if k in r}
-            row.update(scheduler_cpu_s=r["cpu_seconds"].get("scheduler"), webhook_cpu_s=r["cpu_seconds"].get("webhook"),
-                       apiserver_cpu_s=r["cpu_seconds"]["kube-apiserver"], etcd_cpu_s=r["cpu_seconds"]["etcd"],
-                       scheduler_peak_rss_mib=r["peak_rss_mib"].get("scheduler"),
-                       scheduler_writes_per_pod=(r.get("writes_per_pod") or {}).get("total"))
+            row.update(
+                scheduler_cpu_s=r["cpu_seconds"].get("scheduler"),
+                webhook_cpu_s=r["cpu_seconds"].get("webhook"),
+                apiserver_cpu_s=r["cpu_seconds"]["kube-apiserver"],
+                etcd_cpu_s=r["cpu_seconds"]["etcd"],
+                scheduler_peak_rss_mib=r["peak_rss_mib"].get("scheduler"),
+                scheduler_writes_per_pod=(r.get("writes_per_pod") or {}).get("total"),
+            )
             w.writerow({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
 
 
 def _table(summary: dict[str, dict[str, Any]]) -> str:
-    lines = [("| contender | bound | pods/s | create→bound p50 ms | p90 ms | p99 ms | contender CPU s | "
-              "peak RSS MiB | apiserver CPU s | etcd CPU s | create rate pods/s |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        (
+            "| contender | bound | pods/s | create→bound p50 ms | p90 ms | p99 ms | contender CPU s | "
+            "peak RSS MiB | apiserver CPU s | etcd CPU s | create rate pods/s |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, s in summary.items():
-        lines.append(f"| {name} | {s['bound']} | {_fmt(s['throughput'], 1)} | {_fmt(s['p50'])} | {_fmt(s['p90'])} | "
-                     f"{_fmt(s['p99'])} | {_fmt(s['cpu'], 1)} | {_fmt(s['rss'])} | {_fmt(s['apiserver_cpu'], 1)} | "
-                     f"{_fmt(s['etcd_cpu'], 1)} | {_fmt(s['create_rate'])} |")
+        lines.append(
+            f"| {name} | {s['bound']} | {_fmt(s['throughput'], 1)} | {_fmt(s['p50'])} | {_fmt(s['p90'])} | "
+            f"{_fmt(s['p99'])} | {_fmt(s['cpu'], 1)} | {_fmt(s['rss'])} | {_fmt(s['apiserver_cpu'], 1)} | "
+            f"{_fmt(s['etcd_cpu'], 1)} | {_fmt(s['create_rate'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -145,8 +190,13 @@ def _targets(summary: dict[str, dict[str, Any]], hooks: dict[str, Any] | None) -
     if g and k:
         ratio = g["throughput"][0] / k["throughput"][0]
         rows.append(("throughput ≥ 1.2× kube-scheduler", f"{ratio:.2f}×", ratio >= 1.2))
-        rows.append(("p99 latency ≤ kube-scheduler's", f"{g['p99'][0]:.0f} ms vs {k['p99'][0]:.0f} ms",
-                     g["p99"][0] <= k["p99"][0]))
+        rows.append(
+            (
+                "p99 latency ≤ kube-scheduler's",
+                f"{g['p99'][0]:.0f} ms vs {k['p99'][0]:.0f} ms",
+                g["p99"][0] <= k["p99"][0],
+            )
+        )
     if g and c:
         ratio = g["throughput"][0] / c["throughput"][0]
         rows.append(("throughput ≥ 0.8× the ceiling", f"{ratio:.2f}×", ratio >= 0.8))
@@ -164,12 +214,14 @@ def _ratios(summary: dict[str, dict[str, Any]]) -> str:
     peers = [p for p in PEERS if p in summary]
     if not g or not peers:
         return ""
-    rows = [("pods bound per second (higher is better)", "throughput", 1),
-            ("create→bound p99 ms", "p99", 0),
-            ("scheduler CPU ms per pod", "scheduler_cpu_per_pod_ms", 1),
-            ("contender CPU ms per pod (gpu-scheduler: scheduler + webhook)", "cpu_per_pod_ms", 1),
-            ("scheduler peak RSS MiB", "rss", 0),
-            ("scheduler write requests per pod", "writes_per_pod", 2)]
+    rows = [
+        ("pods bound per second (higher is better)", "throughput", 1),
+        ("create→bound p99 ms", "p99", 0),
+        ("scheduler CPU ms per pod", "scheduler_cpu_per_pod_ms", 1),
+        ("contender CPU ms per pod (gpu-scheduler: scheduler + webhook)", "cpu_per_pod_ms", 1),
+        ("scheduler peak RSS MiB", "rss", 0),
+        ("scheduler write requests per pod", "writes_per_pod", 2),
+    ]
     head = "| median | gpu-scheduler | " + " | ".join(f"{p} | gpu-scheduler ÷ {p}" for p in peers) + " |"
     lines = [head, "|---|---|" + "---|---|" * len(peers)]
     for label, key, digits in rows:
@@ -202,9 +254,13 @@ def _writes(runs: list[dict[str, Any]], wl: str) -> str:
 
 
 def _storm(storms: list[dict[str, Any]]) -> str:
-    lines = [("| contender | pods waiting | first pass s | apiserver CPU-s/s | scheduler CPU-s/s | contender CPU-s/s | "
-              "etcd CPU-s/s | scheduler writes/min | all writes/min | scheduler peak RSS MiB |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        (
+            "| contender | pods waiting | first pass s | apiserver CPU-s/s | scheduler CPU-s/s | contender CPU-s/s | "
+            "etcd CPU-s/s | scheduler writes/min | all writes/min | scheduler peak RSS MiB |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in storms:
         if r["storm"] is None:
             reason = (r.get("failure") or "not measured").splitlines()[0]
@@ -217,11 +273,13 @@ def _storm(storms: list[dict[str, Any]]) -> str:
             waiting = r["pods"] if label == "storm" else 0
             if label == "storm" and not r["first_pass_complete"]:
                 first = f"**{r['untried_after_timeout']} never tried**"
-            lines.append(f"| {r['contender']}, {label} ({w['seconds']:.0f} s) | {waiting} | {first} | "
-                         f"{c['kube-apiserver']:.3f} | {c.get('scheduler', 0):.3f} | {contender:.3f} | "
-                         f"{c['etcd']:.3f} | "
-                         f"{w['scheduler_writes_per_minute']:.0f} | {w['all_writes_per_minute']:.0f} | "
-                         f"{r['peak_rss_mib'].get('scheduler', 0):.0f} |")
+            lines.append(
+                f"| {r['contender']}, {label} ({w['seconds']:.0f} s) | {waiting} | {first} | "
+                f"{c['kube-apiserver']:.3f} | {c.get('scheduler', 0):.3f} | {contender:.3f} | "
+                f"{c['etcd']:.3f} | "
+                f"{w['scheduler_writes_per_minute']:.0f} | {w['all_writes_per_minute']:.0f} | "
+                f"{r['peak_rss_mib'].get('scheduler', 0):.0f} |"
+            )
     return "\n".join(lines)
 
 
@@ -242,8 +300,10 @@ def _storm_writes(storms: list[dict[str, Any]]) -> str:
     keys = sorted({k for r in measured for k in r["storm"]["scheduler_writes"]})
     if not keys:
         return "No contender's scheduler wrote anything during the storm window."
-    lines = ["| scheduler write requests per minute | " + " | ".join(r["contender"] for r in measured) + " |",
-             "|---|" + "---|" * len(measured)]
+    lines = [
+        "| scheduler write requests per minute | " + " | ".join(r["contender"] for r in measured) + " |",
+        "|---|" + "---|" * len(measured),
+    ]
     for key in keys:
         cells = [f"{r['storm']['scheduler_writes'].get(key, 0) * 60 / r['storm']['seconds']:.1f}" for r in measured]
         lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
@@ -253,11 +313,15 @@ def _storm_writes(storms: list[dict[str, Any]]) -> str:
 def _webhook(hooks: dict[str, Any]) -> str:
     lines = ["| measurement | requests | p50 ms | p90 ms | p99 ms | max ms |", "|---|---|---|---|---|---|"]
     for rate, q in hooks["admission"].items():
-        lines.append(f"| AdmissionReview straight to the webhook at {rate} req/s | {q['requests']} | {q['p50_ms']} | "
-                     f"{q['p90_ms']} | {q['p99_ms']} | {q['max_ms']} |")
+        lines.append(
+            f"| AdmissionReview straight to the webhook at {rate} req/s | {q['requests']} | {q['p50_ms']} | "
+            f"{q['p90_ms']} | {q['p99_ms']} | {q['max_ms']} |"
+        )
     for label, q in hooks["pod_create"].items():
-        lines.append(f"| pod create through the apiserver at 50/s, {label} the webhook | {q['requests']} | "
-                     f"{q['p50_ms']} | {q['p90_ms']} | {q['p99_ms']} | {q['max_ms']} |")
+        lines.append(
+            f"| pod create through the apiserver at 50/s, {label} the webhook | {q['requests']} | "
+            f"{q['p50_ms']} | {q['p90_ms']} | {q['p99_ms']} | {q['max_ms']} |"
+        )
     return "\n".join(lines)
 
 
@@ -265,55 +329,57 @@ def render(results: dict[str, Any], assets: str) -> str:
     s, m, runs = results["settings"], results["machine"], results["runs"]
     when = datetime.datetime.fromtimestamp(results["started"], datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     v = m["versions"]
-    parts = [f"""# Benchmarks
+    parts = [
+        f"""# Benchmarks
 
-Generated by `make bench` ({when}, {results['seconds'] // 60} min {results['seconds'] % 60} s); do not edit by
+Generated by `make bench` ({when}, {results["seconds"] // 60} min {results["seconds"] % 60} s); do not edit by
 hand, rerun it. Raw results: [`results.json`]({assets}/results.json), one row per run:
 [`runs.csv`]({assets}/runs.csv).
 
 ## Machine
 
-{m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB memory, Linux {m['kernel']}, Python {m['python']},
-{m['go']}. Kubernetes {v.get('kubernetes_version')} (kube-apiserver, kube-controller-manager, kube-scheduler),
-etcd {v.get('etcd_version')}, kwok {v.get('kwok_version')}, all built from the Go module proxy by
+{m["cpus"]} CPUs ({m["cpu_model"]}), {m["memory_gib"]} GiB memory, Linux {m["kernel"]}, Python {m["python"]},
+{m["go"]}. Kubernetes {v.get("kubernetes_version")} (kube-apiserver, kube-controller-manager, kube-scheduler),
+etcd {v.get("etcd_version")}, kwok {v.get("kwok_version")}, all built from the Go module proxy by
 `hack/toolchain.py`. Everything (etcd, apiserver, controller manager, kwok, the contender, the load generator)
-shares these {m['cpus']} CPUs, so every figure is a figure of the whole machine under load.
+shares these {m["cpus"]} CPUs, so every figure is a figure of the whole machine under load.
 
 ## Set-up
 
-- {s['nodes']} kwok nodes with 8 GPUs each (`nvidia.com/gpu` capacity; for the claim workloads also the
+- {s["nodes"]} kwok nodes with 8 GPUs each (`nvidia.com/gpu` capacity; for the claim workloads also the
   inventory in the contender's form: the simulated GpuNodeStatus, or a DeviceClass and one ResourceSlice per
   node), on a fresh etcd + kube-apiserver + kube-controller-manager + kwok for every run, so no run
   inherits another's objects. kwok renews node leases every 5 min and runs no pods (see `bench/plane.py`).
 - Contenders (`bench/contenders.py`), each in namespace `bench`, same apiserver build and flags:
-  1. **gpu-scheduler** with the webhook in the admission path, {results['client']['workers']} bind workers;
-  2. **kube-scheduler** {v.get('kubernetes_version')}, default profile, the same pods pinned natively
+  1. **gpu-scheduler** with the webhook in the admission path, {results["client"]["workers"]} bind workers;
+  2. **kube-scheduler** {v.get("kubernetes_version")}, default profile, the same pods pinned natively
      (W1: required node affinity on `kubernetes.io/hostname`; `nvidia.com/gpu` requests);
   3. **kube-scheduler-dra**: the same kube-scheduler, the same claims as Dynamic Resource Allocation
-     ResourceClaims (`resource.k8s.io/v1`, enabled by default in {v.get('kubernetes_version')}), which its
+     ResourceClaims (`resource.k8s.io/v1`, enabled by default in {v.get("kubernetes_version")}), which its
      DynamicResources plugin allocates and reserves before binding (W2 and the storm);
   4. **ceiling**: `loadgen bind` (Go, `bench/loadgen`), list+watch and POST the binding from
-     {results['client']['workers']} goroutines to the node the pod names in one annotation (the node of its map
+     {results["client"]["workers"]} goroutines to the node the pod names in one annotation (the node of its map
      entry, worked out by the benchmark), nothing else (W1).
-- Client settings: every scheduler QPS {results['client']['qps']}, burst {results['client']['burst']} (none
+- Client settings: every scheduler QPS {results["client"]["qps"]}, burst {results["client"]["burst"]} (none
   is held back by its own limiter); the ceiling has no limiter. Both schedulers run one replica with leader
   election on, as deployed (a Lease renewed every few seconds), and the timed window starts once it leads. The
   contender signs in as a user of its own, `bench-scheduler`, so the audit log (which records every write
   request, at Metadata level) tells its writes apart.
-- Pods are created by `loadgen create` over HTTP/2 with {s['create_concurrency']} requests in flight, as fast
+- Pods are created by `loadgen create` over HTTP/2 with {s["create_concurrency"]} requests in flight, as fast
   as the apiserver takes them. Times come from the apiserver's audit log: created = the create request
   completed, bound = the binding request completed with 201. Throughput = pods bound / (last bind − first
   create received). Contender CPU is the scheduler's (plus the webhook's, for gpu-scheduler) during that window;
   peak RSS is the scheduler process's high-water mark.
-- {s['reps']} repetitions of every contender, interleaved. Figures: median (min–max).
-"""]
+- {s["reps"]} repetitions of every contender, interleaved. Figures: median (min–max).
+"""
+    ]
     w1 = _summary(runs, "w1")
     if w1:
         r0 = next(r for r in runs if r["workload"] == "w1")
-        parts.append(f"""## W1: {r0['pods']} map-pinned pods
+        parts.append(f"""## W1: {r0["pods"]} map-pinned pods
 
-{r0['pods']} pods in groups of {s['group_size']} sharing one `{constants.MAP_ANNOTATION}` (the replicas of one
-StatefulSet), pod p on node p mod {s['nodes']}, one GPU each.
+{r0["pods"]} pods in groups of {s["group_size"]} sharing one `{constants.MAP_ANNOTATION}` (the replicas of one
+StatefulSet), pod p on node p mod {s["nodes"]}, one GPU each.
 
 {_table(w1)}
 
@@ -321,16 +387,16 @@ StatefulSet), pod p on node p mod {s['nodes']}, one GPU each.
 
 ### Targets
 
-{_targets(w1, results.get('webhook'))}
+{_targets(w1, results.get("webhook"))}
 """)
     w2 = _summary(runs, "w2")
     if w2:
         r0 = next(r for r in runs if r["workload"] == "w2")
         ratios = _ratios(w2)
-        parts.append(f"""## W2: {r0['pods']} GPU claims
+        parts.append(f"""## W2: {r0["pods"]} GPU claims
 
 Claims of 8, 4, 2 and 1 GPUs (10 %, 15 %, 25 % and 50 % of the GPUs they ask for), largest first,
-{r0['gpus_requested']} GPUs of {s['nodes'] * 8}. The same request in each contender's form
+{r0["gpus_requested"]} GPUs of {s["nodes"] * 8}. The same request in each contender's form
 (`bench/workload.py`): gpu-scheduler gets one GpuClaim per pod (contiguous policy, topology left to its default
 `Ignore`; one Lease per GPU); kube-scheduler gets `nvidia.com/gpu` requests; kube-scheduler-dra gets one
 ResourceClaim per pod asking `exactly` that many devices of DeviceClass `bench-gpu` (a CEL selector on the
@@ -352,7 +418,7 @@ the island; W2 asks none. The claims and the inventory are created before the ti
             parts.append(f"""### Writes per claim pod
 
 Write requests (create, update, patch, delete) the scheduler made per pod, from the apiserver's audit log: every
-request its user made from the first pod create until it had written nothing for {s['writes_settle_seconds']:.0f} s
+request its user made from the first pod create until it had written nothing for {s["writes_settle_seconds"]:.0f} s
 after the last bind, by verb and resource, median over the repetitions. Requests the apiserver refused count
 too (they cost it as much). The pods' creates, the claims and the inventory are the benchmark's, not counted.
 `update leases` is the leader renewing its Lease (every few seconds, whatever the load); kube-scheduler-dra's
@@ -364,12 +430,12 @@ allocation and the pod's reservation.
     storms = results.get("storm") or []
     if storms:
         st = storms[0]
-        parts.append(f"""## Pending storm: {st['pods']} claim pods waiting for GPUs
+        parts.append(f"""## Pending storm: {st["pods"]} claim pods waiting for GPUs
 
-Every GPU of the {st['nodes']} nodes is taken first (one 8-GPU claim pod per node, bound), then {st['pods']} claim
+Every GPU of the {st["nodes"]} nodes is taken first (one 8-GPU claim pod per node, bound), then {st["pods"]} claim
 pods of 1 GPU arrive that cannot be placed: what a cluster sees when its GPUs are exhausted. Once every waiting
 pod has been tried (it carries `PodScheduled=False`; "first pass", polled every 2–5 s), CPU and writes are measured
-over a fixed window of {s['storm_seconds']:.0f} s; the same measure over {s['storm_baseline_seconds']:.0f} s
+over a fixed window of {s["storm_seconds"]:.0f} s; the same measure over {s["storm_baseline_seconds"]:.0f} s
 before the waiting pods were created (GPUs taken, nothing waiting) is the plane's own cost. CPU-s/s = CPU
 seconds used per second of the window. Writes per minute from the audit log: the scheduler's own, and everyone's
 (kwok's node leases, the controller manager, the apiserver's own). One run per contender. kube-scheduler
@@ -393,7 +459,7 @@ Shown, not asserted.
         parts.append(f"""## Webhook
 
 Straight at the webhook: `loadgen admit`, open loop, one AdmissionReview with a W1 pod and its
-{s['group_size']}-line map, {s['webhook_seconds']:.0f} s per rate. Through the apiserver: {s['create_latency_pods']}
+{s["group_size"]}-line map, {s["webhook_seconds"]:.0f} s per rate. Through the apiserver: {s["create_latency_pods"]}
 pods created open-loop at 50/s in a namespace, first without the webhook registered, then with it.
 
 {_webhook(hooks)}
@@ -404,8 +470,8 @@ pods created open-loop at 50/s in a namespace, first without the webhook registe
     parts.append(f"""## Reproduce
 
 ```
-make bench      # {s['nodes']} nodes, {s['pods']} pods, {s['reps']} repetitions,
-                # a storm of {s['storm_pods']} pods over {s['storm_seconds']:.0f} s
+make bench      # {s["nodes"]} nodes, {s["pods"]} pods, {s["reps"]} repetitions,
+                # a storm of {s["storm_pods"]} pods over {s["storm_seconds"]:.0f} s
 .venv/bin/python -m bench --nodes 200 --pods 1000 --reps 1 --storm-pods 1000 --storm-seconds 60 \\
     --out /tmp/bench --docs /tmp/bench/benchmarks.md                  # a quicker look
 ```

@@ -85,9 +85,20 @@ class Settings:
 
 
 SMOKE: dict[str, Any] = {
-    "nodes": 5, "pods": 40, "group_size": 10, "reps": 1, "webhook_seconds": 2, "create_latency_pods": 20,
-    "timeout": 120, "storm_pods": 40, "storm_seconds": 5, "storm_baseline_seconds": 3, "writes_settle_seconds": 1,
-    "out": ROOT / "build" / "bench-smoke", "docs": None}
+    "nodes": 5,
+    "pods": 40,
+    "group_size": 10,
+    "reps": 1,
+    "webhook_seconds": 2,
+    "create_latency_pods": 20,
+    "timeout": 120,
+    "storm_pods": 40,
+    "storm_seconds": 5,
+    "storm_baseline_seconds": 3,
+    "writes_settle_seconds": 1,
+    "out": ROOT / "build" / "bench-smoke",
+    "docs": None,
+}
 
 
 def _snapshot(stats: dict[str, Any]) -> dict[str, float]:
@@ -108,8 +119,14 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         plane.namespace(NAMESPACE)
         if wl == "w1":
             claims: list[dict[str, Any]] = []
-            pods = workload.w1_pods(contender.scheduler_name, NAMESPACE, settings.pods, settings.nodes,
-                                    settings.group_size, cuda_env=contender.cuda_env_in_pods)
+            pods = workload.w1_pods(
+                contender.scheduler_name,
+                NAMESPACE,
+                settings.pods,
+                settings.nodes,
+                settings.group_size,
+                cuda_env=contender.cuda_env_in_pods,
+            )
             gpus = len(pods)
         else:
             sizes = workload.w2_sizes(settings.pods, settings.nodes)
@@ -120,8 +137,11 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
             plane.create(claims, "claims")
         tail = measure.AuditTail(plane.cp.audit_log, NAMESPACE)
         tail.poll()
-        watched = {"kube-apiserver": plane.stats("kube-apiserver"), "etcd": plane.stats("etcd"),
-                   **contender.processes()}
+        watched = {
+            "kube-apiserver": plane.stats("kube-apiserver"),
+            "etcd": plane.stats("etcd"),
+            **contender.processes(),
+        }
         cpu_before = _snapshot(watched)
         profilers = _start_profilers(contender, workdir) if settings.profile else []
         apiserver = ApiserverAccount(plane, workdir) if settings.profile else None
@@ -152,18 +172,31 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
     finally:
         contender.stop()
         plane.stop()
-    result = {"workload": wl, "contender": name, "rep": rep, "nodes": settings.nodes,
-              "wall_seconds": round(time.monotonic() - began), "node_setup_seconds": round(node_seconds, 1),
-              "cpu_seconds": cpu, "peak_rss_mib": rss, "contender_exited": exited,
-              "gpus_requested": gpus, "claims_done": claims_done, "scheduler_writes": scheduler_writes,
-              "writes_per_pod": measure.per_pod(scheduler_writes, len(pods)), **dataclasses.asdict(figs)}
+    result = {
+        "workload": wl,
+        "contender": name,
+        "rep": rep,
+        "nodes": settings.nodes,
+        "wall_seconds": round(time.monotonic() - began),
+        "node_setup_seconds": round(node_seconds, 1),
+        "cpu_seconds": cpu,
+        "peak_rss_mib": rss,
+        "contender_exited": exited,
+        "gpus_requested": gpus,
+        "claims_done": claims_done,
+        "scheduler_writes": scheduler_writes,
+        "writes_per_pod": measure.per_pod(scheduler_writes, len(pods)),
+        **dataclasses.asdict(figs),
+    }
     result["curve"] = _thin(result["curve"], 600)
-    print(f"   {figs.bound}/{figs.pods} bound in {figs.seconds:.1f}s: {figs.throughput:.1f} pods/s, "
-          f"p50 {figs.latency_p50_ms:.0f} ms, p99 {figs.latency_p99_ms:.0f} ms; scheduler CPU "
-          f"{cpu.get('scheduler', 0):.1f}s, RSS {rss.get('scheduler', 0):.0f} MiB; apiserver CPU "
-          f"{cpu['kube-apiserver']:.1f}s; scheduler writes per pod {result['writes_per_pod']['total']:.2f}"
-          + ("" if claims_done is None else f"; {claims_done}/{len(claims)} claims allocated to their pod"),
-          flush=True)
+    print(
+        f"   {figs.bound}/{figs.pods} bound in {figs.seconds:.1f}s: {figs.throughput:.1f} pods/s, "
+        f"p50 {figs.latency_p50_ms:.0f} ms, p99 {figs.latency_p99_ms:.0f} ms; scheduler CPU "
+        f"{cpu.get('scheduler', 0):.1f}s, RSS {rss.get('scheduler', 0):.0f} MiB; apiserver CPU "
+        f"{cpu['kube-apiserver']:.1f}s; scheduler writes per pod {result['writes_per_pod']['total']:.2f}"
+        + ("" if claims_done is None else f"; {claims_done}/{len(claims)} claims allocated to their pod"),
+        flush=True,
+    )
     return result
 
 
@@ -174,9 +207,11 @@ def _claims_done(plane: BenchPlane, api: workload.ClaimApi) -> int:
         items = plane.api.get(paths.gpu_claims(NAMESPACE))["items"]
         return sum((c.get("status") or {}).get("phase") == "Bound" for c in items)
     items = plane.api.get(workload.dra_path("resourceclaims", NAMESPACE))["items"]
-    return sum(bool((c.get("status") or {}).get("allocation"))
-               and [r.get("name") for r in c["status"].get("reservedFor") or []] == [c["metadata"]["name"]]
-               for c in items)
+    return sum(
+        bool((c.get("status") or {}).get("allocation"))
+        and [r.get("name") for r in c["status"].get("reservedFor") or []] == [c["metadata"]["name"]]
+        for c in items
+    )
 
 
 def _settled_writes(plane: BenchPlane, quiet: float, timeout: float = 60) -> measure.WriteTail:
@@ -206,8 +241,9 @@ def _check(plane: BenchPlane, contender: contenders.Contender) -> None:
         raise RunAborted(exited)
 
 
-def _wait_bound(plane: BenchPlane, contender: contenders.Contender, tail: measure.AuditTail, pods: int,
-                timeout: float) -> bool:
+def _wait_bound(
+    plane: BenchPlane, contender: contenders.Contender, tail: measure.AuditTail, pods: int, timeout: float
+) -> bool:
     """Wait until `pods` pods of the tail's namespace are bound; False when `timeout` came first."""
     deadline = time.monotonic() + timeout
     while tail.poll() < pods:
@@ -218,8 +254,13 @@ def _wait_bound(plane: BenchPlane, contender: contenders.Contender, tail: measur
     return True
 
 
-def _window(plane: BenchPlane, contender: contenders.Contender, watched: dict[str, Any], writes: measure.WriteTail,
-            seconds: float) -> dict[str, Any]:
+def _window(
+    plane: BenchPlane,
+    contender: contenders.Contender,
+    watched: dict[str, Any],
+    writes: measure.WriteTail,
+    seconds: float,
+) -> dict[str, Any]:
     """CPU-seconds per second of every watched process and write requests per minute (the scheduler's, and
     everyone's) over `seconds` from now."""
     cpu_before, started = _snapshot(watched), time.time()
@@ -234,11 +275,14 @@ def _window(plane: BenchPlane, contender: contenders.Contender, watched: dict[st
     elapsed = ended - started
     mine = writes.counts(SCHEDULER_USER, since=started, until=ended)
     everyone = writes.counts(None, since=started, until=ended)
-    return {"seconds": round(elapsed, 1),
-            "cpu_per_second": {k: round(v / elapsed, 4) for k, v in cpu.items()},
-            "scheduler_writes_per_minute": round(sum(mine.values()) * 60 / elapsed, 1),
-            "all_writes_per_minute": round(sum(everyone.values()) * 60 / elapsed, 1),
-            "scheduler_writes": mine, "all_writes": everyone}
+    return {
+        "seconds": round(elapsed, 1),
+        "cpu_per_second": {k: round(v / elapsed, 4) for k, v in cpu.items()},
+        "scheduler_writes_per_minute": round(sum(mine.values()) * 60 / elapsed, 1),
+        "all_writes_per_minute": round(sum(everyone.values()) * 60 / elapsed, 1),
+        "scheduler_writes": mine,
+        "all_writes": everyone,
+    }
 
 
 def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) -> dict[str, Any]:
@@ -248,17 +292,30 @@ def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) ->
     shutil.rmtree(workdir, ignore_errors=True)
     plane = BenchPlane(workdir, loadgen)
     contender = contenders.BY_NAME[name]()
-    print(f"== storm {name} repetition {rep}: {settings.nodes} nodes full, {settings.storm_pods} pods waiting",
-          flush=True)
+    print(
+        f"== storm {name} repetition {rep}: {settings.nodes} nodes full, {settings.storm_pods} pods waiting", flush=True
+    )
     fill_sizes, storm_sizes = workload.storm_sizes(settings.nodes, settings.storm_pods)
     api, scheduler = contender.claim_api, contender.scheduler_name
     fill_claims, fill_pods = workload.claim_pods(api, scheduler, FILL_NAMESPACE, fill_sizes, prefix="fill")
     claims, pods = workload.claim_pods(api, scheduler, NAMESPACE, storm_sizes, prefix="storm")
-    result: dict[str, Any] = {"workload": "storm", "contender": name, "rep": rep, "nodes": settings.nodes,
-                              "pods": len(pods), "fill_pods": len(fill_pods), "fill_bound": 0,
-                              "first_pass_complete": False, "untried_after_timeout": len(pods),
-                              "first_pass_seconds": None, "bound": 0, "peak_rss_mib": {}, "baseline": None,
-                              "storm": None, "failure": None}
+    result: dict[str, Any] = {
+        "workload": "storm",
+        "contender": name,
+        "rep": rep,
+        "nodes": settings.nodes,
+        "pods": len(pods),
+        "fill_pods": len(fill_pods),
+        "fill_bound": 0,
+        "first_pass_complete": False,
+        "untried_after_timeout": len(pods),
+        "first_pass_seconds": None,
+        "bound": 0,
+        "peak_rss_mib": {},
+        "baseline": None,
+        "storm": None,
+        "failure": None,
+    }
     began = time.monotonic()
     try:
         plane.start()
@@ -275,8 +332,11 @@ def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) ->
         if not filled:
             raise RunAborted(f"the fill bound only {fill.bound}/{len(fill_pods)} pods in {settings.timeout:.0f}s")
         _settled_writes(plane, settings.writes_settle_seconds)
-        watched = {"kube-apiserver": plane.stats("kube-apiserver"), "etcd": plane.stats("etcd"),
-                   **contender.processes()}
+        watched = {
+            "kube-apiserver": plane.stats("kube-apiserver"),
+            "etcd": plane.stats("etcd"),
+            **contender.processes(),
+        }
         writes = measure.WriteTail(plane.cp.audit_log)
         result["baseline"] = _window(plane, contender, watched, writes, settings.storm_baseline_seconds)
         plane.create(claims, "claims")
@@ -288,11 +348,13 @@ def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) ->
             time.sleep(2 if len(pods) < 1000 else 5)  # listing thousands of pods costs the apiserver too
             listed = plane.api.get(paths.pods(NAMESPACE))["items"]
             waiting = len(pods) - sum(measure.tried(p) for p in listed)
-        result.update(first_pass_complete=waiting == 0, untried_after_timeout=waiting,
-                      first_pass_seconds=round(time.monotonic() - started, 1))
+        result.update(
+            first_pass_complete=waiting == 0,
+            untried_after_timeout=waiting,
+            first_pass_seconds=round(time.monotonic() - started, 1),
+        )
         result["storm"] = _window(plane, contender, watched, writes, settings.storm_seconds)
-        result["bound"] = sum(bool(p["spec"].get("nodeName"))
-                              for p in plane.api.get(paths.pods(NAMESPACE))["items"])
+        result["bound"] = sum(bool(p["spec"].get("nodeName")) for p in plane.api.get(paths.pods(NAMESPACE))["items"])
         result["peak_rss_mib"] = {k: s.peak_rss_mib() for k, s in watched.items()}
     except RunAborted as exc:
         result["failure"] = str(exc)
@@ -304,12 +366,15 @@ def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) ->
     storm, baseline = result["storm"], result["baseline"]
     if storm is not None:
         cps = storm["cpu_per_second"]
-        print(f"   first pass over {len(pods)} pods in {result['first_pass_seconds']:.0f}s "
-              f"({result['untried_after_timeout']} untried); then over {storm['seconds']:.0f}s: apiserver "
-              f"{cps['kube-apiserver']:.3f} CPU-s/s, scheduler {cps.get('scheduler', 0):.3f} CPU-s/s, scheduler "
-              f"writes {storm['scheduler_writes_per_minute']:.0f}/min, all writes "
-              f"{storm['all_writes_per_minute']:.0f}/min (baseline apiserver "
-              f"{baseline['cpu_per_second']['kube-apiserver']:.3f} CPU-s/s)", flush=True)
+        print(
+            f"   first pass over {len(pods)} pods in {result['first_pass_seconds']:.0f}s "
+            f"({result['untried_after_timeout']} untried); then over {storm['seconds']:.0f}s: apiserver "
+            f"{cps['kube-apiserver']:.3f} CPU-s/s, scheduler {cps.get('scheduler', 0):.3f} CPU-s/s, scheduler "
+            f"writes {storm['scheduler_writes_per_minute']:.0f}/min, all writes "
+            f"{storm['all_writes_per_minute']:.0f}/min (baseline apiserver "
+            f"{baseline['cpu_per_second']['kube-apiserver']:.3f} CPU-s/s)",
+            flush=True,
+        )
     return result
 
 
@@ -320,9 +385,13 @@ def _start_profilers(contender: contenders.Contender, workdir: pathlib.Path) -> 
     for name, stats in contender.processes().items():
         if name in contender.python_processes:
             svg = workdir / f"profile-{contender.name}-{name}.svg"
-            out.append(subprocess.Popen([str(py_spy), "record", "--nonblocking", "--rate", "100", "-p",
-                                         str(stats.pid), "-o", str(svg)], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL))
+            out.append(
+                subprocess.Popen(
+                    [str(py_spy), "record", "--nonblocking", "--rate", "100", "-p", str(stats.pid), "-o", str(svg)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
     return out
 
 
@@ -338,8 +407,9 @@ class ApiserverAccount:
         self.workdir = workdir
         self.before = self._counters()
         self.pool = ThreadPoolExecutor(1)
-        self.profile = self.pool.submit(self._fetch, f"/debug/pprof/profile?seconds={self.PROFILE_SECONDS}",
-                                        self.PROFILE_SECONDS + 60)
+        self.profile = self.pool.submit(
+            self._fetch, f"/debug/pprof/profile?seconds={self.PROFILE_SECONDS}", self.PROFILE_SECONDS + 60
+        )
 
     def _fetch(self, path: str, timeout: float = 30) -> bytes:
         cfg = self.plane.api.cfg
@@ -361,7 +431,8 @@ class ApiserverAccount:
         after = self._counters()
         rows = sorted(((after[k] - self.before.get(k, 0.0), k) for k in after), reverse=True)
         (self.workdir / "apiserver-requests.txt").write_text(
-            "".join(f"{delta:14.0f} {key}\n" for delta, key in rows if delta > 0))
+            "".join(f"{delta:14.0f} {key}\n" for delta, key in rows if delta > 0)
+        )
         try:
             (self.workdir / "apiserver.pprof").write_bytes(self.profile.result())
         except OSError as exc:
@@ -385,12 +456,23 @@ def _thin(curve: list[tuple[float, int]], points: int) -> list[tuple[float, int]
 
 def admission_review(settings: Settings) -> dict[str, Any]:
     """A realistic review: one W1 pod with its group's whole map (group_size lines)."""
-    pod = workload.w1_pods(constants.DEFAULT_SCHEDULER_NAME, NAMESPACE, settings.group_size, settings.nodes,
-                           settings.group_size)[settings.group_size // 2]
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "0b5e4d9e-bench-0000-0000-000000000000", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": NAMESPACE,
-        "operation": "CREATE", "userInfo": {"username": "bench"}, "object": pod, "dryRun": False}}
+    pod = workload.w1_pods(
+        constants.DEFAULT_SCHEDULER_NAME, NAMESPACE, settings.group_size, settings.nodes, settings.group_size
+    )[settings.group_size // 2]
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b5e4d9e-bench-0000-0000-000000000000",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": NAMESPACE,
+            "operation": "CREATE",
+            "userInfo": {"username": "bench"},
+            "object": pod,
+            "dryRun": False,
+        },
+    }
 
 
 def run_webhook(settings: Settings, loadgen: pathlib.Path) -> dict[str, Any]:
@@ -412,9 +494,19 @@ def run_webhook(settings: Settings, loadgen: pathlib.Path) -> dict[str, Any]:
         body.write_text(json.dumps(admission_review(settings)))
         for rate in settings.webhook_rates:
             csv = workdir / f"admit-{rate}.csv"
-            subprocess.run([str(loadgen), "admit", f"-url={components.webhook_url}",
-                            f"-ca={components.webhook_ca.cert_path}", f"-body={body}", f"-rate={rate}",
-                            f"-duration={settings.webhook_seconds}s", f"-out={csv}"], check=True)
+            subprocess.run(
+                [
+                    str(loadgen),
+                    "admit",
+                    f"-url={components.webhook_url}",
+                    f"-ca={components.webhook_ca.cert_path}",
+                    f"-body={body}",
+                    f"-rate={rate}",
+                    f"-duration={settings.webhook_seconds}s",
+                    f"-out={csv}",
+                ],
+                check=True,
+            )
             lat = measure.request_latencies_ms(csv)
             out["admission"][str(rate)] = {"requests": len(lat), **_quantiles(lat)}
         for label in ("without", "with"):
@@ -423,8 +515,9 @@ def run_webhook(settings: Settings, loadgen: pathlib.Path) -> dict[str, Any]:
                 time.sleep(3)  # the apiserver picks up webhook configurations through an informer
             ns = f"create-{label}"
             plane.namespace(ns)
-            pods = workload.w1_pods(constants.DEFAULT_SCHEDULER_NAME, ns, settings.create_latency_pods,
-                                    settings.nodes, settings.group_size)
+            pods = workload.w1_pods(
+                constants.DEFAULT_SCHEDULER_NAME, ns, settings.create_latency_pods, settings.nodes, settings.group_size
+            )
             csv = plane.create(pods, f"create-{label}", rate=50)
             lat = measure.request_latencies_ms(csv)
             out["pod_create"][label] = {"requests": len(lat), **_quantiles(lat)}
@@ -443,13 +536,18 @@ def run_webhook(settings: Settings, loadgen: pathlib.Path) -> dict[str, Any]:
 
 
 def _quantiles(lat: list[float]) -> dict[str, float]:
-    return {"p50_ms": round(measure.percentile(lat, 50), 2), "p90_ms": round(measure.percentile(lat, 90), 2),
-            "p99_ms": round(measure.percentile(lat, 99), 2), "max_ms": round(max(lat), 2)}
+    return {
+        "p50_ms": round(measure.percentile(lat, 50), 2),
+        "p90_ms": round(measure.percentile(lat, 90), 2),
+        "p99_ms": round(measure.percentile(lat, 99), 2),
+        "max_ms": round(max(lat), 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--smoke", action="store_true", help="a tiny run that only proves the benchmark works")
     p.add_argument("--nodes", type=int)
     p.add_argument("--pods", type=int)
@@ -460,9 +558,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--storm-baseline-seconds", type=float, help="the window before the storm pods arrive")
     p.add_argument("--contenders", help=f"comma-separated: {','.join(contenders.BY_NAME)}")
     p.add_argument("--skip-webhook", action="store_true")
-    p.add_argument("--profile", action="store_true",
-                   help="py-spy flame graphs of the contenders, the apiserver's CPU profile and request counts, "
-                        "in the run folders")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy flame graphs of the contenders, the apiserver's CPU profile and request counts, "
+        "in the run folders",
+    )
     p.add_argument("--out", type=pathlib.Path, help="working and results folder")
     p.add_argument("--docs", type=pathlib.Path, help="the markdown report to write (default docs/benchmarks.md)")
     args = p.parse_args(argv)
@@ -478,12 +579,15 @@ def main(argv: list[str] | None = None) -> None:
         overrides["contenders"] = tuple(args.contenders.split(","))
     settings = Settings(**overrides)
     unknown = [w for w in settings.workloads if w not in WORKLOADS] + [
-        c for c in settings.contenders if c not in contenders.BY_NAME]
+        c for c in settings.contenders if c not in contenders.BY_NAME
+    ]
     if unknown:
         p.error(f"unknown workloads or contenders: {', '.join(unknown)}")
     if "w1" in settings.workloads and settings.pods > settings.nodes * workload.GPUS_PER_NODE:
-        p.error(f"W1 gives every pod its own GPU: {settings.pods} pods need at least "
-                f"{-(-settings.pods // workload.GPUS_PER_NODE)} nodes")
+        p.error(
+            f"W1 gives every pod its own GPU: {settings.pods} pods need at least "
+            f"{-(-settings.pods // workload.GPUS_PER_NODE)} nodes"
+        )
     settings.out.mkdir(parents=True, exist_ok=True)
     loadgen = build_loadgen(ROOT / "build" / "bench-bin")
 
@@ -491,22 +595,46 @@ def main(argv: list[str] | None = None) -> None:
     # Each contender runs the workloads it takes part in (the ceiling knows only maps: W1; kube-scheduler-dra's
     # W1 would be kube-scheduler's). The storm runs once per contender: its figures are rates over minutes.
     takes = {name: contenders.BY_NAME[name].workloads for name in settings.contenders}
-    runs = [run_one(settings, loadgen, wl, name, rep)
-            for wl in settings.workloads if wl != "storm" for rep in range(1, settings.reps + 1)
-            for name in settings.contenders if wl in takes[name]]
-    storms = [run_storm(settings, loadgen, name, 1) for name in settings.contenders
-              if "storm" in settings.workloads and "storm" in takes[name]]
+    runs = [
+        run_one(settings, loadgen, wl, name, rep)
+        for wl in settings.workloads
+        if wl != "storm"
+        for rep in range(1, settings.reps + 1)
+        for name in settings.contenders
+        if wl in takes[name]
+    ]
+    storms = [
+        run_storm(settings, loadgen, name, 1)
+        for name in settings.contenders
+        if "storm" in settings.workloads and "storm" in takes[name]
+    ]
     hooks = None if args.skip_webhook else run_webhook(settings, loadgen)
-    results = {"settings": {k: (str(v) if isinstance(v, pathlib.Path) else v)
-                            for k, v in dataclasses.asdict(settings).items()},
-               "client": {"qps": contenders.CLIENT_QPS, "burst": contenders.CLIENT_BURST,
-                          "workers": contenders.SCHEDULER_WORKERS},
-               "started": started, "seconds": round(time.time() - started), "machine": report.machine(),
-               "runs": runs, "storm": storms, "webhook": hooks}
+    results = {
+        "settings": {
+            k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in dataclasses.asdict(settings).items()
+        },
+        "client": {
+            "qps": contenders.CLIENT_QPS,
+            "burst": contenders.CLIENT_BURST,
+            "workers": contenders.SCHEDULER_WORKERS,
+        },
+        "started": started,
+        "seconds": round(time.time() - started),
+        "machine": report.machine(),
+        "runs": runs,
+        "storm": storms,
+        "webhook": hooks,
+    }
     report.write(results, settings.out, settings.docs)
-    incomplete = [f"{r['workload']} {r['contender']} #{r['rep']}: {r['bound']}/{r['pods']} bound" for r in runs
-                  if r["bound"] < r["pods"]]
-    incomplete += [f"storm {r['contender']}: {r['failure'] or str(r['untried_after_timeout']) + ' pods never tried'}"
-                   for r in storms if r["failure"] or not r["first_pass_complete"]]
+    incomplete = [
+        f"{r['workload']} {r['contender']} #{r['rep']}: {r['bound']}/{r['pods']} bound"
+        for r in runs
+        if r["bound"] < r["pods"]
+    ]
+    incomplete += [
+        f"storm {r['contender']}: {r['failure'] or str(r['untried_after_timeout']) + ' pods never tried'}"
+        for r in storms
+        if r["failure"] or not r["first_pass_complete"]
+    ]
     if incomplete:
         raise SystemExit("runs that did not complete: " + "; ".join(incomplete))

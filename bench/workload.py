@@ -103,8 +103,9 @@ def w1_placements(pods: int, nodes: int, group_size: int) -> list[list[Placement
         group, index = divmod(p, group_size)
         if index == 0:
             groups.append([])
-        groups[-1].append(Placement(f"w1-g{group:03d}-{index}", index, node_name(p % nodes),
-                                    ((p // nodes) % GPUS_PER_NODE,)))
+        groups[-1].append(
+            Placement(f"w1-g{group:03d}-{index}", index, node_name(p % nodes), ((p // nodes) % GPUS_PER_NODE,))
+        )
     return groups
 
 
@@ -112,9 +113,18 @@ def gpu_map(group: list[Placement]) -> str:
     return "\n".join(f"{pl.index}={pl.node}:{','.join(map(str, pl.gpus))}" for pl in group)
 
 
-def _pod(namespace: str, name: str, scheduler: str, gpus: int | None, *, annotations: dict[str, str] | None = None,
-         affinity_node: str | None = None, labels: dict[str, str] | None = None,
-         resource_claim: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+def _pod(
+    namespace: str,
+    name: str,
+    scheduler: str,
+    gpus: int | None,
+    *,
+    annotations: dict[str, str] | None = None,
+    affinity_node: str | None = None,
+    labels: dict[str, str] | None = None,
+    resource_claim: str | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A pod asking `gpus` nvidia.com/gpu (None: no extended resource), or the ResourceClaim `resource_claim`."""
     container: dict[str, Any] = {"name": "main", "image": IMAGE, "resources": {}}
     if env:
@@ -130,20 +140,35 @@ def _pod(namespace: str, name: str, scheduler: str, gpus: int | None, *, annotat
         spec["resourceClaims"] = [{"name": DRA_REQUEST, "resourceClaimName": resource_claim}]
         container["resources"]["claims"] = [{"name": DRA_REQUEST}]
     if affinity_node:
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [affinity_node]}]},
-        ]}}}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/hostname", "operator": "In", "values": [affinity_node]}
+                            ]
+                        },
+                    ]
+                }
+            }
+        }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "bench", **(labels or {})},
-                     "annotations": annotations or {}},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app": "bench", **(labels or {})},
+            "annotations": annotations or {},
+        },
         "spec": spec,
     }
 
 
-def w1_pods(contender_scheduler: str, namespace: str, pods: int, nodes: int, group_size: int = 100,
-            cuda_env: bool = False) -> list[dict[str, Any]]:
+def w1_pods(
+    contender_scheduler: str, namespace: str, pods: int, nodes: int, group_size: int = 100, cuda_env: bool = False
+) -> list[dict[str, Any]]:
     """The W1 pods for one contender: map-pinned for gpu-scheduler and the ceiling (whose pods also name their
     node in CEILING_NODE_ANNOTATION), affinity-pinned for kube-scheduler. `cuda_env`: the map pods carry the
     CUDA_VISIBLE_DEVICES the webhook would have set (for a contender without the webhook: gpu-scheduler binds no
@@ -192,21 +217,35 @@ def resource_claim(name: str, namespace: str, spec: dict[str, Any]) -> dict[str,
     `Required` becomes a `matchAttribute` constraint on the island (and `minBandwidthGBps` a CEL selector on the
     bandwidth attribute). What DRA has no words for is left out and costs neither contender anything in the
     benchmark: the allocation policy (contiguous/spread ids), `Preferred` topology (DRA has no preferences)."""
-    exactly: dict[str, Any] = {"deviceClassName": DRA_DEVICE_CLASS, "allocationMode": "ExactCount",
-                               "count": spec["devices"]["count"]}
+    exactly: dict[str, Any] = {
+        "deviceClassName": DRA_DEVICE_CLASS,
+        "allocationMode": "ExactCount",
+        "count": spec["devices"]["count"],
+    }
     devices: dict[str, Any] = {"requests": [{"name": DRA_REQUEST, "exactly": exactly}]}
     topology = spec.get("topology") or {}
     if topology.get("mode") == "Required":
         devices["constraints"] = [{"requests": [DRA_REQUEST], "matchAttribute": DRA_ISLAND}]
         if topology.get("minBandwidthGBps"):
-            exactly["selectors"] = [{"cel": {"expression": f'device.attributes["{DRA_DRIVER}"].bandwidthGBps >= '
-                                                           f'{int(topology["minBandwidthGBps"])}'}}]
-    return {"apiVersion": DRA_API, "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"devices": devices}}
+            exactly["selectors"] = [
+                {
+                    "cel": {
+                        "expression": f'device.attributes["{DRA_DRIVER}"].bandwidthGBps >= '
+                        f"{int(topology['minBandwidthGBps'])}"
+                    }
+                }
+            ]
+    return {
+        "apiVersion": DRA_API,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": devices},
+    }
 
 
-def claim_pods(api: ClaimApi, scheduler: str, namespace: str, sizes: list[int], prefix: str = "w2",
-               spec: Any = gpuclaim_spec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def claim_pods(
+    api: ClaimApi, scheduler: str, namespace: str, sizes: list[int], prefix: str = "w2", spec: Any = gpuclaim_spec
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(claims, pods): one pod per size, named `<prefix>-<i>-<n>gpu`, asking its GPUs in `api`, and the claims
     to create before the pods (none for `extended`). `spec(n)` is the GpuClaim spec every form is made from."""
     claims: list[dict[str, Any]] = []
@@ -252,19 +291,39 @@ def gpuclaim_inventory(nodes: int) -> dict[str, dict[str, Any]]:
 
 def device_class() -> dict[str, Any]:
     """Every device of the bench's driver."""
-    return {"apiVersion": DRA_API, "kind": "DeviceClass", "metadata": {"name": DRA_DEVICE_CLASS},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]}}
+    return {
+        "apiVersion": DRA_API,
+        "kind": "DeviceClass",
+        "metadata": {"name": DRA_DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]},
+    }
 
 
 def resource_slice(node: str) -> dict[str, Any]:
     """The node's GPUs as its DRA driver would publish them: one pool named after the node, in one slice, the
     devices of the simulated inventory, each with its index, NVLink island and bandwidth."""
-    devices = [{"name": f"gpu-{d['id']}", "attributes": {
-        "index": {"int": d["id"]}, "island": {"string": d["island"]}, "bandwidthGBps": {"int": d["bandwidthGBps"]},
-    }} for d in simulated_status()["devices"]]
-    return {"apiVersion": DRA_API, "kind": "ResourceSlice", "metadata": {"name": f"{node}-{DRA_DRIVER}"},
-            "spec": {"driver": DRA_DRIVER, "nodeName": node,
-                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}
+    devices = [
+        {
+            "name": f"gpu-{d['id']}",
+            "attributes": {
+                "index": {"int": d["id"]},
+                "island": {"string": d["island"]},
+                "bandwidthGBps": {"int": d["bandwidthGBps"]},
+            },
+        }
+        for d in simulated_status()["devices"]
+    ]
+    return {
+        "apiVersion": DRA_API,
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRA_DRIVER}"},
+        "spec": {
+            "driver": DRA_DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
 
 
 def dra_inventory(nodes: int) -> list[dict[str, Any]]:

@@ -76,9 +76,13 @@ _DESELECTED = pytest.StashKey[int]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--tier", choices=(CONTROLPLANE, KIND), default=CONTROLPLANE,
-                     help="which Gherkin scenarios run, and against what: 'controlplane' (default) on a control "
-                          "plane the session starts; 'kind' on the KinD test-bed named by GPU_TEST_KUBECONFIG")
+    parser.addoption(
+        "--tier",
+        choices=(CONTROLPLANE, KIND),
+        default=CONTROLPLANE,
+        help="which Gherkin scenarios run, and against what: 'controlplane' (default) on a control "
+        "plane the session starts; 'kind' on the KinD test-bed named by GPU_TEST_KUBECONFIG",
+    )
 
 
 def tiers(item: pytest.Item) -> set[str]:
@@ -90,11 +94,12 @@ def tiers(item: pytest.Item) -> set[str]:
 def pytest_configure(config: pytest.Config) -> None:
     tier = config.getoption("tier")
     if tier == KIND and not EXTERNAL_KUBECONFIG and not config.option.collectonly:
-        raise pytest.UsageError("--tier kind runs against the KinD test-bed: set GPU_TEST_KUBECONFIG to its "
-                                "kubeconfig")
+        raise pytest.UsageError("--tier kind runs against the KinD test-bed: set GPU_TEST_KUBECONFIG to its kubeconfig")
     if tier == CONTROLPLANE and EXTERNAL_KUBECONFIG:
-        raise pytest.UsageError("GPU_TEST_KUBECONFIG is set, but the control-plane tier starts its own cluster: "
-                                "run the KinD tier with --tier kind, or unset GPU_TEST_KUBECONFIG")
+        raise pytest.UsageError(
+            "GPU_TEST_KUBECONFIG is set, but the control-plane tier starts its own cluster: "
+            "run the KinD tier with --tier kind, or unset GPU_TEST_KUBECONFIG"
+        )
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k, so that an empty selection can be told apart
@@ -108,7 +113,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(other) == len(ours):
         raise pytest.UsageError(
             f"the {len(other)} scenario(s) selected under features/ are not in the {tier} tier (the default is "
-            f"{CONTROLPLANE}): run them with --tier {KIND if tier == CONTROLPLANE else CONTROLPLANE}")
+            f"{CONTROLPLANE}): run them with --tier {KIND if tier == CONTROLPLANE else CONTROLPLANE}"
+        )
     dropped = set(other)
     config.hook.pytest_deselected(items=other)
     items[:] = [item for item in items if item not in dropped]
@@ -124,6 +130,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 
 
 # ---- the cluster and the world ---------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
@@ -152,8 +159,9 @@ def world(cluster: Cluster) -> Iterator[World]:
     api = cluster.api
     ns = f"s-{uuid.uuid4().hex[:8]}"
     api.create(paths.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    wait_for("the namespace's default ServiceAccount", lambda: api.get(paths.service_account(ns, "default")),
-             timeout=30)
+    wait_for(
+        "the namespace's default ServiceAccount", lambda: api.get(paths.service_account(ns, "default")), timeout=30
+    )
     w = World(api, cluster, ns)
     yield w
     # Undo what this scenario changed on shared things, then drop its namespace.
@@ -175,22 +183,27 @@ def world(cluster: Cluster) -> Iterator[World]:
 
 # ---- StatefulSets (takehome, admission, resilience, kind) ------------------------------------------------------
 
+
 @given("the take-home map", target_fixture="gpu_map")
 def take_home_map() -> str:
     return TAKE_HOME_MAP
 
 
-@given(step('the StatefulSet "{name:q}" with {replicas:d} replicas is created with that map'),
-       target_fixture="statefulset")
-@when(step('the StatefulSet "{name:q}" with {replicas:d} replicas is created with that map'),
-      target_fixture="statefulset")
+@given(
+    step('the StatefulSet "{name:q}" with {replicas:d} replicas is created with that map'), target_fixture="statefulset"
+)
+@when(
+    step('the StatefulSet "{name:q}" with {replicas:d} replicas is created with that map'), target_fixture="statefulset"
+)
 def create_statefulset(world: World, gpu_map: str, name: str, replicas: int) -> StatefulSet:
     world.api.create(paths.statefulsets(world.namespace), statefulset_body(name, replicas, gpu_map))
     return StatefulSet(name, world.namespace, gpu_map)
 
 
-@given(step('a StatefulSet "{name:q}" of {replicas:d} parallel replicas mapped round-robin onto node1..node4'),
-       target_fixture="statefulset")
+@given(
+    step('a StatefulSet "{name:q}" of {replicas:d} parallel replicas mapped round-robin onto node1..node4'),
+    target_fixture="statefulset",
+)
 def create_round_robin_statefulset(world: World, name: str, replicas: int) -> StatefulSet:
     # Map more indices than replicas, so that the later scale-up is covered by the same map.
     entries = {i: gpumap.Entry(i, WORKER_NODES[i % 4], (i % 8,)) for i in range(100)}
@@ -205,6 +218,7 @@ def all_n_pods_on_mapped_nodes(world: World, statefulset: StatefulSet, replicas:
 
 
 # ---- pods ------------------------------------------------------------------------------------------------------
+
 
 @when(step('the pod "{name:q}" is created with the map "{gpu_map:q}"'))
 def create_pod_with_map(world: World, name: str, gpu_map: str) -> None:
@@ -262,13 +276,17 @@ def pending_unschedulable(world: World, name: str, fragment: str) -> None:
 
 @then(step('the pod "{name:q}" has a FailedScheduling event containing "{fragment:q}"'))
 def failed_scheduling_event(world: World, name: str, fragment: str) -> None:
-    events = wait_for(f"FailedScheduling event for {name}",
-                      lambda: [e for e in events_for(world, "Pod", name, constants.EVENT_FAILED_SCHEDULING)
-                               if fragment in e["message"]])
+    events = wait_for(
+        f"FailedScheduling event for {name}",
+        lambda: [
+            e for e in events_for(world, "Pod", name, constants.EVENT_FAILED_SCHEDULING) if fragment in e["message"]
+        ],
+    )
     assert events[0]["type"] == "Warning" and events[0]["source"]["component"] == constants.DEFAULT_SCHEDULER_NAME
 
 
 # ---- refusals --------------------------------------------------------------------------------------------------
+
 
 @then(step('the creation is refused with a message containing "{fragment:q}"'))
 def refused(world: World, fragment: str) -> None:
@@ -281,6 +299,7 @@ def refused_also(world: World, fragment: str) -> None:
 
 
 # ---- the scheduler's binds -------------------------------------------------------------------------------------
+
 
 @when("the scheduler is started again", target_fixture="restarted_at")
 def restart_scheduler(world: World) -> float:
@@ -301,7 +320,8 @@ def bound_exactly_once(world: World) -> None:
     assert pods
     for name in pods:
         assert successes[name] == 1 or (successes[name] == 0 and cut_off[name] >= 1), (
-            f"{name}: {successes[name]} successful bindings, {cut_off[name]} cut off")
+            f"{name}: {successes[name]} successful bindings, {cut_off[name]} cut off"
+        )
     conflicts = bind_counts(world, range(409, 410))
     assert not conflicts, f"binding attempts on already-bound pods: {dict(conflicts)}"
 
@@ -314,12 +334,14 @@ def bound_once_with_event(world: World) -> None:
         bound_exactly_once(world)
     for pod in world.api.pods(world.namespace):
         name = pod["metadata"]["name"]
-        events = wait_for(f"a Scheduled event for {name}",
-                          lambda name=name: events_for(world, "Pod", name, constants.EVENT_SCHEDULED))
+        events = wait_for(
+            f"a Scheduled event for {name}", lambda name=name: events_for(world, "Pod", name, constants.EVENT_SCHEDULED)
+        )
         assert_scheduled_event(world, pod, events)
 
 
 # ---- GpuClaims and their GPUs (claims, claims_scheduling, faults, security, kind) --------------------------------
+
 
 @given("every kwok node has the simulated inventory of 8 GPUs in two NVLink islands")
 def inventory(world: World) -> None:
@@ -328,14 +350,17 @@ def inventory(world: World) -> None:
 
 @given(step('the GpuClaim "{name:q}" asking for {count:d} GPUs with policy "{policy:q}" on node "{node:q}" is created'))
 def claim_on_node(world: World, name: str, count: int, policy: str, node: str) -> None:
-    world.api.create(paths.gpu_claims(world.namespace), objects.claim_body(
-        name, {"devices": {"count": count, "policy": policy}, "selector": on_node(node)}))
+    world.api.create(
+        paths.gpu_claims(world.namespace),
+        objects.claim_body(name, {"devices": {"count": count, "policy": policy}, "selector": on_node(node)}),
+    )
 
 
 @then(step('the GpuClaim "{name:q}" is Bound with GPUs "{gpus:q}" on {node}'))
 def claim_bound(world: World, name: str, gpus: str, node: str) -> None:
-    status = wait_for(f"GpuClaim {name} Bound", lambda: (s := claim_status(world, name)).get("phase") == "Bound"
-                      and s, timeout=60)
+    status = wait_for(
+        f"GpuClaim {name} Bound", lambda: (s := claim_status(world, name)).get("phase") == "Bound" and s, timeout=60
+    )
     assert status["nodeName"] == node and status["allocated"] == f"{node}:{gpus}", status
     assert status["gpuIds"] == [int(g) for g in gpus.split(",")], status
 

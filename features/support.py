@@ -62,6 +62,7 @@ def path_pattern(path_of: Callable[..., str]) -> re.Pattern[str]:
 
 # ---- the session's cluster and the scenario's world ------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class Cluster:
     api: SyncClient
@@ -120,14 +121,20 @@ class StatefulSet:
 
 # ---- objects ---------------------------------------------------------------------------------------------------
 
+
 def containers(image: str = CHECK_IMAGE) -> dict[str, Any]:
     """Two containers and an init container, so 'every container' is really checked."""
     common = {
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "env": [{"name": constants.NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "readOnlyRootFilesystem": True,
-                            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
     }
     return {
         "initContainers": [dict(common, name="init", command=["true"])],
@@ -135,9 +142,15 @@ def containers(image: str = CHECK_IMAGE) -> dict[str, Any]:
     }
 
 
-def pod_body(name: str, *, gpu_map: str | None, scheduler: str = constants.DEFAULT_SCHEDULER_NAME,
-             generate_name: bool = False, tolerations: list[dict[str, Any]] | None = None,
-             claim: str | None = None) -> dict[str, Any]:
+def pod_body(
+    name: str,
+    *,
+    gpu_map: str | None,
+    scheduler: str = constants.DEFAULT_SCHEDULER_NAME,
+    generate_name: bool = False,
+    tolerations: list[dict[str, Any]] | None = None,
+    claim: str | None = None,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"generateName": name} if generate_name else {"name": name}
     annotations = {}
     if gpu_map is not None:
@@ -165,8 +178,11 @@ def statefulset_body(name: str, replicas: int, gpu_map: str, parallel: bool = Fa
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels, "annotations": {constants.MAP_ANNOTATION: gpu_map}},
-                "spec": {"schedulerName": constants.DEFAULT_SCHEDULER_NAME, "terminationGracePeriodSeconds": 0,
-                         **containers()},
+                "spec": {
+                    "schedulerName": constants.DEFAULT_SCHEDULER_NAME,
+                    "terminationGracePeriodSeconds": 0,
+                    **containers(),
+                },
             },
         },
     }
@@ -178,6 +194,7 @@ def on_node(node: str) -> dict[str, Any]:
 
 
 # ---- reading state ---------------------------------------------------------------------------------------------
+
 
 def get_pod(w: World, name: str, namespace: str | None = None) -> dict[str, Any]:
     return w.api.get(paths.pod(namespace or w.namespace, name))
@@ -191,14 +208,19 @@ def running_on(w: World, name: str, node: str, namespace: str | None = None) -> 
 
 
 def pod_ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def live_pods(w: World, namespace: str, app: str) -> list[dict[str, Any]]:
     """The pods labelled `app: <app>` in `namespace` that are not being deleted."""
-    return [p for p in w.api.pods(namespace, labelSelector=f"{APP_LABEL}={app}")
-            if not p["metadata"].get("deletionTimestamp")]
+    return [
+        p
+        for p in w.api.pods(namespace, labelSelector=f"{APP_LABEL}={app}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
 
 
 def cuda_values(pod: dict[str, Any]) -> list[list[str | None]]:
@@ -214,13 +236,18 @@ def assert_cuda(pod: dict[str, Any], expected: str) -> None:
     values = cuda_values(pod)
     assert values and all(v == [expected] for v in values), (
         f"pod {pod['metadata']['name']}: CUDA_VISIBLE_DEVICES per container is {values}, expected [{expected!r}] "
-        "in every one")
+        "in every one"
+    )
 
 
 def events_for(w: World, kind: str, name: str, reason: str) -> list[dict[str, Any]]:
-    return [e for e in w.api.events(w.namespace)
-            if e["involvedObject"].get("kind") == kind and e["involvedObject"].get("name") == name
-            and e.get("reason") == reason]
+    return [
+        e
+        for e in w.api.events(w.namespace)
+        if e["involvedObject"].get("kind") == kind
+        and e["involvedObject"].get("name") == name
+        and e.get("reason") == reason
+    ]
 
 
 def assert_scheduled_event(w: World, pod: dict[str, Any], events: list[dict[str, Any]]) -> None:
@@ -251,8 +278,9 @@ def bind_counts(w: World, codes: range = range(200, 300)) -> Counter[str]:
 
 def leases_of(api: SyncClient, uid: str) -> list[str]:
     """The GPU Leases the pod with `uid` holds."""
-    return sorted(lease["metadata"]["name"] for lease in api.get(paths.GPU_LEASES)["items"]
-                  if uid in objects.lease_holders(lease))
+    return sorted(
+        lease["metadata"]["name"] for lease in api.get(paths.GPU_LEASES)["items"] if uid in objects.lease_holders(lease)
+    )
 
 
 def claim_status(w: World, name: str) -> dict[str, Any]:
@@ -285,14 +313,16 @@ def logs_show(w: World, namespace: str, name: str, node: str, devices: str, iter
         return text if text.count(report) >= iterations else None
 
     text = wait_for(f"{iterations} reports in the log of {name}", enough, timeout=60, interval=1)
-    foreign = [line for line in text.splitlines() if line.startswith(("Node Name:", constants.CUDA_ENV))
-               and line not in report]
+    foreign = [
+        line for line in text.splitlines() if line.startswith(("Node Name:", constants.CUDA_ENV)) and line not in report
+    ]
     assert not foreign, f"{name} logged other values: {foreign[:4]}"
 
 
 def scale(w: World, sts: StatefulSet, replicas: int) -> dict[str, tuple[str, str]]:
     """Scale `sts` to `replicas`; returns its pods as they were before: name -> (uid, node)."""
-    before = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName", ""))
-              for p in w.api.pods(sts.namespace)}
+    before = {
+        p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName", "")) for p in w.api.pods(sts.namespace)
+    }
     w.api.patch(sts.path, {"spec": {"replicas": replicas}})
     return before

@@ -40,7 +40,37 @@ VERSIONS_FILE = ROOT / "versions.yml"
 
 # Staging modules that k8s.io/kubernetes requires at v0.0.0 and resolves with `replace` to ./staging in its
 # own tree; outside that tree each needs a replace to its published v0.X.Y release.
-K8S_STAGING_MODULES = ["api", "apiextensions-apiserver", "apimachinery", "apiserver", "cli-runtime", "client-go", "cloud-provider", "cluster-bootstrap", "code-generator", "component-base", "component-helpers", "controller-manager", "cri-api", "cri-client", "csi-translation-lib", "dynamic-resource-allocation", "endpointslice", "externaljwt", "kms", "kube-aggregator", "kube-controller-manager", "kube-proxy", "kube-scheduler", "kubectl", "kubelet", "metrics", "mount-utils", "pod-security-admission", "sample-apiserver"]
+K8S_STAGING_MODULES = [
+    "api",
+    "apiextensions-apiserver",
+    "apimachinery",
+    "apiserver",
+    "cli-runtime",
+    "client-go",
+    "cloud-provider",
+    "cluster-bootstrap",
+    "code-generator",
+    "component-base",
+    "component-helpers",
+    "controller-manager",
+    "cri-api",
+    "cri-client",
+    "csi-translation-lib",
+    "dynamic-resource-allocation",
+    "endpointslice",
+    "externaljwt",
+    "kms",
+    "kube-aggregator",
+    "kube-controller-manager",
+    "kube-proxy",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "metrics",
+    "mount-utils",
+    "pod-security-admission",
+    "sample-apiserver",
+]
 
 
 def read_versions(path: pathlib.Path = VERSIONS_FILE) -> dict[str, str]:
@@ -81,7 +111,9 @@ def components() -> dict[str, Component]:
     found["etcd"] = Component("etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3", "etcd_version")
     found["kwok"] = Component("kwok", "sigs.k8s.io/kwok", "sigs.k8s.io/kwok/cmd/kwok", "kwok_version")
     found["kind"] = Component("kind", "sigs.k8s.io/kind", "sigs.k8s.io/kind", "kind_version")
-    found["coredns"] = Component("coredns", "github.com/coredns/coredns", "github.com/coredns/coredns", "coredns_version")
+    found["coredns"] = Component(
+        "coredns", "github.com/coredns/coredns", "github.com/coredns/coredns", "coredns_version"
+    )
     return found
 
 

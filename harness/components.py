@@ -47,9 +47,11 @@ class LeaderElection:
     retry_period: float = 1.0
 
     def flags(self) -> list[str]:
-        return [f"--leader-elect-lease-duration={self.lease_duration:g}",
-                f"--leader-elect-renew-deadline={self.renew_deadline:g}",
-                f"--leader-elect-retry-period={self.retry_period:g}"]
+        return [
+            f"--leader-elect-lease-duration={self.lease_duration:g}",
+            f"--leader-elect-renew-deadline={self.renew_deadline:g}",
+            f"--leader-elect-retry-period={self.retry_period:g}",
+        ]
 
 
 LEADER_ELECTION = LeaderElection()
@@ -61,8 +63,17 @@ class SchedulerProcess(Process):
     `identity` is the one of the current (or last) run, and the user agent of its requests is
     `<scheduler name>/<identity>`."""
 
-    def __init__(self, name: str, argv: list[str], log_dir: pathlib.Path, *, base_identity: str, health_port: int,
-                 leader_election: bool, restart_on_failure: bool = False):
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log_dir: pathlib.Path,
+        *,
+        base_identity: str,
+        health_port: int,
+        leader_election: bool,
+        restart_on_failure: bool = False,
+    ):
         super().__init__(name, argv, log_dir)
         self.base_identity = base_identity
         self.health_port = health_port
@@ -79,8 +90,9 @@ class SchedulerProcess(Process):
             self._stopped = False
             self._start()
         if self.restart_on_failure:
-            threading.Thread(target=self._supervise, args=(self.proc,), name=f"supervise-{self.name}",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._supervise, args=(self.proc,), name=f"supervise-{self.name}", daemon=True
+            ).start()
         return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
@@ -124,9 +136,15 @@ class Components:
     `leader_election`: the timings every scheduler gets, or None for `--no-leader-elect` (each scheduler then
     schedules at once, alone)."""
 
-    def __init__(self, cp: ControlPlane, scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME, *,
-                 fault_proxy: bool = False, leader_election: LeaderElection | None = LEADER_ELECTION,
-                 restart_on_failure: bool = False):
+    def __init__(
+        self,
+        cp: ControlPlane,
+        scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME,
+        *,
+        fault_proxy: bool = False,
+        leader_election: LeaderElection | None = LEADER_ELECTION,
+        restart_on_failure: bool = False,
+    ):
         self.cp = cp
         self.restart_on_failure = restart_on_failure
         self.scheduler_name = scheduler_name
@@ -134,14 +152,21 @@ class Components:
         self.webhook_ca = ca
         self.webhook_pair = ca.issue("webhook", "gpu-webhook", server=True, dns=("localhost",), ips=("127.0.0.1",))
         self.webhook_port = free_port()
-        self.webhook = Process("gpu-webhook", [
-            str(SCRIPTS / "gpu-webhook"), "--host", "127.0.0.1", f"--port={self.webhook_port}",
-            f"--tls-cert-file={self.webhook_pair.cert}", f"--tls-private-key-file={self.webhook_pair.key}",
-        ], cp.logs)
+        self.webhook = Process(
+            "gpu-webhook",
+            [
+                str(SCRIPTS / "gpu-webhook"),
+                "--host",
+                "127.0.0.1",
+                f"--port={self.webhook_port}",
+                f"--tls-cert-file={self.webhook_pair.cert}",
+                f"--tls-private-key-file={self.webhook_pair.key}",
+            ],
+            cp.logs,
+        )
         self.proxy: FaultProxy | None = None
         if fault_proxy:
-            self.proxy = FaultProxy(cp.kubeconfig, pki.CA(cp.pki_dir, "faultproxy"), cp.dir,
-                                    client_ca=cp.ca.cert_path)
+            self.proxy = FaultProxy(cp.kubeconfig, pki.CA(cp.pki_dir, "faultproxy"), cp.dir, client_ca=cp.ca.cert_path)
         self.scheduler_kubeconfig = self.proxy.kubeconfig if self.proxy else cp.kubeconfig
         self.leader_election = leader_election
         self.scheduler = self._scheduler_process("gpu-scheduler", "scheduler-a")
@@ -154,17 +179,30 @@ class Components:
     def _scheduler_process(self, log_name: str, identity: str) -> SchedulerProcess:
         health_port = free_port()
         argv = [
-            str(SCRIPTS / "gpu-scheduler"), f"--kubeconfig={self.scheduler_kubeconfig}",
-            f"--scheduler-name={self.scheduler_name}", "--health-host=127.0.0.1", f"--health-port={health_port}",
+            str(SCRIPTS / "gpu-scheduler"),
+            f"--kubeconfig={self.scheduler_kubeconfig}",
+            f"--scheduler-name={self.scheduler_name}",
+            "--health-host=127.0.0.1",
+            f"--health-port={health_port}",
         ]
         if self.leader_election is None:
             argv.append("--no-leader-elect")
         else:
-            argv += ["--leader-elect", f"--leader-elect-resource-namespace={constants.LEASE_NAMESPACE}",
-                     f"--leader-elect-resource-name={self.scheduler_name}", *self.leader_election.flags()]
-        return SchedulerProcess(log_name, argv, self.cp.logs, base_identity=identity, health_port=health_port,
-                                leader_election=self.leader_election is not None,
-                                restart_on_failure=self.restart_on_failure)
+            argv += [
+                "--leader-elect",
+                f"--leader-elect-resource-namespace={constants.LEASE_NAMESPACE}",
+                f"--leader-elect-resource-name={self.scheduler_name}",
+                *self.leader_election.flags(),
+            ]
+        return SchedulerProcess(
+            log_name,
+            argv,
+            self.cp.logs,
+            base_identity=identity,
+            health_port=health_port,
+            leader_election=self.leader_election is not None,
+            restart_on_failure=self.restart_on_failure,
+        )
 
     @property
     def webhook_url(self) -> str:
@@ -228,6 +266,7 @@ class Components:
 
     def wait_for_leader(self, timeout: float = 60, among: list[SchedulerProcess] | None = None) -> SchedulerProcess:
         """Until one of `among` (default: every running scheduler) holds the leader Lease; that one."""
+
         def holder() -> SchedulerProcess | None:
             proc = self.leader_process()
             return proc if proc is not None and (among is None or proc in among) else None
@@ -238,9 +277,12 @@ class Components:
         assert self.cp.api is not None
         self.cp.api.apply_or_replace(
             paths.MUTATING_WEBHOOK_CONFIGURATIONS,
-            manifests.webhook_configuration(url=self.webhook_url, service=None,
-                                            ca_bundle_b64=base64.b64encode(self.webhook_ca.pem).decode(),
-                                            scheduler_name=self.scheduler_name),
+            manifests.webhook_configuration(
+                url=self.webhook_url,
+                service=None,
+                ca_bundle_b64=base64.b64encode(self.webhook_ca.pem).decode(),
+                scheduler_name=self.scheduler_name,
+            ),
         )
 
     def install_crds(self) -> None:
@@ -248,16 +290,22 @@ class Components:
         assert self.cp.api is not None
         api = self.cp.api
         # the project's namespace: GPU Leases and the leader-election Lease
-        api.create(paths.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
-                                "metadata": {"name": constants.LEASE_NAMESPACE}}, exist_ok=True)
+        api.create(
+            paths.NAMESPACES,
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": constants.LEASE_NAMESPACE}},
+            exist_ok=True,
+        )
         for path in sorted(CRD_DIR.glob("*.yaml")):
             crd = yaml.safe_load(path.read_text())
             api.apply_or_replace(paths.CRDS, crd)
             name = crd["metadata"]["name"]
-            wait_for(f"CRD {name} Established", lambda n=name: any(
-                c["type"] == "Established" and c["status"] == "True"
-                for c in api.get(f"{paths.CRDS}/{n}")
-                .get("status", {}).get("conditions") or []))
+            wait_for(
+                f"CRD {name} Established",
+                lambda n=name: any(
+                    c["type"] == "Established" and c["status"] == "True"
+                    for c in api.get(f"{paths.CRDS}/{n}").get("status", {}).get("conditions") or []
+                ),
+            )
 
     def start(self) -> Components:
         try:

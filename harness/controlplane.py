@@ -51,10 +51,7 @@ def _audit_time(stamp: str | None) -> float:
     """An audit event's MicroTime (`2026-01-02T03:04:05.123456Z`) as seconds since the epoch (0 when absent)."""
     if not stamp:
         return 0.0
-    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=datetime.UTC).timestamp()
-
-
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC).timestamp()
 
 
 def default_service_account(namespace: str) -> str:
@@ -116,8 +113,9 @@ class ControlPlane:
     """`extra_args` adds flags per program ("kube-apiserver", "kube-controller-manager", "kwok"); a flag given
     again there overrides the default (the last occurrence wins). The benchmark tunes the plane this way."""
 
-    def __init__(self, workdir: pathlib.Path, *, audit_policy: str = AUDIT_POLICY,
-                 extra_args: dict[str, list[str]] | None = None):
+    def __init__(
+        self, workdir: pathlib.Path, *, audit_policy: str = AUDIT_POLICY, extra_args: dict[str, list[str]] | None = None
+    ):
         self.dir = workdir
         self.audit_policy = audit_policy
         self.extra_args = extra_args or {}
@@ -126,8 +124,9 @@ class ControlPlane:
         self.pki_dir = workdir / "pki"
         self.pki_dir.mkdir(exist_ok=True)
         self.bin = toolchain.bindir()
-        missing = [b for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")
-                   if not (self.bin / b).exists()]
+        missing = [
+            b for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kwok") if not (self.bin / b).exists()
+        ]
         if missing:
             raise RuntimeError(f"missing control-plane binaries {missing} in {self.bin}; run `make toolchain`")
         self.processes: dict[str, Process] = {}
@@ -140,22 +139,40 @@ class ControlPlane:
         started = time.monotonic()
         etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
         self.server = f"https://127.0.0.1:{api_port}"
-        serving = self.ca.issue("apiserver", "kube-apiserver", server=True,
-                                dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
-                                ips=("127.0.0.1", "10.96.0.1"))
+        serving = self.ca.issue(
+            "apiserver",
+            "kube-apiserver",
+            server=True,
+            dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+            ips=("127.0.0.1", "10.96.0.1"),
+        )
         admin = self.admin = self.ca.issue("admin", "admin", org="system:masters", client=True)
         sa = pki.service_account_keys(self.pki_dir)
         self.kubeconfig.write_text(kubeconfig(self.server, self.ca.pem, admin))
 
-        self._run("etcd", [
-            str(self.bin / "etcd"), "--data-dir", str(self.dir / "etcd"), "--name", "test",
-            "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
-            "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
-            "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
-            "--initial-cluster", f"test=http://127.0.0.1:{etcd_peer}",
-            "--unsafe-no-fsync", "--log-level", "warn",
-        ]).wait_http(f"http://127.0.0.1:{etcd_port}/health")
+        self._run(
+            "etcd",
+            [
+                str(self.bin / "etcd"),
+                "--data-dir",
+                str(self.dir / "etcd"),
+                "--name",
+                "test",
+                "--listen-client-urls",
+                f"http://127.0.0.1:{etcd_port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{etcd_port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{etcd_peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{etcd_peer}",
+                "--initial-cluster",
+                f"test=http://127.0.0.1:{etcd_peer}",
+                "--unsafe-no-fsync",
+                "--log-level",
+                "warn",
+            ],
+        ).wait_http(f"http://127.0.0.1:{etcd_port}/health")
 
         # Audit every pods/binding request: the scenarios count binds per pod from this log, the apiserver's own
         # record, to prove that no pod is ever bound twice.
@@ -164,40 +181,71 @@ class ControlPlane:
         policy.write_text(self.audit_policy)
         ctx = ssl.create_default_context(cafile=str(self.ca.cert_path))
         ctx.load_cert_chain(str(admin.cert), str(admin.key))
-        self._run("kube-apiserver", [
-            str(self.bin / "kube-apiserver"),
-            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1", f"--secure-port={api_port}", "--advertise-address=127.0.0.1",
-            f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
-            f"--client-ca-file={self.ca.cert_path}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={sa.cert}", f"--service-account-signing-key-file={sa.key}",
-            "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC",
-            "--endpoint-reconciler-type=none", f"--audit-policy-file={policy}",
-            f"--audit-log-path={self.audit_log}", "--audit-log-format=json", "--audit-log-mode=blocking",
-            f"--cert-dir={self.pki_dir}", "--profiling=false",
-        ]).wait_http(f"{self.server}/readyz", timeout=120, context=ctx)
+        self._run(
+            "kube-apiserver",
+            [
+                str(self.bin / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                "--advertise-address=127.0.0.1",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={self.ca.cert_path}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={sa.cert}",
+                f"--service-account-signing-key-file={sa.key}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--authorization-mode=Node,RBAC",
+                "--endpoint-reconciler-type=none",
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+                f"--cert-dir={self.pki_dir}",
+                "--profiling=false",
+            ],
+        ).wait_http(f"{self.server}/readyz", timeout=120, context=ctx)
         self.api = SyncClient(str(self.kubeconfig))
 
-        self._run("kube-controller-manager", [
-            str(self.bin / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
-            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-            # nodelifecycle lifts the not-ready taint that admission puts on every new node, as in a real cluster.
-            "--controllers=serviceaccount,serviceaccount-token,statefulset,namespace,garbagecollector,nodelifecycle",
-            f"--service-account-private-key-file={sa.key}", f"--root-ca-file={self.ca.cert_path}",
-            "--leader-elect=false", "--use-service-account-credentials=false",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", f"--cert-dir={self.pki_dir}",
-        ])
-        self._run("kwok", [
-            str(self.bin / "kwok"), f"--kubeconfig={self.kubeconfig}",
-            "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-            "--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
-            "--cidr=10.0.0.1/16", "--node-ip=10.0.0.1", "--node-lease-duration-seconds=40",
-            f"--server-address=127.0.0.1:{free_port()}",
-        ])
+        self._run(
+            "kube-controller-manager",
+            [
+                str(self.bin / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                # nodelifecycle lifts the not-ready taint that admission puts on every new node, as in a real cluster.
+                "--controllers=serviceaccount,serviceaccount-token,statefulset,namespace,garbagecollector,nodelifecycle",
+                f"--service-account-private-key-file={sa.key}",
+                f"--root-ca-file={self.ca.cert_path}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                f"--cert-dir={self.pki_dir}",
+            ],
+        )
+        self._run(
+            "kwok",
+            [
+                str(self.bin / "kwok"),
+                f"--kubeconfig={self.kubeconfig}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                "--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
+                "--cidr=10.0.0.1/16",
+                "--node-ip=10.0.0.1",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{free_port()}",
+            ],
+        )
         api = self.api
-        wait_for("the default ServiceAccount (controller manager up)",
-                 lambda: api.get(default_service_account("default")), timeout=90)
+        wait_for(
+            "the default ServiceAccount (controller manager up)",
+            lambda: api.get(default_service_account("default")),
+            timeout=90,
+        )
         self.elapsed = time.monotonic() - started
         return self
 
@@ -229,21 +277,30 @@ class ControlPlane:
     @staticmethod
     def _audit_entry(event: dict[str, Any]) -> dict[str, Any]:
         ref = event.get("objectRef") or {}
-        return {"namespace": ref.get("namespace"), "name": ref.get("name"),
-                "code": (event.get("responseStatus") or {}).get("code"), "userAgent": event.get("userAgent", ""),
-                "verb": event.get("verb"), "received": _audit_time(event.get("requestReceivedTimestamp"))}
+        return {
+            "namespace": ref.get("namespace"),
+            "name": ref.get("name"),
+            "code": (event.get("responseStatus") or {}).get("code"),
+            "userAgent": event.get("userAgent", ""),
+            "verb": event.get("verb"),
+            "received": _audit_time(event.get("requestReceivedTimestamp")),
+        }
 
     def bindings(self) -> list[dict[str, Any]]:
         """Every binding request the apiserver completed: namespace, pod name, response code, the client's user
         agent, and when the request was received (seconds since the epoch)."""
-        return [self._audit_entry(e) for e in self._audit_events()
-                if (e.get("objectRef") or {}).get("subresource") == "binding"]
+        return [
+            self._audit_entry(e)
+            for e in self._audit_events()
+            if (e.get("objectRef") or {}).get("subresource") == "binding"
+        ]
 
     def lease_writes(self) -> list[dict[str, Any]]:
         """Every write of a Lease in LEASE_NAMESPACE the apiserver completed, as `bindings()` has them, with `verb`
         (create, update, patch, delete, deletecollection)."""
-        return [self._audit_entry(e) for e in self._audit_events()
-                if (e.get("objectRef") or {}).get("resource") == "leases"]
+        return [
+            self._audit_entry(e) for e in self._audit_events() if (e.get("objectRef") or {}).get("resource") == "leases"
+        ]
 
     # ---- nodes -----------------------------------------------------------------------------------------------
     def add_node(self, name: str, gpus: int = SIMULATED_GPUS, labels: dict[str, str] | None = None) -> dict[str, Any]:

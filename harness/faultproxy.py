@@ -38,23 +38,50 @@ log = logging.getLogger(__name__)
 
 # Headers that belong to one connection, not to the request (RFC 9110 7.6.1), plus Host, which the upstream
 # client writes itself.
-HOP_BY_HOP = frozenset(h.lower() for h in (
-    "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "TE", "Trailer",
-    "Transfer-Encoding", "Upgrade", "Host",
-))
+HOP_BY_HOP = frozenset(
+    h.lower()
+    for h in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "Proxy-Connection",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Host",
+    )
+)
 
 # The `reason` the apiserver writes for each status code (k8s.io/apimachinery/pkg/apis/meta/v1 StatusReason).
 REASONS = {
-    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-    409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
-    503: "ServiceUnavailable", 504: "Timeout",
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
 }
 
 
 def status_body(code: int, message: str, retry_after: int | None = None) -> dict[str, Any]:
     """A `Status` object as kube-apiserver answers an error (kind Status, status Failure, reason, code)."""
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": message, "reason": REASONS.get(code, "Unknown"), "code": code}
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": REASONS.get(code, "Unknown"),
+        "code": code,
+    }
     if retry_after is not None:
         body["details"] = {"retryAfterSeconds": retry_after}
     return body
@@ -123,8 +150,15 @@ class FaultProxy:
     certificate signed by it, as the apiserver would.
     """
 
-    def __init__(self, upstream_kubeconfig: pathlib.Path, ca: pki.CA, workdir: pathlib.Path, *,
-                 name: str = "faultproxy", client_ca: pathlib.Path | None = None):
+    def __init__(
+        self,
+        upstream_kubeconfig: pathlib.Path,
+        ca: pki.CA,
+        workdir: pathlib.Path,
+        *,
+        name: str = "faultproxy",
+        client_ca: pathlib.Path | None = None,
+    ):
         from gpu_scheduling.kube import config  # the project's own kubeconfig loader: the same TLS settings
 
         self.name = name
@@ -163,17 +197,33 @@ class FaultProxy:
         return yaml.safe_dump(doc, sort_keys=False)
 
     # ---- rules (called from the test's thread) ---------------------------------------------------------------
-    def fail(self, method: str | None = None, path: PathMatcher = None, status: int = 503, *,
-             times: int | None = None, message: str = "", retry_after: int | None = None,
-             query: re.Pattern[str] | None = None) -> Rule:
+    def fail(
+        self,
+        method: str | None = None,
+        path: PathMatcher = None,
+        status: int = 503,
+        *,
+        times: int | None = None,
+        message: str = "",
+        retry_after: int | None = None,
+        query: re.Pattern[str] | None = None,
+    ) -> Rule:
         """Answer the matching requests with `status` and a Kubernetes Status body; they never reach the
         apiserver. With `retry_after` the answer carries `Retry-After` (as the apiserver's 429s do)."""
         message = message or f"injected by the test's fault proxy: {status} {REASONS.get(status, '')}".strip()
-        return self._add(Rule("fail", method, path, query, times, status=status, message=message,
-                              retry_after=retry_after))
+        return self._add(
+            Rule("fail", method, path, query, times, status=status, message=message, retry_after=retry_after)
+        )
 
-    def delay(self, method: str | None = None, path: PathMatcher = None, seconds: float = 1.0, *,
-              times: int | None = None, query: re.Pattern[str] | None = None) -> Rule:
+    def delay(
+        self,
+        method: str | None = None,
+        path: PathMatcher = None,
+        seconds: float = 1.0,
+        *,
+        times: int | None = None,
+        query: re.Pattern[str] | None = None,
+    ) -> Rule:
         """Hold the matching requests back for `seconds`, then forward them (or, when a fail rule matches
         too, answer them as it says)."""
         return self._add(Rule("delay", method, path, query, times, seconds=seconds))
@@ -253,8 +303,14 @@ class FaultProxy:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # handler_cancellation: a client that goes away (a SIGKILLed scheduler) ends its upstream request and
         # watch too, as a direct connection would; auto_decompress off: request bodies pass byte for byte.
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
-                                     auto_decompress=False, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            auto_decompress=False,
+            shutdown_timeout=1.0,
+        )
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -289,8 +345,17 @@ class FaultProxy:
 
     def _record(self, request: web.Request, status: int, injected: bool) -> None:
         with self._lock:
-            self._exchanges.append(Exchange(request.method, request.path, request.query_string, status, injected,
-                                            request.headers.get("User-Agent", ""), time.time()))
+            self._exchanges.append(
+                Exchange(
+                    request.method,
+                    request.path,
+                    request.query_string,
+                    status,
+                    injected,
+                    request.headers.get("User-Agent", ""),
+                    time.time(),
+                )
+            )
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         delay, failing = self._decide(request.method, request.path, request.query_string)
@@ -303,8 +368,11 @@ class FaultProxy:
             headers = {}
             if failing.retry_after is not None:
                 headers["Retry-After"] = str(failing.retry_after)
-            return web.json_response(status_body(failing.status, failing.message, failing.retry_after),
-                                     status=failing.status, headers=headers)
+            return web.json_response(
+                status_body(failing.status, failing.message, failing.retry_after),
+                status=failing.status,
+                headers=headers,
+            )
         answered: list[int] = []  # the status, recorded as soon as the answer begins (a watch may never end)
         try:
             return await self._forward(request, answered)
@@ -323,7 +391,8 @@ class FaultProxy:
             headers.append(("Accept-Encoding", "identity"))
         try:
             upstream = await self._session.request(
-                request.method, self.upstream.server + request.path_qs,
+                request.method,
+                self.upstream.server + request.path_qs,
                 headers=headers,
                 data=request.content if request.body_exists else None,
                 allow_redirects=False,
@@ -335,8 +404,9 @@ class FaultProxy:
             self._record(request, 503, False)
             return web.json_response(status_body(503, f"fault proxy: apiserver unreachable: {exc}"), status=503)
         async with upstream:
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                          headers=_end_to_end(upstream.headers.items()))
+            response = web.StreamResponse(
+                status=upstream.status, reason=upstream.reason, headers=_end_to_end(upstream.headers.items())
+            )
             answered.append(upstream.status)
             self._record(request, upstream.status, False)
             try:

@@ -19,8 +19,7 @@ CONCURRENCY = 16
 """GpuNodeStatus writes in flight (the benchmark publishes a thousand nodes)."""
 
 
-def publish(kubeconfig: str | os.PathLike[str], statuses: Mapping[str, dict[str, Any]], *,
-            timeout: float = 30) -> None:
+def publish(kubeconfig: str | os.PathLike[str], statuses: Mapping[str, dict[str, Any]], *, timeout: float = 30) -> None:
     """Write the GpuNodeStatus of every node in `statuses` (node -> status) over one client, CONCURRENCY at a
     time. A NotFound is retried until `timeout` seconds have passed: right after its CRD is Established the
     apiserver may answer 404 for a moment. Raises the first write's error (an ApiError) when one fails."""

@@ -25,8 +25,12 @@ DEPLOY_TEMPLATES = ROOT / "roles" / "deploy" / "templates"
 def _environment() -> jinja2.Environment:
     # As Ansible's template lookup: trim_blocks; StrictUndefined so that a variable the template needs and this
     # module does not give fails here instead of rendering empty.
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(DEPLOY_TEMPLATES), undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, keep_trailing_newline=True)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(DEPLOY_TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        keep_trailing_newline=True,
+    )
 
 
 def _resolve(values: dict[str, Any], env: jinja2.Environment) -> dict[str, Any]:
@@ -78,15 +82,19 @@ def render(template: str, **overrides: Any) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
-def webhook_configuration(*, url: str | None, service: tuple[str, str, int] | None, ca_bundle_b64: str,
-                          scheduler_name: str) -> dict[str, Any]:
+def webhook_configuration(
+    *, url: str | None, service: tuple[str, str, int] | None, ca_bundle_b64: str, scheduler_name: str
+) -> dict[str, Any]:
     """The MutatingWebhookConfiguration for a webhook reached at `url` (https, e.g. on localhost) or through the
     Service `service` = (name, namespace, port); exactly one of the two. ca_bundle_b64 is the base64 of the PEM
     CA bundle that signed the webhook's certificate, scheduler_name the schedulerName whose pods reach it."""
     if (url is None) == (service is None):
         raise ValueError("give exactly one of url and service")
-    overrides: dict[str, Any] = {"webhook_tls_ca_bundle": ca_bundle_b64, "deploy_scheduler_name": scheduler_name,
-                                 "deploy_webhook_url": url or ""}
+    overrides: dict[str, Any] = {
+        "webhook_tls_ca_bundle": ca_bundle_b64,
+        "deploy_scheduler_name": scheduler_name,
+        "deploy_webhook_url": url or "",
+    }
     if service is not None:
         name, namespace, port = service
         overrides.update(testbed_webhook_service=name, testbed_system_namespace=namespace, deploy_webhook_port=port)

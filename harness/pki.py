@@ -20,8 +20,9 @@ class Pair:
 
 
 def _write_key(key, path: pathlib.Path) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     path.chmod(0o600)
 
 
@@ -46,21 +47,42 @@ class CA:
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
             .sign(self.key, hashes.SHA256())
         )
         self.cert_path = directory / f"{name}-ca.crt"
         self.cert_path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
         self.pem = self.cert_path.read_bytes()
 
-    def issue(self, stem: str, cn: str, *, org: str | None = None, server: bool = False, client: bool = False,
-              dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()) -> Pair:
+    def issue(
+        self,
+        stem: str,
+        cn: str,
+        *,
+        org: str | None = None,
+        server: bool = False,
+        client: bool = False,
+        dns: tuple[str, ...] = (),
+        ips: tuple[str, ...] = (),
+    ) -> Pair:
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + (
-            [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+            [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+        )
         builder = (
             x509.CertificateBuilder()
             .subject_name(_name(cn, org))
@@ -86,6 +108,7 @@ def service_account_keys(directory: pathlib.Path) -> Pair:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pair = Pair(directory / "sa.pub", directory / "sa.key")
     _write_key(key, pair.key)
-    pair.cert.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                        serialization.PublicFormat.SubjectPublicKeyInfo))
+    pair.cert.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     return pair

@@ -32,8 +32,9 @@ class Process:
         log = self.log_path.open("ab")
         log.write(f"\n==== start {' '.join(self.argv)}\n".encode())
         log.flush()
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
         log.close()
         return self
 

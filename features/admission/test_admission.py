@@ -28,8 +28,11 @@ def create_pod_with_docstring_map(world: World, name: str, docstring: str) -> No
 
 @when(step('a pod with generateName "{prefix:q}" is created with the take-home map'))
 def create_generate_name_pod(world: World, prefix: str) -> None:
-    world.attempt(lambda: world.api.create(paths.pods(world.namespace),
-                                           pod_body(prefix, gpu_map=TAKE_HOME_MAP, generate_name=True)))
+    world.attempt(
+        lambda: world.api.create(
+            paths.pods(world.namespace), pod_body(prefix, gpu_map=TAKE_HOME_MAP, generate_name=True)
+        )
+    )
 
 
 @given("all its pods run on their mapped nodes")
@@ -45,18 +48,23 @@ def scale_statefulset(world: World, statefulset: StatefulSet, replicas: int) -> 
 
 @then(step('the StatefulSet has a FailedCreate event containing "{fragment:q}"'))
 def statefulset_event(world: World, statefulset: StatefulSet, fragment: str) -> None:
-    events = wait_for("a FailedCreate event on the StatefulSet",
-                      lambda: [e for e in events_for(world, "StatefulSet", statefulset.name, "FailedCreate")
-                               if fragment in e["message"]], timeout=60)
+    events = wait_for(
+        "a FailedCreate event on the StatefulSet",
+        lambda: [
+            e for e in events_for(world, "StatefulSet", statefulset.name, "FailedCreate") if fragment in e["message"]
+        ],
+        timeout=60,
+    )
     assert constants.WEBHOOK_NAME in events[0]["message"], events[0]["message"]
 
 
 @then("pods 0 to 4 are the same pods on the same nodes as before")
 def same_pods(world: World, statefulset: StatefulSet, pods_before_scaling: dict[str, tuple[str, str]]) -> None:
-    now = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName", ""))
-           for p in world.api.pods(world.namespace)}
+    now = {
+        p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName", ""))
+        for p in world.api.pods(world.namespace)
+    }
     before = {statefulset.pod(i) for i in range(5)}
     assert {k: v for k, v in now.items() if k in before} == {k: pods_before_scaling[k] for k in before}
     sts = world.api.get(statefulset.path)
     assert sts["status"].get("replicas") == 5, sts["status"]
-

@@ -37,6 +37,12 @@ def create_claim_and_map_pod(world: World, name: str, claim: str, gpu_map: str) 
 @then(step('every container of "{name:q}" reads CUDA_VISIBLE_DEVICES from the annotation "{annotation:q}"'))
 def cuda_from_annotation(world: World, name: str, annotation: str) -> None:
     spec = get_pod(world, name)["spec"]
-    refs = [[e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c.get("env") or []
-             if e["name"] == constants.CUDA_ENV] for c in (spec.get("initContainers") or []) + spec["containers"]]
+    refs = [
+        [
+            e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+            for e in c.get("env") or []
+            if e["name"] == constants.CUDA_ENV
+        ]
+        for c in (spec.get("initContainers") or []) + spec["containers"]
+    ]
     assert refs and all(r == [f"metadata.annotations['{annotation}']"] for r in refs), refs

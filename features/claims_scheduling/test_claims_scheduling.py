@@ -31,17 +31,27 @@ def claim_with_exclusivity(world: World, name: str, count: int, exclusivity: str
 
 @given(step('the GpuClaim "{name:q}" asking for {count:d} GPUs preferring ids "{ids:q}" on node "{node:q}" is created'))
 def claim_prefer_ids(world: World, name: str, count: int, ids: str, node: str) -> None:
-    _create_claim(world, name, {"devices": {"count": count, "policy": "preferIds",
-                                            "preferIds": [int(i) for i in ids.split(",")]},
-                                "selector": on_node(node)})
+    _create_claim(
+        world,
+        name,
+        {
+            "devices": {"count": count, "policy": "preferIds", "preferIds": [int(i) for i in ids.split(",")]},
+            "selector": on_node(node),
+        },
+    )
 
 
-@given(step('the GpuClaim "{name:q}" asking for {count:d} GPUs with topology "{mode:q}" at {gbps:d} GB/s '
-            'on node "{node:q}" is created'))
+@given(
+    step(
+        'the GpuClaim "{name:q}" asking for {count:d} GPUs with topology "{mode:q}" at {gbps:d} GB/s '
+        'on node "{node:q}" is created'
+    )
+)
 def claim_topology(world: World, name: str, count: int, mode: str, gbps: int, node: str) -> None:
     _create_claim(world, name, {"devices": {"count": count}, "selector": on_node(node)})
-    world.api.patch(paths.gpu_claim(world.namespace, name),
-                    {"spec": {"topology": {"mode": mode, "minBandwidthGBps": gbps}}})
+    world.api.patch(
+        paths.gpu_claim(world.namespace, name), {"spec": {"topology": {"mode": mode, "minBandwidthGBps": gbps}}}
+    )
 
 
 @given(step("GPU {gpu:d} of {node} is Unhealthy"))
@@ -60,9 +70,11 @@ def stop_scheduler(world: World) -> None:
 
 @then(step('the GpuClaim "{name:q}" is {phase} with a message containing "{fragment:q}"'))
 def claim_phase(world: World, name: str, phase: str, fragment: str) -> None:
-    wait_for(f"GpuClaim {name} {phase} mentioning {fragment!r}",
-             lambda: (s := claim_status(world, name)).get("phase") == phase and fragment in s.get("message", ""),
-             timeout=60)
+    wait_for(
+        f"GpuClaim {name} {phase} mentioning {fragment!r}",
+        lambda: (s := claim_status(world, name)).get("phase") == phase and fragment in s.get("message", ""),
+        timeout=60,
+    )
 
 
 @then(step('the GpuClaim "{name:q}" says "{fragment:q}"'))
@@ -82,8 +94,17 @@ def claim_pod_runs(world: World, name: str, node: str, allocated: str, ids: str)
 def node_status_in_use(world: World, node: str, gpus: str, name: str) -> None:
     """What the inventory agent writes; on the control-plane tier the agent runs once here, as on a node."""
     if world.cluster.cp is not None:  # no DaemonSet here: run the real agent program once for that node
-        subprocess.run([str(SCRIPTS / "gpu-inventory-agent"), f"--kubeconfig={world.cluster.cp.kubeconfig}",
-                        f"--node-name={node}", "--source=simulated", "--once"], check=True, timeout=60)
+        subprocess.run(
+            [
+                str(SCRIPTS / "gpu-inventory-agent"),
+                f"--kubeconfig={world.cluster.cp.kubeconfig}",
+                f"--node-name={node}",
+                "--source=simulated",
+                "--once",
+            ],
+            check=True,
+            timeout=60,
+        )
     ref = f"{world.namespace}/{name}"
 
     def shown() -> dict[str, Any] | None:

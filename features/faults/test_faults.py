@@ -132,21 +132,35 @@ def _clean_up(f: Faults) -> None:
 
 # ---- objects ---------------------------------------------------------------------------------------------------
 
+
 def _pod(name: str, annotations: dict[str, str]) -> dict[str, Any]:
     """A pod of one container (lighter than features.support.pod_body: the rollout creates 120)."""
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
-            "spec": {"schedulerName": constants.DEFAULT_SCHEDULER_NAME, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "check", "image": CHECK_IMAGE}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "schedulerName": constants.DEFAULT_SCHEDULER_NAME,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "check", "image": CHECK_IMAGE}],
+        },
+    }
 
 
 def _create_claim_pod(api: SyncClient, namespace: str, name: str, count: int, selector: dict[str, Any]) -> None:
     """The GpuClaim `name` (`count` Exclusive GPUs on a node `selector` matches) and the pod `name` naming it."""
-    api.create(paths.gpu_claims(namespace), objects.claim_body(name, {
-        "devices": {"count": count, "exclusivity": "Exclusive", "policy": "contiguous"}, "selector": selector}))
+    api.create(
+        paths.gpu_claims(namespace),
+        objects.claim_body(
+            name,
+            {"devices": {"count": count, "exclusivity": "Exclusive", "policy": "contiguous"}, "selector": selector},
+        ),
+    )
     api.create(paths.pods(namespace), _pod(name, {constants.CLAIM_ANNOTATION: name}))
 
 
 # ---- reading state ---------------------------------------------------------------------------------------------
+
 
 def _pods(f: Faults, names: list[str] | None = None) -> dict[str, dict[str, Any]]:
     pods = {p["metadata"]["name"]: p for p in f.api.pods(f.namespace)}
@@ -166,14 +180,16 @@ def _allocated(pod: dict[str, Any]) -> tuple[str, list[int]]:
 def _pool_leases(api: SyncClient, pool: set[str]) -> dict[str, list[str]]:
     """GPU Lease name -> holder pod uids, for the Leases of the pool's nodes."""
     leases = api.get(paths.GPU_LEASES)["items"]
-    return {lease["metadata"]["name"]: objects.lease_holders(lease) for lease in leases
-            if (lease["metadata"].get("labels") or {}).get(constants.LEASE_NODE_LABEL) in pool}
+    return {
+        lease["metadata"]["name"]: objects.lease_holders(lease)
+        for lease in leases
+        if (lease["metadata"].get("labels") or {}).get(constants.LEASE_NODE_LABEL) in pool
+    }
 
 
 def _bindings(f: Faults, names: list[str] | None = None) -> list[dict[str, Any]]:
     wanted = None if names is None else set(names)
-    return [b for b in f.cp.bindings()
-            if b["namespace"] == f.namespace and (wanted is None or b["name"] in wanted)]
+    return [b for b in f.cp.bindings() if b["namespace"] == f.namespace and (wanted is None or b["name"] in wanted)]
 
 
 def _user_agent(f: Faults, proc: SchedulerProcess) -> str:
@@ -188,13 +204,15 @@ def _sent_by(user_agent: str, agent: str) -> bool:
 
 # ---- a. a failed Lease delete --------------------------------------------------------------------------------
 
+
 @when(step("the next {count:d} deletes of GPU Leases are answered {status:d} by the API"))
 def fail_lease_deletes(faults: Faults, count: int, status: int) -> None:
     faults.rule = faults.proxy.fail(method="DELETE", path=GPU_LEASE_PATH, status=status, times=count)
 
 
-@then(step("exactly {count:d} deletes of GPU Leases were answered {status:d}, and each of those Leases was "
-            "deleted later"))
+@then(
+    step("exactly {count:d} deletes of GPU Leases were answered {status:d}, and each of those Leases was deleted later")
+)
 def lease_deletes_failed_then_retried(faults: Faults, count: int, status: int) -> None:
     assert faults.rule is not None
     assert faults.proxy.injected(faults.rule) == count
@@ -206,11 +224,14 @@ def lease_deletes_failed_then_retried(faults: Faults, count: int, status: int) -
         name = exchange.path.rsplit("/", 1)[1]
         later = [w for w in deletes if w["name"] == name and w["received"] >= exchange.at]
         assert later, f"the delete of Lease {name} refused at {exchange.at:.3f} was never retried successfully"
-    faults.report(f"lease deletes refused: {[e.path.rsplit('/', 1)[1] for e in failed]}; "
-                  f"deletes of GPU Leases that reached the apiserver: {faults.proxy.passed('DELETE', GPU_LEASE_PATH)}")
+    faults.report(
+        f"lease deletes refused: {[e.path.rsplit('/', 1)[1] for e in failed]}; "
+        f"deletes of GPU Leases that reached the apiserver: {faults.proxy.passed('DELETE', GPU_LEASE_PATH)}"
+    )
 
 
 # ---- b. a rollout with the scheduler SIGKILLed ----------------------------------------------------------------
+
 
 @given(step('{count:d} extra kwok nodes "{prefix:q}NN" labelled "{label:q}", each with 8 simulated GPUs'))
 def pool_nodes(faults: Faults, count: int, prefix: str, label: str) -> None:
@@ -225,8 +246,12 @@ def pool_nodes(faults: Faults, count: int, prefix: str, label: str) -> None:
     publish(faults.world.cluster.kubeconfig, {name: simulated_status() for name in names})
 
 
-@when(step('{count:d} pods each naming its own GpuClaim of "{sizes:q}" Exclusive GPUs on the "{label:q}" nodes '
-            'start being created, {rate:d} a second'))
+@when(
+    step(
+        '{count:d} pods each naming its own GpuClaim of "{sizes:q}" Exclusive GPUs on the "{label:q}" nodes '
+        "start being created, {rate:d} a second"
+    )
+)
 def start_rollout(faults: Faults, count: int, sizes: str, label: str, rate: int) -> None:
     # Paced below what the scheduler binds, so that new pods keep arriving through every kill and restart: a
     # kill then always lands while pods wait to be bound, never after a backlog was cleared at once.
@@ -250,31 +275,50 @@ def start_rollout(faults: Faults, count: int, sizes: str, label: str, rate: int)
 
     faults.creator = threading.Thread(target=create, name="rollout", daemon=True)
     faults.creator.start()
-    faults.report(f"rollout: {count} claim pods asking for {wanted} GPUs of {8 * len(faults.pool)}, "
-                  f"{rate} created a second")
+    faults.report(
+        f"rollout: {count} claim pods asking for {wanted} GPUs of {8 * len(faults.pool)}, {rate} created a second"
+    )
 
 
-@when(step('the scheduler is SIGKILLed in the middle of a bind once "{points:q}" pods are created, and restarted '
-            'each time'))
+@when(
+    step(
+        'the scheduler is SIGKILLed in the middle of a bind once "{points:q}" pods are created, and restarted each time'
+    )
+)
 def kill_during_rollout(faults: Faults, points: str) -> None:
     comps = faults.components
     for point in (int(p) for p in points.split(",")):
         # Counted from the creating thread, not from the binds: a restarted scheduler binds its backlog at once,
         # and the rollout must still be under way at every kill.
-        wait_for(f"{point} pods of the rollout created", lambda n=point: faults.created >= n or faults.creation_errors,
-                 timeout=120, interval=0.05)
+        wait_for(
+            f"{point} pods of the rollout created",
+            lambda n=point: faults.created >= n or faults.creation_errors,
+            timeout=120,
+            interval=0.05,
+        )
         assert not faults.creation_errors, faults.creation_errors
         # Spread out: the scheduler of the moment has bound a few pods of its own since it took over.
         agent = _user_agent(faults, comps.scheduler)
-        wait_for(f"{BINDS_BEFORE_KILL} bindings by {agent}", lambda a=agent: sum(
-            1 for e in faults.proxy.exchanges("POST", BINDING_PATH) if _sent_by(e.user_agent, a) and e.status == 201)
-            >= BINDS_BEFORE_KILL, timeout=120, interval=0.1)
+        wait_for(
+            f"{BINDS_BEFORE_KILL} bindings by {agent}",
+            lambda a=agent: (
+                sum(
+                    1
+                    for e in faults.proxy.exchanges("POST", BINDING_PATH)
+                    if _sent_by(e.user_agent, a) and e.status == 201
+                )
+                >= BINDS_BEFORE_KILL
+            ),
+            timeout=120,
+            interval=0.1,
+        )
         # The next binding is held at the proxy, so the kill lands in the middle of a claim pod's placement: its
         # GPUs are leased, its binding has not reached the apiserver (other binds may be in flight besides). A
         # scheduler just restarted binds nothing until the dead one's leader Lease has run out.
         held = faults.proxy.delay(method="POST", path=BINDING_PATH, seconds=60, times=1)
-        wait_for("a binding held at the proxy", lambda rule=held: faults.proxy.injected(rule), timeout=60,
-                 interval=0.05)
+        wait_for(
+            "a binding held at the proxy", lambda rule=held: faults.proxy.injected(rule), timeout=60, interval=0.05
+        )
         victim = comps.scheduler
         kill = Kill(time.time(), 0, 0, victim.identity, held=held.paths[0].split("/")[-2])
         victim.kill()
@@ -299,16 +343,17 @@ def rollout_bound(faults: Faults, count: int) -> None:
         agent = f"{faults.components.scheduler_name}/{kill.successor}"
         after = [b["received"] for b in binds if b["userAgent"] == agent]
         resumed = f"{min(after) - kill.at:.1f}s later" if after else "never"
-        faults.report(f"kill {i}: SIGKILL of {kill.identity} holding the binding of {kill.held}, with {kill.bound} "
-                      f"of {kill.created} created pods bound (of {count}); first bind by its successor "
-                      f"{kill.successor} {resumed}")
+        faults.report(
+            f"kill {i}: SIGKILL of {kill.identity} holding the binding of {kill.held}, with {kill.bound} "
+            f"of {kill.created} created pods bound (of {count}); first bind by its successor "
+            f"{kill.successor} {resumed}"
+        )
 
 
 @then("no GPU is in two pods' allocation annotations, and each pod's annotation names its node")
 def no_gpu_twice(faults: Faults) -> None:
     owners: dict[tuple[str, int], list[str]] = {}
-    claims = {c["metadata"]["name"]: c for c in
-              faults.api.get(paths.gpu_claims(faults.namespace))["items"]}
+    claims = {c["metadata"]["name"]: c for c in faults.api.get(paths.gpu_claims(faults.namespace))["items"]}
     for name, pod in _pods(faults, faults.rollout).items():
         node, ids = _allocated(pod)
         assert node == pod["spec"]["nodeName"], f"{name}: allocated {node}:{ids}, bound to {pod['spec']['nodeName']}"
@@ -329,18 +374,24 @@ def leases_match_annotations(faults: Faults) -> None:
     pool = set(faults.pool)
     # A Lease left by an allocation that a kill cut short is the scheduler's to sweep: give it its sweep period.
     try:
-        wait_for("the pool's Leases to match the allocation annotations",
-                 lambda: _pool_leases(faults.api, pool) == expected, timeout=90, interval=1)
+        wait_for(
+            "the pool's Leases to match the allocation annotations",
+            lambda: _pool_leases(faults.api, pool) == expected,
+            timeout=90,
+            interval=1,
+        )
     except AssertionError:
         actual = _pool_leases(faults.api, pool)
         extra = {k: v for k, v in actual.items() if k not in expected}
         missing = sorted(set(expected) - set(actual))
         wrong = {k: (v, expected[k]) for k, v in actual.items() if k in expected and v != expected[k]}
-        raise AssertionError(f"extra Leases {extra}; missing Leases {missing}; "
-                             f"held by the wrong pod (held, expected) {wrong}") from None
+        raise AssertionError(
+            f"extra Leases {extra}; missing Leases {missing}; held by the wrong pod (held, expected) {wrong}"
+        ) from None
 
 
 # ---- c. pods deleted while every scheduler is down -----------------------------------------------------------
+
 
 @given(step('a second scheduler "{identity:q}" is running'))
 def second_scheduler(faults: Faults, identity: str) -> None:
@@ -376,8 +427,11 @@ def delete_pods(faults: Faults, names: str) -> None:
 def deleted_pods_hold_nothing(faults: Faults) -> None:
     assert faults.deleted
     # The restarted scheduler first waits for the dead leader's lease to run out.
-    wait_for("the Leases of the deleted pods released",
-             lambda: not any(leases_of(faults.api, uid) for uid in faults.deleted.values()), timeout=90)
+    wait_for(
+        "the Leases of the deleted pods released",
+        lambda: not any(leases_of(faults.api, uid) for uid in faults.deleted.values()),
+        timeout=90,
+    )
 
 
 @then("every remaining pod holds exactly the Leases of its allocation annotation")
@@ -391,6 +445,7 @@ def remaining_pods_keep_theirs(faults: Faults) -> None:
 
 
 # ---- d. two schedulers: the leader binds, a handover ----------------------------------------------------------
+
 
 @then(step("exactly one scheduler holds the leader Lease, and keeps it for {seconds:d} seconds"))
 def one_leader(faults: Faults, seconds: int) -> None:
@@ -408,8 +463,7 @@ def one_leader(faults: Faults, seconds: int) -> None:
         assert all(p.running for p in comps.schedulers)
         time.sleep(0.5)
     faults.old_leader = leader
-    faults.report(f"leader {leader.identity}; follower "
-                  f"{[p.identity for p in comps.schedulers if p is not leader]}")
+    faults.report(f"leader {leader.identity}; follower {[p.identity for p in comps.schedulers if p is not leader]}")
 
 
 @when(step('{maps:d} map pods and {claims:d} claim pods of batch "{batch:q}" are created'))
@@ -452,20 +506,30 @@ def handover(faults: Faults) -> None:
     faults.new_leader = comps.wait_for_leader(timeout=60, among=others)
     # When the apiserver accepted its write of the leader Lease: the apiserver's clock, as the kill's.
     agent = _user_agent(faults, faults.new_leader)
-    takes = [w["received"] for w in faults.cp.lease_writes()
-             if w["name"] == comps.scheduler_name and _sent_by(w["userAgent"], agent) and w["code"] in (200, 201)
-             and w["received"] >= faults.killed_at]
+    takes = [
+        w["received"]
+        for w in faults.cp.lease_writes()
+        if w["name"] == comps.scheduler_name
+        and _sent_by(w["userAgent"], agent)
+        and w["code"] in (200, 201)
+        and w["received"] >= faults.killed_at
+    ]
     assert takes, f"no write of the leader Lease by {agent} in the audit log"
     faults.handover_at = min(takes)
     took = faults.handover_at - faults.killed_at
     limit = LEADER_ELECTION.lease_duration + LEADER_ELECTION.retry_period + HANDOVER_SLACK
-    faults.report(f"handover: {faults.new_leader.identity} took the leader Lease {took:.2f}s after the SIGKILL of "
-                  f"{faults.old_leader.identity if faults.old_leader else '?'} (limit {limit:.1f}s)")
+    faults.report(
+        f"handover: {faults.new_leader.identity} took the leader Lease {took:.2f}s after the SIGKILL of "
+        f"{faults.old_leader.identity if faults.old_leader else '?'} (limit {limit:.1f}s)"
+    )
     assert took <= limit, f"handover took {took:.2f}s, more than {limit:.1f}s"
 
 
-@then(step('the new leader binds every pod of batch "{batch:q}", the first within the lease duration plus the '
-            'retry period'))
+@then(
+    step(
+        'the new leader binds every pod of batch "{batch:q}", the first within the lease duration plus the retry period'
+    )
+)
 def new_leader_binds(faults: Faults, batch: str) -> None:
     assert faults.new_leader is not None and faults.old_leader is not None
     names = faults.batches[batch]
@@ -481,7 +545,8 @@ def new_leader_binds(faults: Faults, batch: str) -> None:
     first = min(b["received"] for b in binds) - faults.killed_at
     last = max(b["received"] for b in binds) - faults.killed_at
     limit = LEADER_ELECTION.lease_duration + LEADER_ELECTION.retry_period + HANDOVER_SLACK + FIRST_BIND_SLACK
-    faults.report(f"after the SIGKILL: first bind by the new leader {first:.2f}s, all {len(names)} of {batch} "
-                  f"bound {last:.2f}s (limit for the first {limit:.1f}s)")
+    faults.report(
+        f"after the SIGKILL: first bind by the new leader {first:.2f}s, all {len(names)} of {batch} "
+        f"bound {last:.2f}s (limit for the first {limit:.1f}s)"
+    )
     assert first <= limit, f"the first bind came {first:.2f}s after the kill, more than {limit:.1f}s"
-

@@ -44,12 +44,13 @@ _HANDOVER_TIMEOUT = 60
 
 # ---- the deployed StatefulSet's logs ---------------------------------------------------------------------------
 
+
 @given(step('the deployed StatefulSet "{name:q}" in namespace "{namespace:q}"'), target_fixture="statefulset")
 def deployed_statefulset(name: str, namespace: str) -> StatefulSet:
     return StatefulSet(name, namespace)
 
 
-@then(step("pod {index:d} logs its node {node} and CUDA_VISIBLE_DEVICES \"{devices:q}\" at least twice"))
+@then(step('pod {index:d} logs its node {node} and CUDA_VISIBLE_DEVICES "{devices:q}" at least twice'))
 def pod_logs(world: World, statefulset: StatefulSet, index: int, node: str, devices: str) -> None:
     _logs(world, statefulset.namespace, statefulset.pod(index), node, devices)
 
@@ -65,6 +66,7 @@ def _logs(world: World, namespace: str, name: str, node: str, devices: str) -> N
 
 
 # ---- the leader election -------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class LeaderHandover:
@@ -106,8 +108,13 @@ def _two_ready_replicas(world: World) -> list[str] | None:
     deployment = world.api.get(paths.deployment(SYSTEM_NAMESPACE, SCHEDULER_DEPLOYMENT))
     status = deployment.get("status") or {}
     pods = _scheduler_pods(world)
-    if (deployment["spec"].get("replicas") == 2 and status.get("readyReplicas") == 2
-            and status.get("updatedReplicas") == 2 and len(pods) == 2 and all(pod_ready(p) for p in pods)):
+    if (
+        deployment["spec"].get("replicas") == 2
+        and status.get("readyReplicas") == 2
+        and status.get("updatedReplicas") == 2
+        and len(pods) == 2
+        and all(pod_ready(p) for p in pods)
+    ):
         return sorted(p["metadata"]["name"] for p in pods)
     return None
 
@@ -117,19 +124,27 @@ def leader_two_replicas(world: World, leader_handover: LeaderHandover) -> None:
     if world.cluster.cp is not None:
         pytest.skip("needs the scheduler Deployment of the KinD test-bed")
     api = world.api
-    leader_handover.replicas = wait_for("the scheduler Deployment with 2 ready replicas",
-                                        lambda: _two_ready_replicas(world), timeout=120, interval=1)
+    leader_handover.replicas = wait_for(
+        "the scheduler Deployment with 2 ready replicas", lambda: _two_ready_replicas(world), timeout=120, interval=1
+    )
     # One of them leads (after a rollout the Lease may still name a replaced pod until it expires).
-    wait_for(f"one of {leader_handover.replicas} holding the leader Lease",
-             lambda: _leader_among(api, leader_handover.replicas), timeout=_HANDOVER_TIMEOUT, interval=0.5)
+    wait_for(
+        f"one of {leader_handover.replicas} holding the leader Lease",
+        lambda: _leader_among(api, leader_handover.replicas),
+        timeout=_HANDOVER_TIMEOUT,
+        interval=0.5,
+    )
 
 
 @when(parsers.parse("the leader's scheduler pod is deleted after at least {count:d} of its pods are bound"))
 def leader_pod_deleted(world: World, leader_handover: LeaderHandover, count: int) -> None:
     api = world.api
-    wait_for(f"{count} bound pods",
-             lambda: sum(1 for p in api.pods(world.namespace) if p["spec"].get("nodeName")) >= count,
-             timeout=120, interval=0.05)
+    wait_for(
+        f"{count} bound pods",
+        lambda: sum(1 for p in api.pods(world.namespace) if p["spec"].get("nodeName")) >= count,
+        timeout=120,
+        interval=0.05,
+    )
     leader = _leader_among(api, leader_handover.replicas)
     assert leader is not None, f"none of {leader_handover.replicas} holds the leader Lease: {_lease(api)}"
     identity, spec = leader
@@ -147,16 +162,23 @@ def leader_moved(world: World, leader_handover: LeaderHandover) -> None:
         others = [p["metadata"]["name"] for p in _scheduler_pods(world)]
         return _leader_among(world.api, [p for p in others if p != leader_handover.leader_pod])
 
-    holder, spec = wait_for(f"a replica other than {leader_handover.leader_pod} holding the leader Lease",
-                            new_leader, timeout=_HANDOVER_TIMEOUT, interval=0.25)
+    holder, spec = wait_for(
+        f"a replica other than {leader_handover.leader_pod} holding the leader Lease",
+        new_leader,
+        timeout=_HANDOVER_TIMEOUT,
+        interval=0.25,
+    )
     assert holder != leader_handover.leader_identity
     assert (spec.get("leaseTransitions") or 0) > leader_handover.transitions, spec
-    print(f"leader {leader_handover.leader_pod} deleted; {_pod_of(holder)} leads "
-          f"{time.monotonic() - leader_handover.deleted_at:.1f}s later")
+    print(
+        f"leader {leader_handover.leader_pod} deleted; {_pod_of(holder)} leads "
+        f"{time.monotonic() - leader_handover.deleted_at:.1f}s later"
+    )
 
 
 @then("the scheduler Deployment has 2 ready replicas again")
 def leader_replicas_back(world: World, leader_handover: LeaderHandover) -> None:
-    replicas = wait_for("the scheduler Deployment back to 2 ready replicas",
-                        lambda: _two_ready_replicas(world), timeout=120, interval=1)
+    replicas = wait_for(
+        "the scheduler Deployment back to 2 ready replicas", lambda: _two_ready_replicas(world), timeout=120, interval=1
+    )
     assert leader_handover.leader_pod not in replicas

@@ -20,8 +20,9 @@ def cordon(world: World, node: str) -> None:
 @given(step('the node "{node:q}" has the taint "{key}={value}:{effect}"'))
 def taint(world: World, node: str, key: str, value: str, effect: str) -> None:
     current = world.api.get(paths.node(node))["spec"].get("taints") or []
-    world.api.patch(paths.node(node),
-                    {"spec": {"taints": [*current, {"key": key, "value": value, "effect": effect}]}}, kind="merge")
+    world.api.patch(
+        paths.node(node), {"spec": {"taints": [*current, {"key": key, "value": value, "effect": effect}]}}, kind="merge"
+    )
     world.node_undo.append((node, {"spec": {"taints": current or None}}))
 
 

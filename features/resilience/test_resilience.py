@@ -31,9 +31,12 @@ def webhook_down(world: World) -> None:
 @when(step("the scheduler is killed after at least {count:d} of its pods are bound"))
 def kill_scheduler(world: World, count: int) -> None:
     assert world.cluster.components is not None
-    wait_for(f"{count} bound pods",
-             lambda: sum(1 for p in world.api.pods(world.namespace) if p["spec"].get("nodeName")) >= count,
-             timeout=60, interval=0.05)
+    wait_for(
+        f"{count} bound pods",
+        lambda: sum(1 for p in world.api.pods(world.namespace) if p["spec"].get("nodeName")) >= count,
+        timeout=60,
+        interval=0.05,
+    )
     world.cluster.components.scheduler.kill()
 
 
@@ -57,9 +60,11 @@ def events_after_restart(world: World, restarted_at: float) -> None:
     for pod in pods:
         name = pod["metadata"]["name"]
         if name in after:
-            events = wait_for(f"the Scheduled event of {name}, bound after the restart",
-                              lambda name=name: events_for(world, "Pod", name, constants.EVENT_SCHEDULED),
-                              timeout=30)
+            events = wait_for(
+                f"the Scheduled event of {name}, bound after the restart",
+                lambda name=name: events_for(world, "Pod", name, constants.EVENT_SCHEDULED),
+                timeout=30,
+            )
             assert_scheduled_event(world, pod, events)
         else:
             events = events_for(world, "Pod", name, constants.EVENT_SCHEDULED)

@@ -63,14 +63,26 @@ def _kubectl(kubeconfig: str) -> str:
 
 # ---- the RBAC matrix -----------------------------------------------------------------------------------------
 
-@then(parsers.parse('"kubectl auth can-i {verb} {resource}" as the service account "{account}" in {where} '
-                    'answers {answer}'))
+
+@then(
+    parsers.parse(
+        '"kubectl auth can-i {verb} {resource}" as the service account "{account}" in {where} answers {answer}'
+    )
+)
 def can_i(world: World, verb: str, resource: str, account: str, where: str, answer: str) -> None:
     _kind_only(world)
     kubeconfig = world.cluster.kubeconfig
     base, _, sub = resource.partition("/")
-    argv = [_kubectl(kubeconfig), "--kubeconfig", kubeconfig, "auth", "can-i", verb, base,
-            f"--as=system:serviceaccount:{account}"]
+    argv = [
+        _kubectl(kubeconfig),
+        "--kubeconfig",
+        kubeconfig,
+        "auth",
+        "can-i",
+        verb,
+        base,
+        f"--as=system:serviceaccount:{account}",
+    ]
     if sub:
         argv.append(f"--subresource={sub}")
     if where in ("all namespaces", "the cluster"):  # cluster-scoped, or every namespace at once
@@ -87,6 +99,7 @@ def can_i(world: World, verb: str, resource: str, account: str, where: str, answ
 
 # ---- annotations fixed at creation -----------------------------------------------------------------------------
 
+
 @pytest.fixture
 def allocations() -> dict[str, str]:
     """Pod name -> its allocation annotations as it was bound (JSON), for a later step to compare."""
@@ -96,22 +109,23 @@ def allocations() -> dict[str, str]:
 @when(parsers.parse('the annotation "{key}" of the pod "{name}" is set to "{value}"'))
 def set_annotation(world: World, key: str, name: str, value: str) -> None:
     _kind_only(world)
-    world.attempt(lambda: world.api.patch(paths.pod(world.namespace, name),
-                                          {"metadata": {"annotations": {key: value}}}))
+    world.attempt(
+        lambda: world.api.patch(paths.pod(world.namespace, name), {"metadata": {"annotations": {key: value}}})
+    )
 
 
 @when(parsers.parse('the annotation "{key}" of the pod "{name}" is removed'))
 def remove_annotation(world: World, key: str, name: str) -> None:
     _kind_only(world)
-    world.attempt(lambda: world.api.patch(paths.pod(world.namespace, name),
-                                          {"metadata": {"annotations": {key: None}}}))
+    world.attempt(lambda: world.api.patch(paths.pod(world.namespace, name), {"metadata": {"annotations": {key: None}}}))
 
 
 @when(parsers.parse('the annotation "{key}" of the pod "{name}" is set to "{value}" through the status subresource'))
 def set_annotation_through_status(world: World, key: str, name: str, value: str) -> None:
     _kind_only(world)
-    world.attempt(lambda: world.api.patch(paths.pod_status(world.namespace, name),
-                                          {"metadata": {"annotations": {key: value}}}))
+    world.attempt(
+        lambda: world.api.patch(paths.pod_status(world.namespace, name), {"metadata": {"annotations": {key: value}}})
+    )
 
 
 @when(parsers.parse('the label "{key}" of the pod "{name}" is set to "{value}"'))
@@ -122,8 +136,11 @@ def set_label(world: World, key: str, name: str, value: str) -> None:
 @when(parsers.parse('the condition "{kind}" of the pod "{name}" is set through the status subresource'))
 def set_condition(world: World, kind: str, name: str) -> None:
     condition = {"type": kind, "status": "True", "reason": "Checked", "message": "set by features/security.feature"}
-    world.attempt(lambda: world.api.patch(paths.pod_status(world.namespace, name),
-                                          {"status": {"conditions": [condition]}}, kind="strategic"))
+    world.attempt(
+        lambda: world.api.patch(
+            paths.pod_status(world.namespace, name), {"status": {"conditions": [condition]}}, kind="strategic"
+        )
+    )
 
 
 @then(parsers.parse('the change is refused with a message containing "{fragment}"'))
@@ -138,14 +155,24 @@ def change_accepted(world: World) -> None:
     assert world.error is None, world.error
 
 
-@when(parsers.parse('the pod "{name}" for scheduler "{scheduler}" is created with the annotation "{key}" set to '
-                    '"{value}"'))
+@when(
+    parsers.parse(
+        'the pod "{name}" for scheduler "{scheduler}" is created with the annotation "{key}" set to "{value}"'
+    )
+)
 def create_annotated_pod(world: World, name: str, scheduler: str, key: str, value: str) -> None:
     _kind_only(world)
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": {key: value}},
-            "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
-                     "automountServiceAccountToken": False,
-                     "containers": [{"name": "check", "image": CHECK_IMAGE, "imagePullPolicy": "IfNotPresent"}]}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {key: value}},
+        "spec": {
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "check", "image": CHECK_IMAGE, "imagePullPolicy": "IfNotPresent"}],
+        },
+    }
     world.attempt(lambda: world.api.create(paths.pods(world.namespace), body))
 
 
@@ -154,13 +181,18 @@ def _bind(world: World, name: str, node: str, annotations: dict[str, str] | None
     meta: dict[str, Any] = {"name": name, "namespace": world.namespace, "uid": pod["metadata"]["uid"]}
     if annotations:
         meta["annotations"] = annotations
-    body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": meta,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
     world.attempt(lambda: world.api.create(paths.pod_binding(world.namespace, name), body))
 
 
-@when(parsers.parse('the administrator binds the pod "{name}" to {node:w} with the annotation "{key}" set to '
-                    '"{value}"'))
+@when(
+    parsers.parse('the administrator binds the pod "{name}" to {node:w} with the annotation "{key}" set to "{value}"')
+)
 def bind_with_annotation(world: World, name: str, node: str, key: str, value: str) -> None:
     _kind_only(world)
     _bind(world, name, node, {key: value})
@@ -202,6 +234,7 @@ def keeps_allocation(world: World, allocations: dict[str, str], name: str) -> No
 
 # ---- the agent's own node --------------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class AgentToken:
     """A token of the agent's service account that a Given asked for, and the pod it is bound to ("" for none)."""
@@ -213,15 +246,23 @@ class AgentToken:
 def _token_request(world: World, pod: dict[str, Any] | None) -> str:
     spec: dict[str, Any] = {"expirationSeconds": 600}
     if pod is not None:
-        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
-                                  "uid": pod["metadata"]["uid"]}
-    review = world.api.create(paths.service_account_token(SYSTEM_NAMESPACE, AGENT_DAEMONSET),
-                              {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+        spec["boundObjectRef"] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pod["metadata"]["name"],
+            "uid": pod["metadata"]["uid"],
+        }
+    review = world.api.create(
+        paths.service_account_token(SYSTEM_NAMESPACE, AGENT_DAEMONSET),
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+    )
     return review["status"]["token"]
 
 
-@given(parsers.parse('a token of the service account "{account}" bound to its pod on {node}, as the kubelet '
-                     'gives it'), target_fixture="agent_token")
+@given(
+    parsers.parse('a token of the service account "{account}" bound to its pod on {node}, as the kubelet gives it'),
+    target_fixture="agent_token",
+)
 def agent_token(world: World, account: str, node: str) -> AgentToken:
     _kind_only(world)
     assert account == AGENT_DAEMONSET, account
@@ -240,10 +281,12 @@ def unbound_token(world: World, account: str) -> AgentToken:
 # The requests below go with the agent's token alone (no client certificate, which the apiserver would prefer):
 # who writes is what the admission policy decides on, so these GpuNodeStatus writes are the agent's own.
 
+
 @then(parsers.parse("the apiserver authenticates that token with the node name {node}"))
 def token_node(world: World, agent_token: AgentToken, node: str) -> None:
     review = world.api.as_token(agent_token.token).create(
-        paths.SELF_SUBJECT_REVIEWS, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        paths.SELF_SUBJECT_REVIEWS, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    )
     assert review is not None
     user = review["status"]["userInfo"]
     assert user["username"] == f"system:serviceaccount:{SYSTEM_NAMESPACE}:{AGENT_DAEMONSET}", user
@@ -270,6 +313,7 @@ def token_creates(world: World, agent_token: AgentToken, name: str, node: str) -
 
 # ---- the webhook's availability --------------------------------------------------------------------------------
 
+
 def _webhook_pods(world: World) -> list[dict[str, Any]]:
     return live_pods(world, SYSTEM_NAMESPACE, WEBHOOK_DEPLOYMENT)
 
@@ -278,8 +322,11 @@ def _webhook_budget(world: World) -> dict[str, Any]:
     return world.api.get(paths.pod_disruption_budget(SYSTEM_NAMESPACE, WEBHOOK_DEPLOYMENT))
 
 
-@then(parsers.parse('the webhook Deployment has {replicas:d} ready replicas on different nodes with priority '
-                    'class "{priority}"'))
+@then(
+    parsers.parse(
+        'the webhook Deployment has {replicas:d} ready replicas on different nodes with priority class "{priority}"'
+    )
+)
 def webhook_replicas(world: World, replicas: int, priority: str) -> None:
     _kind_only(world)
 
@@ -290,24 +337,29 @@ def webhook_replicas(world: World, replicas: int, priority: str) -> None:
     pods = wait_for(f"{replicas} ready {WEBHOOK_DEPLOYMENT} pods", settled, timeout=120)
     nodes = [p["spec"]["nodeName"] for p in pods]
     assert len(set(nodes)) == replicas, nodes
-    assert all(p["spec"].get("priorityClassName") == priority for p in pods), [p["spec"].get("priorityClassName")
-                                                                               for p in pods]
+    assert all(p["spec"].get("priorityClassName") == priority for p in pods), [
+        p["spec"].get("priorityClassName") for p in pods
+    ]
     pdb = _webhook_budget(world)
     assert pdb["spec"]["minAvailable"] == 1, pdb["spec"]
 
 
 def _evict(world: World, name: str) -> None:
-    world.api.create(paths.pod_eviction(SYSTEM_NAMESPACE, name),
-                     {"apiVersion": "policy/v1", "kind": "Eviction",
-                      "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE}})
+    world.api.create(
+        paths.pod_eviction(SYSTEM_NAMESPACE, name),
+        {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE}},
+    )
 
 
 @when("one webhook pod is evicted", target_fixture="evicted_webhook_pod")
 def evict_one(world: World) -> str:
     _kind_only(world)
     # The PodDisruptionBudget controller must have counted both replicas healthy first.
-    wait_for("the webhook's PodDisruptionBudget allowing a disruption",
-             lambda: _webhook_budget(world).get("status", {}).get("disruptionsAllowed", 0) >= 1, timeout=60)
+    wait_for(
+        "the webhook's PodDisruptionBudget allowing a disruption",
+        lambda: _webhook_budget(world).get("status", {}).get("disruptionsAllowed", 0) >= 1,
+        timeout=60,
+    )
     pod = min(p["metadata"]["name"] for p in _webhook_pods(world))
     _evict(world, pod)
     return pod
@@ -315,16 +367,22 @@ def evict_one(world: World) -> str:
 
 @then("evicting the other webhook pod at once is refused by the PodDisruptionBudget")
 def evict_other_refused(world: World, evicted_webhook_pod: str) -> None:
-    others = [p["metadata"]["name"] for p in _webhook_pods(world)
-              if p["metadata"]["name"] != evicted_webhook_pod and pod_ready(p)]
+    others = [
+        p["metadata"]["name"]
+        for p in _webhook_pods(world)
+        if p["metadata"]["name"] != evicted_webhook_pod and pod_ready(p)
+    ]
     assert others, "no other ready webhook pod"
     with pytest.raises(TooManyRequests) as refused:
         _evict(world, others[0])
     assert "disruption budget" in refused.value.message, refused.value.message
 
 
-@then(parsers.parse('every pod of the deployed StatefulSet "{name}" in namespace "{namespace}" runs on the node its '
-                    'map names'))
+@then(
+    parsers.parse(
+        'every pod of the deployed StatefulSet "{name}" in namespace "{namespace}" runs on the node its map names'
+    )
+)
 def deployed_on_mapped_nodes(world: World, name: str, namespace: str) -> None:
     sts = world.api.get(paths.statefulset(namespace, name))
     parsed = gpumap.parse(sts["spec"]["template"]["metadata"]["annotations"][constants.MAP_ANNOTATION])

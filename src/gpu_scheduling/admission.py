@@ -86,8 +86,10 @@ def _check_request(request: Any) -> AdmissionRequest:
     if not isinstance(uid, str):
         raise BadRequest(f"AdmissionReview has no request with a uid (request.uid is {json_type(uid)})")
     if not _UID_RE.match(uid):
-        raise BadRequest(f"request.uid {show(uid)} ({len(uid)} characters) is not 1 to {MAX_UID_CHARS} printable "
-                         "ASCII characters (the apiserver sends a UUID)")
+        raise BadRequest(
+            f"request.uid {show(uid)} ({len(uid)} characters) is not 1 to {MAX_UID_CHARS} printable "
+            "ASCII characters (the apiserver sends a UUID)"
+        )
     obj = request.get("object")
     if obj is not None and not isinstance(obj, dict):
         raise BadRequest(f"request.object is not a JSON object (it is {json_type(obj)})")
@@ -159,13 +161,19 @@ def encode_review(review: AdmissionReview) -> bytes:
     uid = uid[:MAX_UID_CHARS]
     status = response.get("status") or {}
     if response.get("allowed") or not isinstance(status.get("message"), str):
-        smaller = deny(uid, f"the webhook's answer would be {len(data)} bytes, over its limit of "
-                            f"{MAX_RESPONSE_BYTES} bytes (a pod with fewer containers, or fewer duplicate "
-                            f"{constants.CUDA_ENV} entries, fits)", code=status.get("code", 400)
-                       if isinstance(status.get("code"), int) else 400)
+        smaller = deny(
+            uid,
+            f"the webhook's answer would be {len(data)} bytes, over its limit of "
+            f"{MAX_RESPONSE_BYTES} bytes (a pod with fewer containers, or fewer duplicate "
+            f"{constants.CUDA_ENV} entries, fits)",
+            code=status.get("code", 400) if isinstance(status.get("code"), int) else 400,
+        )
     else:
-        smaller = deny(uid, status["message"][:MAX_MESSAGE_CHARS],
-                       code=status["code"] if isinstance(status.get("code"), int) else 400)
+        smaller = deny(
+            uid,
+            status["message"][:MAX_MESSAGE_CHARS],
+            code=status["code"] if isinstance(status.get("code"), int) else 400,
+        )
     data = _dumps(smaller)
     if len(data) > MAX_RESPONSE_BYTES:  # only a message of wide escapes could get here
         data = _dumps(deny(uid, "the webhook's answer was too large"))
@@ -190,8 +198,10 @@ def _describe(request: AdmissionRequest) -> str:
 def _cuda_from_allocation() -> dict[str, Any]:
     # The GPUs are chosen after admission, when the pod is scheduled; the scheduler writes them to an annotation
     # before binding, and the kubelet resolves this downward-API reference when it starts the containers.
-    return {"name": constants.CUDA_ENV,
-            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{constants.GPU_IDS_ANNOTATION}']"}}}
+    return {
+        "name": constants.CUDA_ENV,
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{constants.GPU_IDS_ANNOTATION}']"}},
+    }
 
 
 def review_pod(request: AdmissionRequest) -> AdmissionReview:
@@ -213,10 +223,13 @@ def review_pod(request: AdmissionRequest) -> AdmissionReview:
             return allow(uid)
         count = podrequest.count_containers(pod)
         if count * _MIN_OP_BYTES > MAX_RESPONSE_BYTES:  # at least one operation each: it cannot fit
-            return deny(uid, f"{_describe(request)}: it has {count} containers and init containers; setting "
-                             f"{constants.CUDA_ENV} in each takes a patch larger than the webhook's limit of "
-                             f"{MAX_RESPONSE_BYTES} bytes (at most {MAX_RESPONSE_BYTES // _MIN_OP_BYTES} containers "
-                             "fit, fewer with long names or duplicate entries)")
+            return deny(
+                uid,
+                f"{_describe(request)}: it has {count} containers and init containers; setting "
+                f"{constants.CUDA_ENV} in each takes a patch larger than the webhook's limit of "
+                f"{MAX_RESPONSE_BYTES} bytes (at most {MAX_RESPONSE_BYTES // _MIN_OP_BYTES} containers "
+                "fit, fewer with long names or duplicate entries)",
+            )
         if isinstance(asked, podrequest.MapRequest):
             ops = patches.cuda_patch(pod, asked.entry.cuda_visible_devices)
         else:
@@ -228,8 +241,11 @@ def review_pod(request: AdmissionRequest) -> AdmissionReview:
     review = allow(uid, ops) if not size else deny(uid, "")
     size = size or len(_dumps(review))
     if size > MAX_RESPONSE_BYTES:
-        return deny(uid, f"{_describe(request)}: setting {constants.CUDA_ENV} in its {count} containers and init "
-                         f"containers takes a patch of {len(ops)} operations, an answer of at least {size} bytes, "
-                         f"over the webhook's limit of {MAX_RESPONSE_BYTES} bytes; use fewer containers (or remove "
-                         f"duplicate {constants.CUDA_ENV} entries)")
+        return deny(
+            uid,
+            f"{_describe(request)}: setting {constants.CUDA_ENV} in its {count} containers and init "
+            f"containers takes a patch of {len(ops)} operations, an answer of at least {size} bytes, "
+            f"over the webhook's limit of {MAX_RESPONSE_BYTES} bytes; use fewer containers (or remove "
+            f"duplicate {constants.CUDA_ENV} entries)",
+        )
     return review

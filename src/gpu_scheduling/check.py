@@ -27,8 +27,9 @@ def report(env: dict[str, str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="gpu-scheduler-check",
-                                description="Log NODE_NAME and CUDA_VISIBLE_DEVICES every --interval seconds.")
+    p = argparse.ArgumentParser(
+        prog="gpu-scheduler-check", description="Log NODE_NAME and CUDA_VISIBLE_DEVICES every --interval seconds."
+    )
     p.add_argument("--interval", type=float, default=5.0, help="seconds between reports (default 5)")
     logs.add_arguments(p)  # the report goes to stdout as it is; only log records (none today) use these
     args = p.parse_args(argv)

@@ -43,6 +43,8 @@ _NAME_INDEX_RE = re.compile(r"-([0-9]+)$")
 def is_subdomain(name: str) -> bool:
     """An RFC 1123 subdomain of at most MAX_SUBDOMAIN characters (a valid node or GpuClaim name)."""
     return len(name) <= MAX_SUBDOMAIN and _SUBDOMAIN_RE.match(name) is not None
+
+
 _NOT_ASCII_RE = re.compile(r"[^\x20-\x7e\t]")  # anything but printable ASCII and tab
 _BLANK = " \t"
 
@@ -128,8 +130,12 @@ def describe_char(ch: str) -> str:
     name = unicodedata.name(ch, "")
     if not name:
         category = unicodedata.category(ch)
-        name = {"Cc": "control character", "Cs": "surrogate", "Co": "private use character",
-                "Cn": "unassigned character"}.get(category, f"character of category {category}")
+        name = {
+            "Cc": "control character",
+            "Cs": "surrogate",
+            "Co": "private use character",
+            "Cn": "unassigned character",
+        }.get(category, f"character of category {category}")
     return f"U+{ord(ch):04X} ({name})"
 
 
@@ -174,9 +180,7 @@ class MapError(PodMapError, ValueError):
         self.total = max(total if total is not None else len(problems), len(self.problems))
         more = self.total - len(self.problems)
         tail = f"; and {more} more problem{'s' if more != 1 else ''}" if more else ""
-        super().__init__(
-            f"invalid {constants.MAP_ANNOTATION} annotation: " + "; ".join(map(str, self.problems)) + tail
-        )
+        super().__init__(f"invalid {constants.MAP_ANNOTATION} annotation: " + "; ".join(map(str, self.problems)) + tail)
 
 
 class PodIndexError(PodMapError, LookupError):
@@ -232,8 +236,9 @@ def _integer(token: str, what: str, digits: int, example: str) -> int | Callable
     if not _INT_RE.match(token):
         return lambda: f"{what} {show(token)} is not a non-negative integer; expected e.g. `{example}`"
     if len(token) > digits:
-        return lambda: (f"{what} {show(token)} has {len(token)} digits; at most {digits} are allowed "
-                        f"({what} < 10^{digits})")
+        return lambda: (
+            f"{what} {show(token)} has {len(token)} digits; at most {digits} are allowed ({what} < 10^{digits})"
+        )
     return int(token)
 
 
@@ -298,9 +303,16 @@ def parse(text: str) -> GpuMap:
     if not isinstance(text, str):
         raise MapError([Problem(1, "", f"the map is {json_type(text)}; expected a string")])
     if len(text) > MAX_MAP_CHARS:
-        raise MapError([Problem(1, text[: SHOWN_CHARS + 1],
-                                f"the map is {len(text)} characters long; at most {MAX_MAP_CHARS} are allowed "
-                                "(Kubernetes allows 256 KiB for all of a pod's annotations)")])
+        raise MapError(
+            [
+                Problem(
+                    1,
+                    text[: SHOWN_CHARS + 1],
+                    f"the map is {len(text)} characters long; at most {MAX_MAP_CHARS} are allowed "
+                    "(Kubernetes allows 256 KiB for all of a pod's annotations)",
+                )
+            ]
+        )
     entries: dict[int, Entry] = {}
     first_line: dict[int, int] = {}
     problems = _Problems()
@@ -310,8 +322,12 @@ def parse(text: str) -> GpuMap:
             continue
         bad_char = _NOT_ASCII_RE.search(line)
         if bad_char is not None:
-            problems.add(number, line, f"character {describe_char(bad_char.group())} is not allowed: the map is "
-                                       "ASCII (only spaces and tabs around tokens, one entry per line)")
+            problems.add(
+                number,
+                line,
+                f"character {describe_char(bad_char.group())} is not allowed: the map is "
+                "ASCII (only spaces and tabs around tokens, one entry per line)",
+            )
             continue
         entry = _parse_line(number, line, problems)
         if entry is None:
@@ -324,8 +340,9 @@ def parse(text: str) -> GpuMap:
     if problems.total:
         raise problems.error()
     if not entries:
-        raise MapError([Problem(1, text.strip(_BLANK + "\r\n")[: SHOWN_CHARS + 1],
-                                f"the map is empty; {EXPECTED_FORM}")])
+        raise MapError(
+            [Problem(1, text.strip(_BLANK + "\r\n")[: SHOWN_CHARS + 1], f"the map is empty; {EXPECTED_FORM}")]
+        )
     return GpuMap(entries)
 
 
@@ -337,8 +354,9 @@ class _ParseCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._data: collections.OrderedDict[str, tuple[GpuMap | tuple[tuple[Problem, ...], int], int]] = \
+        self._data: collections.OrderedDict[str, tuple[GpuMap | tuple[tuple[Problem, ...], int], int]] = (
             collections.OrderedDict()
+        )
         self._lock = threading.Lock()
 
     def get(self, text: str) -> GpuMap | tuple[tuple[Problem, ...], int] | None:
@@ -407,8 +425,9 @@ def _index_value(token: str, where: str) -> int:
     if not _INT_RE.match(token):
         raise PodIndexError(f"{where} is not a non-negative integer")
     if len(token) > MAX_INDEX_DIGITS:
-        raise PodIndexError(f"{where} has {len(token)} digits; at most {MAX_INDEX_DIGITS} are allowed "
-                            f"(index < 10^{MAX_INDEX_DIGITS})")
+        raise PodIndexError(
+            f"{where} has {len(token)} digits; at most {MAX_INDEX_DIGITS} are allowed (index < 10^{MAX_INDEX_DIGITS})"
+        )
     return int(token)
 
 
@@ -426,8 +445,10 @@ def pod_index(metadata: Mapping[str, Any]) -> int:
     label = labels.get(constants.POD_INDEX_LABEL)
     if label is not None:
         if not isinstance(label, str):
-            raise PodIndexError(f"label {constants.POD_INDEX_LABEL} is {json_type(label)}; expected a string "
-                                "holding a non-negative integer")
+            raise PodIndexError(
+                f"label {constants.POD_INDEX_LABEL} is {json_type(label)}; expected a string "
+                "holding a non-negative integer"
+            )
         return _index_value(label, f"label {constants.POD_INDEX_LABEL}={show(label)}")
     name = metadata.get("name")
     if name is None:
@@ -467,7 +488,8 @@ def entry_for_pod(metadata: Mapping[str, Any]) -> Entry | None:
     if text is None:
         return None
     if not isinstance(text, str):
-        raise MapError([Problem(1, "", f"annotation {constants.MAP_ANNOTATION} is {json_type(text)}; "
-                                       "expected a string")])
+        raise MapError(
+            [Problem(1, "", f"annotation {constants.MAP_ANNOTATION} is {json_type(text)}; expected a string")]
+        )
     gpu_map = parse_cached(text)
     return gpu_map.entry_for(pod_index(metadata))

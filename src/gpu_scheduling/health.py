@@ -8,8 +8,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 
-def add_probes(app: web.Application, ready: Callable[[], bool],
-               metrics: Callable[[], str] | None = None) -> None:
+def add_probes(app: web.Application, ready: Callable[[], bool], metrics: Callable[[], str] | None = None) -> None:
     """`/healthz` answers while the event loop runs; `/readyz` once `ready()`; `/metrics` when given."""
 
     async def healthz(_: web.Request) -> web.Response:
@@ -23,6 +22,7 @@ def add_probes(app: web.Application, ready: Callable[[], bool],
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     if metrics is not None:
+
         async def metrics_handler(_: web.Request) -> web.Response:
             return web.Response(text=metrics(), content_type="text/plain", charset="utf-8")
 

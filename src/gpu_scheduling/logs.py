@@ -23,9 +23,18 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 # Every C0 control character, DEL and the C1 controls, and the Unicode line and paragraph separators, which some
 # readers treat as line breaks. Backslash is escaped too, so that an escaped sequence cannot be forged either.
-_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
-_ESCAPES.update({ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t",
-                 0x2028: "\\u2028", 0x2029: "\\u2029", 0x85: "\\x85"})
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_ESCAPES.update(
+    {
+        ord("\\"): "\\\\",
+        ord("\n"): "\\n",
+        ord("\r"): "\\r",
+        ord("\t"): "\\t",
+        0x2028: "\\u2028",
+        0x2029: "\\u2029",
+        0x85: "\\x85",
+    }
+)
 
 
 def escape(text: str) -> str:
@@ -63,7 +72,8 @@ class JSONFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {
             "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC)
-            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
@@ -100,11 +110,17 @@ def configure(level: str | int, fmt: str = "text", stream: TextIO | None = None)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`--log-level` (default $LOG_LEVEL or INFO) and `--log-format` (default $LOG_FORMAT or text)."""
-    p.add_argument("--log-level", default=os.environ.get(constants.LOG_LEVEL_ENV, "INFO"),
-                   help="DEBUG, INFO, WARNING or ERROR (default: $LOG_LEVEL or INFO)")
-    p.add_argument("--log-format", choices=FORMATS, default=_env_format(),
-                   help="text: one escaped line per record; json: one JSON object per line "
-                        "(default: $LOG_FORMAT or text)")
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get(constants.LOG_LEVEL_ENV, "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR (default: $LOG_LEVEL or INFO)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default=_env_format(),
+        help="text: one escaped line per record; json: one JSON object per line (default: $LOG_FORMAT or text)",
+    )
 
 
 def _env_format() -> str:

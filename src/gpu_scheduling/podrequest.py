@@ -62,17 +62,21 @@ def _annotations(metadata: Any) -> Mapping[str, Any]:
 
 def _claim_name(value: Any) -> str:
     if not isinstance(value, str):
-        raise PodRequestError(f"annotation {constants.CLAIM_ANNOTATION} is {json_type(value)}; expected the name "
-                              "of a GpuClaim in the pod's namespace (a string)")
+        raise PodRequestError(
+            f"annotation {constants.CLAIM_ANNOTATION} is {json_type(value)}; expected the name "
+            "of a GpuClaim in the pod's namespace (a string)"
+        )
     name = value.strip(_ASCII_SPACE)
     if not name:
-        raise PodRequestError(f"annotation {constants.CLAIM_ANNOTATION} is empty; expected the name of a GpuClaim "
-                              "in the pod's namespace")
+        raise PodRequestError(
+            f"annotation {constants.CLAIM_ANNOTATION} is empty; expected the name of a GpuClaim in the pod's namespace"
+        )
     if not gpumap.is_subdomain(name):
         raise PodRequestError(
             f"annotation {constants.CLAIM_ANNOTATION}={show(name)} is not a valid GpuClaim name: expected an RFC 1123 "
             f"subdomain of at most {MAX_CLAIM_NAME} characters (lower-case letters, digits, `-` and `.`, starting "
-            "and ending with a letter or digit)")
+            "and ending with a letter or digit)"
+        )
     return name
 
 
@@ -88,15 +92,18 @@ def read(metadata: Any) -> Request:
     if has_map and has_claim:
         raise PodRequestError(
             f"it carries both {constants.CLAIM_ANNOTATION} and {constants.MAP_ANNOTATION}; use one: the map pins "
-            "the node and GPU ids, the claim lets the scheduler choose them")
+            "the node and GPU ids, the claim lets the scheduler choose them"
+        )
     if has_claim:
         return ClaimRequest(_claim_name(notes[constants.CLAIM_ANNOTATION]))
     if not has_map:
         return None
     text = notes[constants.MAP_ANNOTATION]
     if not isinstance(text, str):
-        raise PodRequestError(f"annotation {constants.MAP_ANNOTATION} is {json_type(text)}; expected a string "
-                              "of `<index>=<node>:<gpu ids>` lines")
+        raise PodRequestError(
+            f"annotation {constants.MAP_ANNOTATION} is {json_type(text)}; expected a string "
+            "of `<index>=<node>:<gpu ids>` lines"
+        )
     gpu_map = gpumap.parse_cached(text)
     return MapRequest(gpu_map.entry_for(gpumap.pod_index(metadata)))
 
@@ -154,8 +161,9 @@ def iter_containers(pod: Any) -> Iterator[Container]:
                     if not isinstance(item, Mapping):
                         raise PodRequestError(f"spec.{kind}[{i}].env[{j}] is {json_type(item)}; expected an object")
                     if not isinstance(item.get("name"), str):
-                        raise PodRequestError(f"spec.{kind}[{i}].env[{j}].name is {json_type(item.get('name'))}; "
-                                              "expected a string")
+                        raise PodRequestError(
+                            f"spec.{kind}[{i}].env[{j}].name is {json_type(item.get('name'))}; expected a string"
+                        )
             yield Container(kind, i, name, env)
 
 
@@ -173,8 +181,10 @@ def missing_cuda(pod: Any, entry: gpumap.Entry) -> str | None:
         found = [e for e in container.env or () if e.get("name") == constants.CUDA_ENV]
         what = "init container" if container.kind == "initContainers" else "container"
         who = f"{what} {plain(container.name) if container.name else f'#{container.position}'}"
-        why = ("the gpu-webhook sets it at creation; was the map annotation added after the pod was created, "
-               "or the pod created while the webhook was not registered?")
+        why = (
+            "the gpu-webhook sets it at creation; was the map annotation added after the pod was created, "
+            "or the pod created while the webhook was not registered?"
+        )
         if not found:
             return f"{who} has no {constants.CUDA_ENV}={wanted} ({why})"
         last = found[-1]  # Kubernetes: the last of duplicate names wins

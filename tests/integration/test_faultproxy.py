@@ -51,16 +51,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _record(self, body: bytes) -> dict[str, Any]:
         subject = dict(x[0] for x in self.connection.getpeercert()["subject"])
-        entry = {"method": self.command, "path": self.path, "body": body.decode(), "client_cn": subject["commonName"],
-                 "peer_port": self.client_address[1], "user_agent": self.headers.get("User-Agent"),
-                 "content_type": self.headers.get("Content-Type")}
+        entry = {
+            "method": self.command,
+            "path": self.path,
+            "body": body.decode(),
+            "client_cn": subject["commonName"],
+            "peer_port": self.client_address[1],
+            "user_agent": self.headers.get("User-Agent"),
+            "content_type": self.headers.get("Content-Type"),
+        }
         self.server.seen.append(entry)
         return entry
 
     def _reply(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
-        for k, v in {"Content-Type": "application/json", "Content-Length": str(len(payload)),
-                     **(headers or {})}.items():
+        for k, v in {
+            "Content-Type": "application/json",
+            "Content-Length": str(len(payload)),
+            **(headers or {}),
+        }.items():
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(payload)
@@ -142,8 +151,13 @@ def connect(proxy: FaultProxy, pki_dir, with_client_cert: bool = True) -> http.c
     return http.client.HTTPSConnection("127.0.0.1", proxy.port, context=ctx, timeout=15)
 
 
-def call(conn: http.client.HTTPSConnection, method: str, path: str, body: bytes | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def call(
+    conn: http.client.HTTPSConnection,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
     conn.request(method, path, body=body, headers=headers or {})
     resp = conn.getresponse()
     return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
@@ -151,13 +165,24 @@ def call(conn: http.client.HTTPSConnection, method: str, path: str, body: bytes 
 
 def test_forwards_untouched_with_the_kubeconfig_client_certificate(proxy, upstream, pki_dir):
     conn = connect(proxy, pki_dir)
-    status, headers, body = call(conn, "PATCH", "/api/v1/namespaces/a/pods/p?fieldManager=x", b'{"spec": {}}',
-                                 {"Content-Type": "application/merge-patch+json", "User-Agent": "gpu-scheduler/a"})
+    status, headers, body = call(
+        conn,
+        "PATCH",
+        "/api/v1/namespaces/a/pods/p?fieldManager=x",
+        b'{"spec": {}}',
+        {"Content-Type": "application/merge-patch+json", "User-Agent": "gpu-scheduler/a"},
+    )
     seen = json.loads(body)
     assert status == 200 and headers["x-upstream"] == "yes"
-    assert seen == {"method": "PATCH", "path": "/api/v1/namespaces/a/pods/p?fieldManager=x", "body": '{"spec": {}}',
-                    "client_cn": "scheduler-test", "peer_port": seen["peer_port"], "user_agent": "gpu-scheduler/a",
-                    "content_type": "application/merge-patch+json"}
+    assert seen == {
+        "method": "PATCH",
+        "path": "/api/v1/namespaces/a/pods/p?fieldManager=x",
+        "body": '{"spec": {}}',
+        "client_cn": "scheduler-test",
+        "peer_port": seen["peer_port"],
+        "user_agent": "gpu-scheduler/a",
+        "content_type": "application/merge-patch+json",
+    }
     # An upstream error is passed on as it is: status, headers and body.
     status, headers, body = call(conn, "GET", "/teapot")
     assert (status, headers["x-upstream"], json.loads(body)) == (418, "yes", {"kind": "Status", "code": 418})
@@ -230,7 +255,10 @@ def test_fail_answers_the_matching_requests_with_a_status_then_lets_them_through
     assert proxy.injected(rule) == 2 and rule.paths == [lease, lease]
     assert proxy.passed("DELETE", re.compile(r"/leases/gpu-")) == 1
     assert [(e["method"], e["path"]) for e in upstream.seen] == [
-        ("DELETE", lease), ("GET", lease), ("DELETE", lease.replace("gpu-node1-0", "scheduler"))]
+        ("DELETE", lease),
+        ("GET", lease),
+        ("DELETE", lease.replace("gpu-node1-0", "scheduler")),
+    ]
 
 
 def test_an_injected_failure_is_a_kubernetes_status(proxy, pki_dir):
@@ -239,9 +267,16 @@ def test_an_injected_failure_is_a_kubernetes_status(proxy, pki_dir):
     conn = connect(proxy, pki_dir)
     status, headers, body = call(conn, "GET", "/api/v1/nodes")
     assert status == 429 and headers["retry-after"] == "3"
-    assert json.loads(body) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                "message": "slow down", "reason": "TooManyRequests", "code": 429,
-                                "details": {"retryAfterSeconds": 3}}
+    assert json.loads(body) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "slow down",
+        "reason": "TooManyRequests",
+        "code": 429,
+        "details": {"retryAfterSeconds": 3},
+    }
     # The project's own client reads it as the apiserver's error.
     with pytest.raises(ApiError) as err:
         SyncClient(str(proxy.kubeconfig)).create("/api/v1/namespaces/a/pods", {})
@@ -253,8 +288,11 @@ def test_delay_holds_only_the_matching_requests_only_as_often_as_told(proxy, pki
     rule = proxy.delay(method="POST", path=re.compile(r"/binding$"), seconds=1.0, times=1)
     conn = connect(proxy, pki_dir)
     timings = []
-    for method, path in [("POST", "/api/v1/namespaces/a/pods/p/binding"), ("GET", "/api/v1/namespaces/a/pods/p"),
-                         ("POST", "/api/v1/namespaces/a/pods/p/binding")]:
+    for method, path in [
+        ("POST", "/api/v1/namespaces/a/pods/p/binding"),
+        ("GET", "/api/v1/namespaces/a/pods/p"),
+        ("POST", "/api/v1/namespaces/a/pods/p/binding"),
+    ]:
         started = time.monotonic()
         assert call(conn, method, path)[0] == 200
         timings.append(time.monotonic() - started)

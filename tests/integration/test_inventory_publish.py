@@ -45,8 +45,9 @@ class FakeApiserver(http.server.ThreadingHTTPServer):
 
 
 def status(code: int, reason: str) -> bytes:
-    return json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
-                       "message": reason}).encode()
+    return json.dumps(
+        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": reason}
+    ).encode()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

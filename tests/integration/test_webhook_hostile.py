@@ -29,8 +29,9 @@ MAX_CONNECTIONS = 48
 
 @pytest.fixture(scope="module")
 def webhook(tmp_path_factory):
-    hook = start_webhook(tmp_path_factory.mktemp("hostile"), "--max-connections", str(MAX_CONNECTIONS),
-                         "--log-level", "debug")
+    hook = start_webhook(
+        tmp_path_factory.mktemp("hostile"), "--max-connections", str(MAX_CONNECTIONS), "--log-level", "debug"
+    )
     try:
         yield hook
     finally:
@@ -79,30 +80,71 @@ class Prober:
 
 # The corpus ----------------------------------------------------------------------------------------------------
 
-VALID = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-         "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                     "resource": {"group": "", "version": "v1", "resource": "pods"},
-                     "operation": "CREATE", "namespace": "default", "name": "p",
-                     "object": {"metadata": {"name": "p-0", "namespace": "default", "uid": "x",
-                                             "annotations": {constants.MAP_ANNOTATION: "0=node1:0,1\n1=node2:2",
-                                                             constants.CLAIM_ANNOTATION: "c"},
-                                             "labels": {"a": "b"},
-                                             "ownerReferences": [{"kind": "StatefulSet", "name": "p"}]},
-                                "spec": {"schedulerName": "gpu-scheduler", "hostname": "p-0",
-                                         "containers": [{"name": "c", "image": "i",
-                                                         "env": [{"name": "A", "value": "1"}]}],
-                                         "initContainers": [{"name": "i", "env": []}]}}}}
+VALID = {
+    "apiVersion": "admission.k8s.io/v1",
+    "kind": "AdmissionReview",
+    "request": {
+        "uid": "u-1",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "operation": "CREATE",
+        "namespace": "default",
+        "name": "p",
+        "object": {
+            "metadata": {
+                "name": "p-0",
+                "namespace": "default",
+                "uid": "x",
+                "annotations": {constants.MAP_ANNOTATION: "0=node1:0,1\n1=node2:2", constants.CLAIM_ANNOTATION: "c"},
+                "labels": {"a": "b"},
+                "ownerReferences": [{"kind": "StatefulSet", "name": "p"}],
+            },
+            "spec": {
+                "schedulerName": "gpu-scheduler",
+                "hostname": "p-0",
+                "containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}]}],
+                "initContainers": [{"name": "i", "env": []}],
+            },
+        },
+    },
+}
 
 HUGE_INT = "9" * 5000
 WRONG = [None, 0, -1, 1.5, True, "", "x", "\u00a0", [], [None], {}, {"": None}, [[[]]], {"a": {"b": []}}]
 RAW_WRONG = [HUGE_INT, "-" + HUGE_INT, "1e999999", "-0.0", "NaN", "Infinity", "1" + "0" * 400 + ".5"]
 BAD_MAPS = [
-    "", " ", "\n" * 1000, "0=node1:" + HUGE_INT, HUGE_INT + "=node1:0", "0=node1:0," * 20000,
-    "=\n" * 30000, "0=" + "n" * 100_000 + ":0", "\n".join(f"{i}=node{i}:x" for i in range(20000)),
-    "0=node1:0\u00a0", "0=node1:\u20030", "0\u3000=node1:0", "0=node1:0\u200b", "0=node1\u2028:0",
-    "0=node1:0\x00", "0=node1:0\x1b[2J", "0=node\u0661:0", "0=node1:\u0661", "0=node1:0\r", "\t0=node1:0",
-    "0=node1:0\n0=node1:0", "-1=node1:0", "0=node1:-1", "0=NODE_1:0", "0=node1:0:1", "0=:0", "0=node1:",
-    "0=node1:0,,1", "0==node1:0", "{}" * 50000, "0=node1:0;" * 30000, "é" * 100_000,
+    "",
+    " ",
+    "\n" * 1000,
+    "0=node1:" + HUGE_INT,
+    HUGE_INT + "=node1:0",
+    "0=node1:0," * 20000,
+    "=\n" * 30000,
+    "0=" + "n" * 100_000 + ":0",
+    "\n".join(f"{i}=node{i}:x" for i in range(20000)),
+    "0=node1:0\u00a0",
+    "0=node1:\u20030",
+    "0\u3000=node1:0",
+    "0=node1:0\u200b",
+    "0=node1\u2028:0",
+    "0=node1:0\x00",
+    "0=node1:0\x1b[2J",
+    "0=node\u0661:0",
+    "0=node1:\u0661",
+    "0=node1:0\r",
+    "\t0=node1:0",
+    "0=node1:0\n0=node1:0",
+    "-1=node1:0",
+    "0=node1:-1",
+    "0=NODE_1:0",
+    "0=node1:0:1",
+    "0=:0",
+    "0=node1:",
+    "0=node1:0,,1",
+    "0==node1:0",
+    "{}" * 50000,
+    "0=node1:0;" * 30000,
+    "é" * 100_000,
     "\n".join(f"{i}=node1:{i}" for i in range(5000)),
 ]
 
@@ -134,11 +176,39 @@ SENTINEL = "@@RAW@@"
 
 def corpus(rng: random.Random) -> list[tuple[str, bytes]]:
     # Not JSON, or JSON that is not an object.
-    cases: list[tuple[str, bytes]] = [("not-json", b) for b in [
-        b"", b" ", b"\xef\xbb\xbf{}", b"{", b"}", b"[", b"nul", b"null", b"true", b"0", b'"s"', b"[]",
-        b"{}", b"\x00" * 100, b"\xff\xfe{\x00}\x00", b"{'a': 1}", b'{"a":1,}', b'{"a" 1}', b"\\u0000",
-        b'{"kind": "AdmissionReview"', b"NaN", b"-Infinity", b'{"a":"\\ud800"}', b'{"a":"\x01"}',
-        HUGE_INT.encode(), b"1" * 100_000, b" " * 100_000, b"\n" * 10_000]]
+    cases: list[tuple[str, bytes]] = [
+        ("not-json", b)
+        for b in [
+            b"",
+            b" ",
+            b"\xef\xbb\xbf{}",
+            b"{",
+            b"}",
+            b"[",
+            b"nul",
+            b"null",
+            b"true",
+            b"0",
+            b'"s"',
+            b"[]",
+            b"{}",
+            b"\x00" * 100,
+            b"\xff\xfe{\x00}\x00",
+            b"{'a': 1}",
+            b'{"a":1,}',
+            b'{"a" 1}',
+            b"\\u0000",
+            b'{"kind": "AdmissionReview"',
+            b"NaN",
+            b"-Infinity",
+            b'{"a":"\\ud800"}',
+            b'{"a":"\x01"}',
+            HUGE_INT.encode(),
+            b"1" * 100_000,
+            b" " * 100_000,
+            b"\n" * 10_000,
+        ]
+    ]
     cases.extend(("random-bytes", rng.randbytes(rng.choice([1, 10, 100, 1000, 10_000]))) for _ in range(60))
     good = json.dumps(VALID).encode()
     cases.extend(("truncated", good[:cut]) for cut in range(1, len(good), max(1, len(good) // 60)))
@@ -147,14 +217,22 @@ def corpus(rng: random.Random) -> list[tuple[str, bytes]]:
         cases.append(("deep", b"[" * depth + b"]" * depth))
         cases.append(("deep", b'{"a":' * min(depth, 500_000) + b"1" + b"}" * min(depth, 500_000)))
         nested = "[" * min(depth, 200_000) + "]" * min(depth, 200_000)
-        cases.extend(("deep-inside", json.dumps(replaced(path, SENTINEL)).replace(f'"{SENTINEL}"', nested).encode())
-                     for path in (("request",), ("request", "object"), ("request", "object", "metadata", "annotations"),
-                                  ("request", "object", "spec", "containers")))
+        cases.extend(
+            ("deep-inside", json.dumps(replaced(path, SENTINEL)).replace(f'"{SENTINEL}"', nested).encode())
+            for path in (
+                ("request",),
+                ("request", "object"),
+                ("request", "object", "metadata", "annotations"),
+                ("request", "object", "spec", "containers"),
+            )
+        )
     # Wrong types at every level of a valid review.
     for path in paths(VALID):
         cases.extend(("wrong-type", json.dumps(replaced(path, value)).encode()) for value in WRONG)
-        cases.extend(("huge-number", json.dumps(replaced(path, SENTINEL)).replace(f'"{SENTINEL}"', raw).encode())
-                     for raw in RAW_WRONG)
+        cases.extend(
+            ("huge-number", json.dumps(replaced(path, SENTINEL)).replace(f'"{SENTINEL}"', raw).encode())
+            for raw in RAW_WRONG
+        )
     # Missing keys at every level.
     for path in paths(VALID)[1:]:
         doc = copy.deepcopy(VALID)
@@ -175,8 +253,9 @@ def corpus(rng: random.Random) -> list[tuple[str, bytes]]:
         doc["request"]["object"]["metadata"]["annotations"] = {f"k{i}\n": "v" * 10 for i in range(n)}
         cases.append(("huge-shape", json.dumps(doc).encode()))
         doc = copy.deepcopy(VALID)
-        doc["request"]["object"]["spec"]["containers"] = [{"name": f"c{i}", "env": [{"name": "X"}] * 3}
-                                                          for i in range(n)]
+        doc["request"]["object"]["spec"]["containers"] = [
+            {"name": f"c{i}", "env": [{"name": "X"}] * 3} for i in range(n)
+        ]
         cases.append(("huge-shape", json.dumps(doc).encode()))
         doc = copy.deepcopy(VALID)
         doc["request"]["object"]["spec"]["containers"][0]["env"] = [{"name": i, "value": [i]} for i in range(n)]
@@ -191,8 +270,10 @@ def corpus(rng: random.Random) -> list[tuple[str, bytes]]:
         doc["request"]["operation"] = op
         cases.append(("operation", json.dumps(doc).encode()))
     # Over 3 MiB: answered 413 from the Content-Length, before the body is read.
-    cases.extend(("oversized", b'{"a":"' + b"x" * (size - 8) + b'"}')
-                 for size in (3 * 1024 * 1024 + 1, 4 * 1024 * 1024, 12 * 1024 * 1024))
+    cases.extend(
+        ("oversized", b'{"a":"' + b"x" * (size - 8) + b'"}')
+        for size in (3 * 1024 * 1024 + 1, 4 * 1024 * 1024, 12 * 1024 * 1024)
+    )
     # Random mutations of the valid review until the corpus is large enough.
     all_paths = paths(VALID)[1:]
     while len(cases) < 2600:
@@ -203,8 +284,9 @@ def corpus(rng: random.Random) -> list[tuple[str, bytes]]:
                 node = doc
                 for key in path[:-1]:
                     node = node[key]
-                node[path[-1]] = copy.deepcopy(rng.choice([*WRONG, "".join(rng.choice("0=n:,\n \u00a0\x00é1") for _ in
-                                                             range(rng.randint(0, 40)))]))
+                node[path[-1]] = copy.deepcopy(
+                    rng.choice([*WRONG, "".join(rng.choice("0=n:,\n \u00a0\x00é1") for _ in range(rng.randint(0, 40)))])
+                )
             except (KeyError, IndexError, TypeError):
                 pass
         cases.append(("mutated", json.dumps(doc, ensure_ascii=rng.random() < 0.5).encode()))
@@ -212,6 +294,7 @@ def corpus(rng: random.Random) -> list[tuple[str, bytes]]:
 
 
 # The load --------------------------------------------------------------------------------------------------------
+
 
 class Stats:
     def __init__(self) -> None:
@@ -258,16 +341,14 @@ def send_all(hook: Webhook, cases: list[tuple[str, bytes]], http2: bool, stats: 
         for kind, body in cases:
             started = time.monotonic()
             try:
-                resp = client.post(f"{hook.url}/mutate", content=body,
-                                   headers={"content-type": "application/json"})
+                resp = client.post(f"{hook.url}/mutate", content=body, headers={"content-type": "application/json"})
             except httpx.TransportError as exc:
                 with stats.lock:
                     stats.bad.append(f"{kind} ({len(body)} bytes): {type(exc).__name__}: {exc}")
                 client.close()
                 client = httpx.Client(verify=hook.ctx, http2=http2, timeout=30)
                 continue
-            stats.record(kind, body, resp.status_code, resp.content, time.monotonic() - started,
-                         resp.http_version)
+            stats.record(kind, body, resp.status_code, resp.content, time.monotonic() - started, resp.http_version)
     finally:
         client.close()
 
@@ -292,8 +373,10 @@ def test_malformed_reviews_never_5xx(webhook):
         for t in threads:
             t.join(600)
     kinds = sorted({k for k, _ in cases})
-    print(f"\nhostile corpus: {stats.count} answers of {len(cases)} reviews ({', '.join(kinds)}); "
-          f"statuses {dict(sorted(stats.statuses.items()))}")
+    print(
+        f"\nhostile corpus: {stats.count} answers of {len(cases)} reviews ({', '.join(kinds)}); "
+        f"statuses {dict(sorted(stats.statuses.items()))}"
+    )
     print(f"largest answer: {stats.largest[0]} bytes, for {stats.largest[1]}")
     print(f"slowest answer: {stats.slowest[0] * 1000:.1f} ms, for {stats.slowest[1]}")
     print(f"slowest decided answer (200/400): {stats.slowest_decided[0] * 1000:.1f} ms, for {stats.slowest_decided[1]}")
@@ -305,11 +388,13 @@ def test_malformed_reviews_never_5xx(webhook):
 
 # Raw sockets, for what no well-behaved client sends ------------------------------------------------------------
 
+
 def tls_socket(hook: Webhook, alpn: list[str] | None = None, timeout: float = 30) -> ssl.SSLSocket:
     ctx = ssl.create_default_context(cafile=str(hook.ca_path))
     ctx.set_alpn_protocols(alpn or ["http/1.1"])
-    return ctx.wrap_socket(socket.create_connection(("127.0.0.1", hook.port), timeout=timeout),
-                           server_hostname="127.0.0.1")
+    return ctx.wrap_socket(
+        socket.create_connection(("127.0.0.1", hook.port), timeout=timeout), server_hostname="127.0.0.1"
+    )
 
 
 def read_until_closed(sock: ssl.SSLSocket, limit: float) -> bytes:
@@ -355,20 +440,23 @@ def read_answer(sock: ssl.SSLSocket, limit: float) -> bytes:
 HEAD = b"POST /mutate HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\n"
 
 
-@pytest.mark.parametrize("raw, expected", [
-    (HEAD + b"Content-Length: 5\r\n\r\n{}{}{}{}", {400}),  # more bytes than declared: a bad next request
-    (HEAD + b"Content-Length: x\r\n\r\n{}", {400}),
-    (HEAD + b"Content-Length: -1\r\n\r\n{}", {400}),
-    (HEAD + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", {400}),
-    (HEAD + b"Content-Length: 99999999999999999999999\r\n\r\n", {400, 413}),
-    (HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n2\r\n{}\r\n0\r\n\r\n", {400, 200}),
-    (HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", {400}),
-    (HEAD + b"Transfer-Encoding: gzip\r\n\r\n{}", {400, 501}),
-    (HEAD + b"X: " + b"a" * 20_000 + b"\r\n\r\n", {431, 400}),
-    (b"GARBAGE\r\n\r\n", {400}),
-    (b"POST /mutate HTTP/9.9\r\n\r\n", {400, 505}),
-    (b"\x16\x03\x01\x00\x05hello", {400}),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (HEAD + b"Content-Length: 5\r\n\r\n{}{}{}{}", {400}),  # more bytes than declared: a bad next request
+        (HEAD + b"Content-Length: x\r\n\r\n{}", {400}),
+        (HEAD + b"Content-Length: -1\r\n\r\n{}", {400}),
+        (HEAD + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", {400}),
+        (HEAD + b"Content-Length: 99999999999999999999999\r\n\r\n", {400, 413}),
+        (HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n2\r\n{}\r\n0\r\n\r\n", {400, 200}),
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", {400}),
+        (HEAD + b"Transfer-Encoding: gzip\r\n\r\n{}", {400, 501}),
+        (HEAD + b"X: " + b"a" * 20_000 + b"\r\n\r\n", {431, 400}),
+        (b"GARBAGE\r\n\r\n", {400}),
+        (b"POST /mutate HTTP/9.9\r\n\r\n", {400, 505}),
+        (b"\x16\x03\x01\x00\x05hello", {400}),
+    ],
+)
 def test_lying_requests_are_4xx(webhook, raw, expected):
     with tls_socket(webhook) as sock:
         sock.sendall(raw)
@@ -431,16 +519,17 @@ def test_trickling_clients_are_cut_off_while_healthz_answers(webhook):
     headers, body = {}, {}
     with Prober(webhook) as prober:
         threads = [
-            threading.Thread(target=trickle, args=(webhook, b"P", HEAD[1:] + b"Content-Length: 2\r\n\r\n{}",
-                                                   headers)),
+            threading.Thread(target=trickle, args=(webhook, b"P", HEAD[1:] + b"Content-Length: 2\r\n\r\n{}", headers)),
             threading.Thread(target=trickle, args=(webhook, HEAD + b"Content-Length: 60\r\n\r\n", b"x" * 60, body)),
         ]
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
-    print(f"\nheader trickle cut after {headers['seconds']:.1f}s, body trickle after {body['seconds']:.1f}s; "
-          f"/healthz slowest {prober.slowest * 1000:.1f} ms over {prober.count} probes")
+    print(
+        f"\nheader trickle cut after {headers['seconds']:.1f}s, body trickle after {body['seconds']:.1f}s; "
+        f"/healthz slowest {prober.slowest * 1000:.1f} ms over {prober.count} probes"
+    )
     assert "error" not in headers and "error" not in body
     assert headers["seconds"] <= TIMEOUT + 3
     assert body["seconds"] <= TIMEOUT + 3 and body["data"].startswith(b"HTTP/1.1 408"), body
@@ -492,8 +581,16 @@ def test_clients_that_hang_up_are_not_errors(webhook):
             conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
             conn.initiate_connection()
             for stream in (1, 3, 5):
-                conn.send_headers(stream, [(":method", "POST"), (":path", "/mutate"), (":scheme", "https"),
-                                           (":authority", "webhook"), ("content-length", str(len(big)))])
+                conn.send_headers(
+                    stream,
+                    [
+                        (":method", "POST"),
+                        (":path", "/mutate"),
+                        (":scheme", "https"),
+                        (":authority", "webhook"),
+                        ("content-length", str(len(big))),
+                    ],
+                )
                 conn.send_data(stream, big[:100])
             conn.reset_stream(1)
             sock.sendall(conn.data_to_send())
@@ -513,8 +610,16 @@ def test_http2_oversized_body_is_refused_before_it_is_sent(webhook):
     with tls_socket(webhook, ["h2"], timeout=10) as sock:
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         conn.initiate_connection()
-        conn.send_headers(1, [(":method", "POST"), (":path", "/mutate"), (":scheme", "https"),
-                              (":authority", "webhook"), ("content-length", str(64 * 1024 * 1024))])
+        conn.send_headers(
+            1,
+            [
+                (":method", "POST"),
+                (":path", "/mutate"),
+                (":scheme", "https"),
+                (":authority", "webhook"),
+                ("content-length", str(64 * 1024 * 1024)),
+            ],
+        )
         sock.sendall(conn.data_to_send())
         statuses: dict[int, str] = {}
         sent_more = False
@@ -533,8 +638,11 @@ def test_http2_oversized_body_is_refused_before_it_is_sent(webhook):
                         conn.send_data(1, b"x" * 16000)
                     except h2.exceptions.H2Error:
                         break
-                conn.send_headers(3, [(":method", "GET"), (":path", "/healthz"), (":scheme", "https"),
-                                      (":authority", "webhook")], end_stream=True)
+                conn.send_headers(
+                    3,
+                    [(":method", "GET"), (":path", "/healthz"), (":scheme", "https"), (":authority", "webhook")],
+                    end_stream=True,
+                )
             sock.sendall(conn.data_to_send())
     assert statuses == {1: "413", 3: "200"}
 
@@ -542,6 +650,9 @@ def test_http2_oversized_body_is_refused_before_it_is_sent(webhook):
 def test_the_log_has_no_error(webhook):
     """Runs last in this module: nothing above (all of it hostile) is an ERROR or a traceback in the log."""
     text = webhook.log()
-    bad = [line for line in text.splitlines()
-           if " ERROR " in line or " CRITICAL " in line or ("Traceback" in line and " DEBUG " not in line)]
+    bad = [
+        line
+        for line in text.splitlines()
+        if " ERROR " in line or " CRITICAL " in line or ("Traceback" in line and " DEBUG " not in line)
+    ]
     assert not bad, "\n".join(bad[:20])

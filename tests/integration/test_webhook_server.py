@@ -41,9 +41,23 @@ def start_webhook(d: pathlib.Path, *extra: str, env: dict[str, str] | None = Non
     ca = pki.CA(d, "test")
     pair = ca.issue("serving", "gpu-webhook", server=True, dns=("localhost",), ips=("127.0.0.1",))
     port = free_port()
-    proc = Process("gpu-webhook", [str(SCRIPTS / "gpu-webhook"), "--host", "127.0.0.1", "--port", str(port),
-                                   "--tls-cert-file", str(pair.cert), "--tls-private-key-file", str(pair.key),
-                                   *extra], d, env=env)
+    proc = Process(
+        "gpu-webhook",
+        [
+            str(SCRIPTS / "gpu-webhook"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--tls-cert-file",
+            str(pair.cert),
+            "--tls-private-key-file",
+            str(pair.key),
+            *extra,
+        ],
+        d,
+        env=env,
+    )
     proc.start()
     ctx = ssl.create_default_context(cafile=str(ca.cert_path))
     try:
@@ -74,13 +88,25 @@ def post(webhook: Webhook, body: bytes, path: str = "/mutate", method: str = "PO
 
 
 def review(obj) -> bytes:
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                       "request": {"uid": "u-42", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                                   "operation": "CREATE", "namespace": "default", "object": obj}}).encode()
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-42",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "operation": "CREATE",
+                "namespace": "default",
+                "object": obj,
+            },
+        }
+    ).encode()
 
 
-GOOD_POD = {"metadata": {"name": "check-1", "annotations": {constants.MAP_ANNOTATION: "1=node2:2"}},
-            "spec": {"containers": [{"name": "c"}]}}
+GOOD_POD = {
+    "metadata": {"name": "check-1", "annotations": {constants.MAP_ANNOTATION: "1=node2:2"}},
+    "spec": {"containers": [{"name": "c"}]},
+}
 PATCH = [{"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "2"}]}]
 
 
@@ -111,10 +137,18 @@ def test_malformed_body_is_400_and_server_keeps_serving(webhook, body):
     assert post(webhook, review(GOOD_POD))[0] == 200
 
 
-@pytest.mark.parametrize("method, path, status", [
-    ("GET", "/mutate", 405), ("PUT", "/mutate", 405), ("POST", "/healthz", 405), ("DELETE", "/metrics", 405),
-    ("GET", "/", 404), ("POST", "/nope", 404), ("GET", "/mutate/../healthz", 404),
-])
+@pytest.mark.parametrize(
+    "method, path, status",
+    [
+        ("GET", "/mutate", 405),
+        ("PUT", "/mutate", 405),
+        ("POST", "/healthz", 405),
+        ("DELETE", "/metrics", 405),
+        ("GET", "/", 404),
+        ("POST", "/nope", 404),
+        ("GET", "/mutate/../healthz", 404),
+    ],
+)
 def test_wrong_method_or_path_is_4xx(webhook, method, path, status):
     assert post(webhook, b"{}", path=path, method=method)[0] == status
 
@@ -123,8 +157,9 @@ def _raw_https(webhook: Webhook, alpn: list[str] | None = None) -> ssl.SSLSocket
     ctx = ssl.create_default_context(cafile=str(webhook.ca_path))
     if alpn:
         ctx.set_alpn_protocols(alpn)
-    return ctx.wrap_socket(socket.create_connection(("127.0.0.1", webhook.port), timeout=10),
-                           server_hostname="127.0.0.1")
+    return ctx.wrap_socket(
+        socket.create_connection(("127.0.0.1", webhook.port), timeout=10), server_hostname="127.0.0.1"
+    )
 
 
 def _read_response(sock: ssl.SSLSocket) -> bytes:
@@ -140,8 +175,10 @@ def _read_response(sock: ssl.SSLSocket) -> bytes:
 def test_oversized_body_is_refused_without_reading_it(webhook):
     """A declared Content-Length over 3 MiB is answered 413 at once, before the body is sent."""
     with _raw_https(webhook) as sock:
-        sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n{" % (4 * 1024 * 1024))
+        sock.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n{" % (4 * 1024 * 1024)
+        )
         head = _read_response(sock)
     assert head.startswith(b"HTTP/1.1 413"), head
     assert post(webhook, review(GOOD_POD))[0] == 200
@@ -149,6 +186,7 @@ def test_oversized_body_is_refused_without_reading_it(webhook):
 
 def test_oversized_chunked_body_is_refused(webhook):
     """Without a Content-Length the body is counted as it comes: 413 once it passes 3 MiB."""
+
     def chunks():
         piece = b" " * (256 * 1024)
         for _ in range(16):
@@ -173,8 +211,9 @@ def test_alpn_offers_h2_then_http11(webhook):
 def test_http2_request(webhook):
     with httpx.Client(verify=webhook.ctx, http2=True, timeout=10) as client:
         for _ in range(3):  # several streams on one connection
-            resp = client.post(f"{webhook.url}/mutate", content=review(GOOD_POD),
-                               headers={"content-type": "application/json"})
+            resp = client.post(
+                f"{webhook.url}/mutate", content=review(GOOD_POD), headers={"content-type": "application/json"}
+            )
             assert resp.http_version == "HTTP/2" and resp.status_code == 200
             assert_patched(resp.content)
         assert client.get(f"{webhook.url}/healthz").text == "ok\n"
@@ -190,16 +229,25 @@ def test_http11_keep_alive(webhook):
             assert_patched(resp.content)
 
 
-@pytest.mark.parametrize("ciphers", [("ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES256-SHA384:ECDHE-ECDSA-AES128-SHA256:"
-                                      "ECDHE-RSA-AES128-SHA:ECDHE-RSA-AES128-SHA256:AES128-SHA:AES256-SHA256"),
-                                     "AES128-GCM-SHA256:AES256-GCM-SHA384"])
+@pytest.mark.parametrize(
+    "ciphers",
+    [
+        (
+            "ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES256-SHA384:ECDHE-ECDSA-AES128-SHA256:"
+            "ECDHE-RSA-AES128-SHA:ECDHE-RSA-AES128-SHA256:AES128-SHA:AES256-SHA256"
+        ),
+        "AES128-GCM-SHA256:AES256-GCM-SHA384",
+    ],
+)
 def test_tls12_without_aead_ecdhe_suites_is_refused(webhook, ciphers):
     """A TLS 1.2 client offering only CBC suites (or only RSA key exchange) gets no connection."""
     ctx = ssl.create_default_context(cafile=str(webhook.ca_path))
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(ciphers)
-    with pytest.raises((ssl.SSLError, ConnectionError)), ctx.wrap_socket(
-            socket.create_connection(("127.0.0.1", webhook.port), timeout=10), server_hostname="127.0.0.1"):
+    with (
+        pytest.raises((ssl.SSLError, ConnectionError)),
+        ctx.wrap_socket(socket.create_connection(("127.0.0.1", webhook.port), timeout=10), server_hostname="127.0.0.1"),
+    ):
         pass
 
 
@@ -207,8 +255,9 @@ def test_tls12_without_aead_ecdhe_suites_is_refused(webhook, ciphers):
 def test_tls12_aead_and_tls13_work(webhook, version):
     ctx = ssl.create_default_context(cafile=str(webhook.ca_path))
     ctx.minimum_version = ctx.maximum_version = version
-    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", webhook.port), timeout=10),
-                         server_hostname="127.0.0.1") as sock:
+    with ctx.wrap_socket(
+        socket.create_connection(("127.0.0.1", webhook.port), timeout=10), server_hostname="127.0.0.1"
+    ) as sock:
         assert sock.version() == ("TLSv1.2" if version == ssl.TLSVersion.TLSv1_2 else "TLSv1.3")
         name = sock.cipher()[0]
         assert "GCM" in name or "CHACHA20" in name
@@ -223,8 +272,10 @@ def test_tls11_is_refused(webhook):
         ctx.set_ciphers("ALL:@SECLEVEL=0")
     except (ValueError, ssl.SSLError):
         pytest.skip("this OpenSSL cannot even offer TLS 1.1")
-    with pytest.raises((ssl.SSLError, ConnectionError)), ctx.wrap_socket(
-            socket.create_connection(("127.0.0.1", webhook.port), timeout=10)):
+    with (
+        pytest.raises((ssl.SSLError, ConnectionError)),
+        ctx.wrap_socket(socket.create_connection(("127.0.0.1", webhook.port), timeout=10)),
+    ):
         pass
 
 
@@ -242,8 +293,13 @@ def test_metrics_count_requests(webhook):
     status, body = post(webhook, b"", path="/metrics", method="GET")
     text = body.decode()
     assert status == 200
-    for name in ("gpu_webhook_requests_total", "gpu_webhook_bad_requests_total", "gpu_webhook_errors_total",
-                 "gpu_webhook_request_duration_seconds_bucket{le=\"0.005\"}", "gpu_webhook_connections"):
+    for name in (
+        "gpu_webhook_requests_total",
+        "gpu_webhook_bad_requests_total",
+        "gpu_webhook_errors_total",
+        'gpu_webhook_request_duration_seconds_bucket{le="0.005"}',
+        "gpu_webhook_connections",
+    ):
         assert name in text
 
 
@@ -261,6 +317,7 @@ def test_log_format_json(tmp_path):
 # An unexpected error (a bug in the decision) is answered 500, logged and counted: in process, with a decision
 # that raises, since the real one must never do so.
 
+
 def _call(app: server.WebhookApp, method: str, path: str, body: bytes) -> tuple[int, bytes]:
     sent: list[dict] = []
     messages = [{"type": "http.request", "body": body, "more_body": False}]
@@ -271,8 +328,14 @@ def _call(app: server.WebhookApp, method: str, path: str, body: bytes) -> tuple[
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": method, "path": path, "headers": [], "http_version": "1.1",
-             "client": ("127.0.0.1", 1)}
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "headers": [],
+        "http_version": "1.1",
+        "client": ("127.0.0.1", 1),
+    }
     asyncio.run(app(scope, receive, send))
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 

@@ -11,12 +11,19 @@ TAKE_HOME = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
 
 
 def review(pod, operation="CREATE", kind="Pod", uid="u-1"):
-    return json.dumps({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {"uid": uid, "kind": {"group": "", "version": "v1", "kind": kind}, "operation": operation,
-                    "namespace": "default", "object": pod},
-    }).encode()
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "kind": {"group": "", "version": "v1", "kind": kind},
+                "operation": operation,
+                "namespace": "default",
+                "object": pod,
+            },
+        }
+    ).encode()
 
 
 def pod(name="check-2", annotation=TAKE_HOME, labels=None):
@@ -37,7 +44,8 @@ def test_patches_annotated_pod_and_echoes_uid():
     assert resp["uid"] == "abc" and resp["allowed"] and resp["patchType"] == "JSONPatch"
     ops = json.loads(base64.b64decode(resp["patch"]))
     assert patches.apply(pod(), ops)["spec"]["containers"][0]["env"] == [
-        {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}]
+        {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}
+    ]
 
 
 def test_index_label_wins_over_name():
@@ -87,8 +95,10 @@ def test_generate_name_pod_is_denied():
         (b"[1,2]", "not a JSON object"),
         (b'{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}', "expected apiVersion"),
         (b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}', "no request with a uid"),
-        (b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","object":3}}',
-         "request.object is not a JSON object"),
+        (
+            b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","object":3}}',
+            "request.object is not a JSON object",
+        ),
         (b"\xff\xfe", "not JSON"),
     ],
 )
@@ -99,16 +109,23 @@ def test_malformed_bodies_are_bad_requests(body, fragment):
 
 def claim_pod(claim="train", extra=None):
     annotations = {"gpu.scheduling/claim": claim, **(extra or {})}
-    return {"metadata": {"name": "job", "namespace": "default", "annotations": annotations},
-            "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "c", "env": [{"name": "A", "value": "a"}]}]}}
+    return {
+        "metadata": {"name": "job", "namespace": "default", "annotations": annotations},
+        "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "c", "env": [{"name": "A", "value": "a"}]}]},
+    }
 
 
 def test_claim_pod_gets_cuda_from_the_allocation_annotation():
     resp = decide(review(claim_pod()))
     ops = json.loads(base64.b64decode(resp["patch"]))
     env = patches.apply(claim_pod(), ops)["spec"]["containers"][0]["env"]
-    assert env == [{"name": "A", "value": "a"}, {"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {
-        "fieldRef": {"fieldPath": "metadata.annotations['gpu.scheduling/gpu-ids']"}}}]
+    assert env == [
+        {"name": "A", "value": "a"},
+        {
+            "name": "CUDA_VISIBLE_DEVICES",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['gpu.scheduling/gpu-ids']"}},
+        },
+    ]
 
 
 def test_claim_and_map_together_are_refused():
@@ -124,12 +141,17 @@ def test_empty_claim_name_is_refused():
 
 # ---- hostile requests: a 400 or a denial naming the field, never another exception, never over 64 KiB ---------
 
+
 def raw_review(request):
     return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
 
 
-GOOD_REQUEST = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
-                "namespace": "default"}
+GOOD_REQUEST = {
+    "uid": "u-1",
+    "kind": {"group": "", "version": "v1", "kind": "Pod"},
+    "operation": "CREATE",
+    "namespace": "default",
+}
 
 
 @pytest.mark.parametrize(
@@ -137,8 +159,12 @@ GOOD_REQUEST = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Po
     [
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
         (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
-        (b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","n":'
-         + b"1" * 5000 + b"}}", "body is not JSON: 'Exceeds the limit (4300 digits)"),
+        (
+            b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","n":'
+            + b"1" * 5000
+            + b"}}",
+            "body is not JSON: 'Exceeds the limit (4300 digits)",
+        ),
         (b'{"apiVersion":"' + b"v" * 100_000 + b'"}', "got '" + "v" * 60 + "'…"),
         (raw_review({**GOOD_REQUEST, "uid": "u" * 257}), "(257 characters) is not 1 to 256 printable ASCII"),
         (raw_review({**GOOD_REQUEST, "uid": "u\nforged"}), "request.uid 'u\\nforged'"),
@@ -147,10 +173,14 @@ GOOD_REQUEST = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Po
         (raw_review({**GOOD_REQUEST, "uid": 7}), "request.uid is a number"),
         (raw_review({**GOOD_REQUEST, "kind": "Pod"}), "request.kind is a string; expected an object"),
         (raw_review({k: v for k, v in GOOD_REQUEST.items() if k != "kind"}), "request.kind is null"),
-        (raw_review({**GOOD_REQUEST, "kind": {"group": "", "version": "v1", "kind": ["Pod"]}}),
-         "request.kind.kind is an array"),
-        (raw_review({**GOOD_REQUEST, "kind": {"group": None, "version": "v1", "kind": "Pod"}}),
-         "request.kind.group is null"),
+        (
+            raw_review({**GOOD_REQUEST, "kind": {"group": "", "version": "v1", "kind": ["Pod"]}}),
+            "request.kind.kind is an array",
+        ),
+        (
+            raw_review({**GOOD_REQUEST, "kind": {"group": None, "version": "v1", "kind": "Pod"}}),
+            "request.kind.group is null",
+        ),
         (raw_review({**GOOD_REQUEST, "operation": 1}), "request.operation is a number"),
         (raw_review({**GOOD_REQUEST, "namespace": {}}), "request.namespace is an object"),
         (raw_review({**GOOD_REQUEST, "object": []}), "request.object is not a JSON object (it is an array)"),
@@ -177,28 +207,48 @@ MAP = {"gpu-scheduling-map": "0=node1:0"}
     [
         ({"metadata": []}, "metadata is an array; expected an object"),
         ({"metadata": {"name": "p-0", "annotations": []}}, "metadata.annotations is an array"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": ["0=node1:0"]}}},
-         "annotation gpu-scheduling-map is an array; expected a string"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu.scheduling/claim": None}}},
-         "annotation gpu.scheduling/claim is null"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu.scheduling/claim": "Not_valid"}}},
-         "'Not_valid' is not a valid GpuClaim name"),
+        (
+            {"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": ["0=node1:0"]}}},
+            "annotation gpu-scheduling-map is an array; expected a string",
+        ),
+        (
+            {"metadata": {"name": "p-0", "annotations": {"gpu.scheduling/claim": None}}},
+            "annotation gpu.scheduling/claim is null",
+        ),
+        (
+            {"metadata": {"name": "p-0", "annotations": {"gpu.scheduling/claim": "Not_valid"}}},
+            "'Not_valid' is not a valid GpuClaim name",
+        ),
         ({"metadata": {"name": "p-0", "annotations": MAP, "labels": "x"}}, "metadata.labels is a string"),
-        ({"metadata": {"name": "p-0", "annotations": MAP, "labels": {"apps.kubernetes.io/pod-index": 0}}},
-         "pod default/p-0: label apps.kubernetes.io/pod-index is a number; expected a string"),
+        (
+            {"metadata": {"name": "p-0", "annotations": MAP, "labels": {"apps.kubernetes.io/pod-index": 0}}},
+            "pod default/p-0: label apps.kubernetes.io/pod-index is a number; expected a string",
+        ),
         ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": "x"}, "spec is a string; expected an object"),
-        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": "c"}},
-         "spec.containers is a string; expected an array of containers"),
-        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"initContainers": [3]}},
-         "spec.initContainers[0] is a number; expected a container object"),
-        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"env": "A=1"}]}},
-         "spec.containers[0].env is a string; expected an array of env entries"),
-        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"env": [[]]}]}},
-         "spec.containers[0].env[0] is an array; expected an object"),
-        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"env": [{"name": None}]}]}},
-         "spec.containers[0].env[0].name is null; expected a string"),
-        ({"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"name": 3}]}},
-         "spec.containers[0].name is a number"),
+        (
+            {"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": "c"}},
+            "spec.containers is a string; expected an array of containers",
+        ),
+        (
+            {"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"initContainers": [3]}},
+            "spec.initContainers[0] is a number; expected a container object",
+        ),
+        (
+            {"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"env": "A=1"}]}},
+            "spec.containers[0].env is a string; expected an array of env entries",
+        ),
+        (
+            {"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"env": [[]]}]}},
+            "spec.containers[0].env[0] is an array; expected an object",
+        ),
+        (
+            {"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"env": [{"name": None}]}]}},
+            "spec.containers[0].env[0].name is null; expected a string",
+        ),
+        (
+            {"metadata": {"name": "p-0", "annotations": MAP}, "spec": {"containers": [{"name": 3}]}},
+            "spec.containers[0].name is a number",
+        ),
         ({"metadata": {"name": "p-" + "1" * 5000, "annotations": MAP}}, "has 5000 digits; at most 9"),
         ({"metadata": {"name": "p\n-0", "annotations": {"gpu-scheduling-map": "x"}}}, "pod default/'p\\n-0'"),
     ],
@@ -261,8 +311,9 @@ def test_encode_review_bounds_any_answer():
     data = admission.encode_review(huge_allow)
     assert len(data) <= admission.MAX_RESPONSE_BYTES
     assert json.loads(data)["response"]["allowed"] is False and b"over its limit of 65536 bytes" in data
-    huge_deny = admission._review({"uid": "u", "allowed": False,
-                                   "status": {"code": 400, "message": "m" * 500_000, "reason": "BadRequest"}})
+    huge_deny = admission._review(
+        {"uid": "u", "allowed": False, "status": {"code": 400, "message": "m" * 500_000, "reason": "BadRequest"}}
+    )
     data = admission.encode_review(huge_deny)
     assert len(data) <= admission.MAX_RESPONSE_BYTES and json.loads(data)["response"]["uid"] == "u"
     small = admission.allow("u")

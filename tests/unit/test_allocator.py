@@ -8,8 +8,9 @@ from gpu_scheduling.claims.allocator import Allocation, Device, Holding, Node, N
 
 def dgx(name: str, unhealthy=(), labels=None, bandwidth=600) -> Node:
     """8 GPUs in two NVLink islands of four, like the reference's example node."""
-    return Node(name, tuple(Device(i, f"nvlink-group-{i // 4}", bandwidth, i not in unhealthy) for i in range(8)),
-                labels or {})
+    return Node(
+        name, tuple(Device(i, f"nvlink-group-{i // 4}", bandwidth, i not in unhealthy) for i in range(8)), labels or {}
+    )
 
 
 def ids(decision) -> tuple[int, ...]:

@@ -27,16 +27,21 @@ def test_w1_pins_every_contender_to_the_same_node():
     mapped = workload.w1_pods("gpu-scheduler", "ns", pods=30, nodes=7, group_size=10)
     native = workload.w1_pods(workload.KUBE_SCHEDULER, "ns", pods=30, nodes=7, group_size=10)
     ceiling = workload.w1_pods(workload.CEILING_SCHEDULER, "ns", pods=30, nodes=7, group_size=10)
-    assert [p["metadata"]["name"] for p in mapped] == [p["metadata"]["name"] for p in native] == \
-        [p["metadata"]["name"] for p in ceiling]
+    assert (
+        [p["metadata"]["name"] for p in mapped]
+        == [p["metadata"]["name"] for p in native]
+        == [p["metadata"]["name"] for p in ceiling]
+    )
     for m, n, c in zip(mapped, native, ceiling, strict=True):
         entry = gpumap.entry_for_pod(m["metadata"])
         terms = n["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [entry.node]
         assert constants.MAP_ANNOTATION not in n["metadata"]["annotations"]
         # The ceiling binder reads its node from one annotation, the node of the same map entry.
-        assert c["metadata"]["annotations"][constants.MAP_ANNOTATION] == m["metadata"]["annotations"][
-            constants.MAP_ANNOTATION]
+        assert (
+            c["metadata"]["annotations"][constants.MAP_ANNOTATION]
+            == m["metadata"]["annotations"][constants.MAP_ANNOTATION]
+        )
         assert c["metadata"]["annotations"][workload.CEILING_NODE_ANNOTATION] == entry.node
         assert gpumap.entry_for_pod(c["metadata"]) == entry
         assert workload.CEILING_NODE_ANNOTATION not in m["metadata"]["annotations"]
@@ -61,8 +66,9 @@ def test_w2_asks_the_same_gpus_in_every_claim_api():
     gpuclaims, gpuclaim_pods = workload.claim_pods(workload.GPUCLAIM, "gpu-scheduler", "ns", sizes)
     assert [c["kind"] for c in gpuclaims] == ["GpuClaim", "GpuClaim"]
     assert [c["spec"]["devices"]["count"] for c in gpuclaims] == [4, 1]
-    assert [p["metadata"]["annotations"][constants.CLAIM_ANNOTATION] for p in gpuclaim_pods] == \
-        [c["metadata"]["name"] for c in gpuclaims]
+    assert [p["metadata"]["annotations"][constants.CLAIM_ANNOTATION] for p in gpuclaim_pods] == [
+        c["metadata"]["name"] for c in gpuclaims
+    ]
 
     none, extended_pods = workload.claim_pods(workload.EXTENDED, workload.KUBE_SCHEDULER, "ns", sizes)
     assert none == []
@@ -71,34 +77,48 @@ def test_w2_asks_the_same_gpus_in_every_claim_api():
     dra_claims, dra_pods = workload.claim_pods(workload.DRA, workload.KUBE_SCHEDULER, "ns", sizes)
     by_name = {c["metadata"]["name"]: c for c in dra_claims}
     for pod, claim in zip(dra_pods, dra_claims, strict=True):
-        assert pod["spec"]["resourceClaims"] == [{"name": workload.DRA_REQUEST,
-                                                  "resourceClaimName": claim["metadata"]["name"]}]
+        assert pod["spec"]["resourceClaims"] == [
+            {"name": workload.DRA_REQUEST, "resourceClaimName": claim["metadata"]["name"]}
+        ]
         container = pod["spec"]["containers"][0]
         assert container["resources"] == {"claims": [{"name": workload.DRA_REQUEST}]}  # no nvidia.com/gpu as well
         assert claim["metadata"]["namespace"] == pod["metadata"]["namespace"] == "ns"
     # The same pod names, the same GPU counts, whatever the form.
     names = [[p["metadata"]["name"] for p in pods] for pods in (gpuclaim_pods, extended_pods, dra_pods)]
     assert names[0] == names[1] == names[2]
-    assert [workload.pod_gpus(p) for p in extended_pods] == [workload.pod_gpus(p) for p in gpuclaim_pods] == \
-        [workload.pod_gpus(p, by_name) for p in dra_pods] == sizes
+    assert (
+        [workload.pod_gpus(p) for p in extended_pods]
+        == [workload.pod_gpus(p) for p in gpuclaim_pods]
+        == [workload.pod_gpus(p, by_name) for p in dra_pods]
+        == sizes
+    )
 
 
 def test_resource_claim_asks_exactly_the_count_and_keeps_required_topology_in_one_island():
     plain = workload.resource_claim("c", "ns", workload.gpuclaim_spec(4))
     assert plain["apiVersion"] == "resource.k8s.io/v1" and plain["kind"] == "ResourceClaim"
-    assert plain["spec"]["devices"] == {"requests": [{"name": workload.DRA_REQUEST, "exactly": {
-        "deviceClassName": workload.DRA_DEVICE_CLASS, "allocationMode": "ExactCount", "count": 4}}]}
+    assert plain["spec"]["devices"] == {
+        "requests": [
+            {
+                "name": workload.DRA_REQUEST,
+                "exactly": {"deviceClassName": workload.DRA_DEVICE_CLASS, "allocationMode": "ExactCount", "count": 4},
+            }
+        ]
+    }
 
     preferred = workload.resource_claim("c", "ns", {"devices": {"count": 2}, "topology": {"mode": "Preferred"}})
     assert "constraints" not in preferred["spec"]["devices"]  # DRA has no preferences
 
-    required = workload.resource_claim("c", "ns", {"devices": {"count": 4},
-                                                   "topology": {"mode": "Required", "minBandwidthGBps": 600}})
+    required = workload.resource_claim(
+        "c", "ns", {"devices": {"count": 4}, "topology": {"mode": "Required", "minBandwidthGBps": 600}}
+    )
     devices = required["spec"]["devices"]
-    assert devices["constraints"] == [{"requests": [workload.DRA_REQUEST],
-                                       "matchAttribute": "gpu.bench.example/island"}]
+    assert devices["constraints"] == [
+        {"requests": [workload.DRA_REQUEST], "matchAttribute": "gpu.bench.example/island"}
+    ]
     assert devices["requests"][0]["exactly"]["selectors"] == [
-        {"cel": {"expression": 'device.attributes["gpu.bench.example"].bandwidthGBps >= 600'}}]
+        {"cel": {"expression": 'device.attributes["gpu.bench.example"].bandwidthGBps >= 600'}}
+    ]
 
 
 def test_resource_slice_publishes_the_simulated_inventory():
@@ -141,11 +161,16 @@ def test_every_object_is_created_in_its_collection():
     dra_claims, _ = workload.claim_pods(workload.DRA, workload.KUBE_SCHEDULER, "ns", [1])
     device_class, resource_slice = workload.dra_inventory(1)
     node = node_body("node1")
-    assert [workload.collection_path(o) for o in (pods[0], claims[0], dra_claims[0], device_class, resource_slice,
-                                                  node)] == [
-        "/api/v1/namespaces/ns/pods", "/apis/gpu.scheduling/v1/namespaces/ns/gpuclaims",
-        "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims", "/apis/resource.k8s.io/v1/deviceclasses",
-        "/apis/resource.k8s.io/v1/resourceslices", "/api/v1/nodes"]
+    assert [
+        workload.collection_path(o) for o in (pods[0], claims[0], dra_claims[0], device_class, resource_slice, node)
+    ] == [
+        "/api/v1/namespaces/ns/pods",
+        "/apis/gpu.scheduling/v1/namespaces/ns/gpuclaims",
+        "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims",
+        "/apis/resource.k8s.io/v1/deviceclasses",
+        "/apis/resource.k8s.io/v1/resourceslices",
+        "/api/v1/nodes",
+    ]
     with pytest.raises(ValueError, match="creates no Secret"):
         workload.collection_path({"kind": "Secret", "metadata": {"name": "s"}})
 
@@ -163,13 +188,21 @@ def test_an_unknown_claim_api_is_refused():
         workload.claim_pods("maps", "s", "ns", [1])  # type: ignore[arg-type]
 
 
-def audit(stage_ts: str, received: str, name: str, code: int, subresource: str | None = None,
-          namespace: str = "bench") -> str:
+def audit(
+    stage_ts: str, received: str, name: str, code: int, subresource: str | None = None, namespace: str = "bench"
+) -> str:
     ref = {"resource": "pods", "namespace": namespace, "name": name}
     if subresource:
         ref["subresource"] = subresource
-    return json.dumps({"stage": "ResponseComplete", "objectRef": ref, "responseStatus": {"code": code},
-                       "requestReceivedTimestamp": received, "stageTimestamp": stage_ts})
+    return json.dumps(
+        {
+            "stage": "ResponseComplete",
+            "objectRef": ref,
+            "responseStatus": {"code": code},
+            "requestReceivedTimestamp": received,
+            "stageTimestamp": stage_ts,
+        }
+    )
 
 
 def test_audit_tail_reads_creates_and_binds_incrementally(tmp_path):
@@ -205,80 +238,170 @@ def test_percentile_is_nearest_rank(q, expected):
     assert measure.percentile(list(range(10, 0, -1)), q) == expected
 
 
-def write_event(verb: str, resource: str, received: str, user: str = "bench-scheduler", subresource: str = "",
-                stage: str = "ResponseComplete", code: int = 200) -> str:
+def write_event(
+    verb: str,
+    resource: str,
+    received: str,
+    user: str = "bench-scheduler",
+    subresource: str = "",
+    stage: str = "ResponseComplete",
+    code: int = 200,
+) -> str:
     ref = {"resource": resource, "namespace": "bench", "name": "x"}
     if subresource:
         ref["subresource"] = subresource
-    return json.dumps({"stage": stage, "verb": verb, "user": {"username": user}, "objectRef": ref,
-                       "responseStatus": {"code": code}, "requestReceivedTimestamp": received,
-                       "stageTimestamp": received})
+    return json.dumps(
+        {
+            "stage": stage,
+            "verb": verb,
+            "user": {"username": user},
+            "objectRef": ref,
+            "responseStatus": {"code": code},
+            "requestReceivedTimestamp": received,
+            "stageTimestamp": received,
+        }
+    )
 
 
 def test_write_tail_counts_writes_by_user_resource_and_window(tmp_path):
     log = tmp_path / "audit.jsonl"
     t = "2026-01-01T00:00:0{}.000000Z"
-    log.write_text("\n".join([
-        write_event("create", "pods", t.format(0), user="admin"),  # the benchmark's own create
-        write_event("create", "leases", t.format(1)),
-        write_event("create", "leases", t.format(1), code=409),  # refused writes count too
-        write_event("patch", "gpuclaims", t.format(2), subresource="status"),
-        write_event("create", "pods", t.format(3), subresource="binding"),
-        write_event("get", "pods", t.format(3)),  # not a write
-        write_event("create", "events", t.format(3), stage="Panic"),  # never completed
-        write_event("update", "resourceclaims", t.format(5), subresource="status"),
-    ]) + "\n" + write_event("delete", "leases", t.format(6))[:30])  # a line still being written
+    log.write_text(
+        "\n".join(
+            [
+                write_event("create", "pods", t.format(0), user="admin"),  # the benchmark's own create
+                write_event("create", "leases", t.format(1)),
+                write_event("create", "leases", t.format(1), code=409),  # refused writes count too
+                write_event("patch", "gpuclaims", t.format(2), subresource="status"),
+                write_event("create", "pods", t.format(3), subresource="binding"),
+                write_event("get", "pods", t.format(3)),  # not a write
+                write_event("create", "events", t.format(3), stage="Panic"),  # never completed
+                write_event("update", "resourceclaims", t.format(5), subresource="status"),
+            ]
+        )
+        + "\n"
+        + write_event("delete", "leases", t.format(6))[:30]
+    )  # a line still being written
     tail = measure.WriteTail(log)
     assert tail.poll() == 6
     start = measure._ts(t.format(1))
-    assert tail.counts("bench-scheduler") == {"create leases": 2, "create pods/binding": 1,
-                                              "patch gpuclaims/status": 1, "update resourceclaims/status": 1}
+    assert tail.counts("bench-scheduler") == {
+        "create leases": 2,
+        "create pods/binding": 1,
+        "patch gpuclaims/status": 1,
+        "update resourceclaims/status": 1,
+    }
     assert tail.counts(None, until=start) == {"create pods": 1}
     assert tail.counts("bench-scheduler", since=start, until=measure._ts(t.format(3))) == {
-        "create leases": 2, "patch gpuclaims/status": 1}
+        "create leases": 2,
+        "patch gpuclaims/status": 1,
+    }
     per_pod = measure.per_pod(tail.counts("bench-scheduler"), pods=2)
     assert per_pod["create leases"] == 1.0 and per_pod["total"] == 2.5
     assert measure.per_pod({}, 0) == {"total": 0.0}
 
 
-@pytest.mark.parametrize(("pod", "expected"), [
-    ({"spec": {}, "status": {}}, False),
-    ({"spec": {}, "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}},
-     True),
-    ({"spec": {}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}, False),
-    ({"spec": {"nodeName": "node1"}, "status": {}}, True),
-])
+@pytest.mark.parametrize(
+    ("pod", "expected"),
+    [
+        ({"spec": {}, "status": {}}, False),
+        (
+            {
+                "spec": {},
+                "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+            },
+            True,
+        ),
+        ({"spec": {}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}, False),
+        ({"spec": {"nodeName": "node1"}, "status": {}}, True),
+    ],
+)
 def test_a_pod_is_tried_once_it_is_unschedulable_or_bound(pod, expected):
     assert measure.tried(pod) is expected
 
 
 def run_result(contender: str, wl: str, throughput: float, writes: dict[str, float]) -> dict:
-    return {"workload": wl, "contender": contender, "rep": 1, "nodes": 5, "pods": 40, "bound": 40, "seconds": 1.0,
-            "throughput": throughput, "create_seconds": 0.5, "latency_p50_ms": 10.0, "latency_p90_ms": 20.0,
-            "latency_p99_ms": 30.0, "failed_binds": 0, "curve": [(0.5, 20), (1.0, 40)], "gpus_requested": 72,
-            "cpu_seconds": {"kube-apiserver": 2.0, "etcd": 0.5, "scheduler": 0.4},
-            "peak_rss_mib": {"scheduler": 100.0}, "scheduler_writes": {}, "writes_per_pod": writes}
+    return {
+        "workload": wl,
+        "contender": contender,
+        "rep": 1,
+        "nodes": 5,
+        "pods": 40,
+        "bound": 40,
+        "seconds": 1.0,
+        "throughput": throughput,
+        "create_seconds": 0.5,
+        "latency_p50_ms": 10.0,
+        "latency_p90_ms": 20.0,
+        "latency_p99_ms": 30.0,
+        "failed_binds": 0,
+        "curve": [(0.5, 20), (1.0, 40)],
+        "gpus_requested": 72,
+        "cpu_seconds": {"kube-apiserver": 2.0, "etcd": 0.5, "scheduler": 0.4},
+        "peak_rss_mib": {"scheduler": 100.0},
+        "scheduler_writes": {},
+        "writes_per_pod": writes,
+    }
 
 
 def storm_result(contender: str) -> dict:
-    window = {"seconds": 10.0, "cpu_per_second": {"kube-apiserver": 0.08, "etcd": 0.01, "scheduler": 0.02},
-              "scheduler_writes_per_minute": 12.0, "all_writes_per_minute": 30.0,
-              "scheduler_writes": {"patch pods/status": 2}, "all_writes": {"patch pods/status": 2}}
-    return {"workload": "storm", "contender": contender, "rep": 1, "nodes": 5, "pods": 40, "fill_bound": 5,
-            "fill_pods": 5, "first_pass_complete": True, "untried_after_timeout": 0, "first_pass_seconds": 4.0,
-            "bound": 0, "peak_rss_mib": {"scheduler": 90.0}, "baseline": window, "storm": window}
+    window = {
+        "seconds": 10.0,
+        "cpu_per_second": {"kube-apiserver": 0.08, "etcd": 0.01, "scheduler": 0.02},
+        "scheduler_writes_per_minute": 12.0,
+        "all_writes_per_minute": 30.0,
+        "scheduler_writes": {"patch pods/status": 2},
+        "all_writes": {"patch pods/status": 2},
+    }
+    return {
+        "workload": "storm",
+        "contender": contender,
+        "rep": 1,
+        "nodes": 5,
+        "pods": 40,
+        "fill_bound": 5,
+        "fill_pods": 5,
+        "first_pass_complete": True,
+        "untried_after_timeout": 0,
+        "first_pass_seconds": 4.0,
+        "bound": 0,
+        "peak_rss_mib": {"scheduler": 90.0},
+        "baseline": window,
+        "storm": window,
+    }
 
 
 def test_report_compares_gpu_scheduler_with_the_dra_peer_and_shows_writes_and_the_storm():
     results = {
-        "settings": {"nodes": 5, "pods": 40, "reps": 1, "group_size": 10, "create_concurrency": 64,
-                     "webhook_seconds": 2, "create_latency_pods": 20, "storm_seconds": 10,
-                     "storm_baseline_seconds": 10, "writes_settle_seconds": 1, "storm_pods": 40},
-        "client": {"qps": 1, "burst": 1, "workers": 1}, "started": 0, "seconds": 61,
-        "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 1, "kernel": "k", "python": "3", "go": "go",
-                    "versions": {"kubernetes_version": "v1.34.4"}},
-        "runs": [run_result("gpu-scheduler", "w2", 20.0, {"create leases": 2.0, "total": 6.0}),
-                 run_result("kube-scheduler-dra", "w2", 40.0, {"update resourceclaims/status": 1.0, "total": 3.0})],
+        "settings": {
+            "nodes": 5,
+            "pods": 40,
+            "reps": 1,
+            "group_size": 10,
+            "create_concurrency": 64,
+            "webhook_seconds": 2,
+            "create_latency_pods": 20,
+            "storm_seconds": 10,
+            "storm_baseline_seconds": 10,
+            "writes_settle_seconds": 1,
+            "storm_pods": 40,
+        },
+        "client": {"qps": 1, "burst": 1, "workers": 1},
+        "started": 0,
+        "seconds": 61,
+        "machine": {
+            "cpus": 2,
+            "cpu_model": "x",
+            "memory_gib": 1,
+            "kernel": "k",
+            "python": "3",
+            "go": "go",
+            "versions": {"kubernetes_version": "v1.34.4"},
+        },
+        "runs": [
+            run_result("gpu-scheduler", "w2", 20.0, {"create leases": 2.0, "total": 6.0}),
+            run_result("kube-scheduler-dra", "w2", 40.0, {"update resourceclaims/status": 1.0, "total": 3.0}),
+        ],
         "storm": [storm_result("gpu-scheduler"), storm_result("kube-scheduler-dra")],
         "webhook": None,
     }

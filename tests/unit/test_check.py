@@ -10,7 +10,8 @@ from gpu_scheduling import check
 
 def test_report_with_values():
     assert check.report({"NODE_NAME": "node3", "CUDA_VISIBLE_DEVICES": "0,1,2"}) == (
-        "Node Name: node3\nCUDA_VISIBLE_DEVICES: 0,1,2\n---\n")
+        "Node Name: node3\nCUDA_VISIBLE_DEVICES: 0,1,2\n---\n"
+    )
 
 
 def test_report_says_when_unset():
@@ -20,8 +21,9 @@ def test_report_says_when_unset():
 
 def test_program_loops_and_exits_on_sigterm():
     env = {"NODE_NAME": "node4", "CUDA_VISIBLE_DEVICES": "3", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.Popen([sys.executable, "-m", "gpu_scheduling.check", "--interval", "0.1"],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpu_scheduling.check", "--interval", "0.1"], stdout=subprocess.PIPE, text=True, env=env
+    )
     lines = [proc.stdout.readline() for _ in range(6)]
     proc.send_signal(signal.SIGTERM)
     started = time.monotonic()

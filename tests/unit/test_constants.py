@@ -44,17 +44,23 @@ DISTINCTIVE_MIN_LENGTH = 16
 # Files that must spell a value out, with the reason.
 LITERAL_FILES = {
     "roles/deploy/files/crds/": "the CRDs are applied as static files (kubernetes.core.k8s src:) and read as they "
-                                "are by the control-plane tests; test_the_crds_use_the_api_of_the_constants checks "
-                                "them instead",
+    "are by the control-plane tests; test_the_crds_use_the_api_of_the_constants checks "
+    "them instead",
 }
 # (file, value) pairs where a value equals a constant by coincidence, with the reason.
 LITERAL_VALUES = {
-    ("roles/app_images/defaults/main.yml", "gpu-scheduler"):
-        "the scheduler image's name (images/README.md), not the schedulerName",
-    ("roles/app_images/tasks/build.yml", "gpu-scheduling"):
-        "the Python distribution's name (pyproject.toml), not the Lease namespace",
-    ("roles/deploy/templates/lease-namespace.yaml.j2", "gpu-scheduling"):
-        "app.kubernetes.io/part-of names the project, not the Lease namespace",
+    (
+        "roles/app_images/defaults/main.yml",
+        "gpu-scheduler",
+    ): "the scheduler image's name (images/README.md), not the schedulerName",
+    (
+        "roles/app_images/tasks/build.yml",
+        "gpu-scheduling",
+    ): "the Python distribution's name (pyproject.toml), not the Lease namespace",
+    (
+        "roles/deploy/templates/lease-namespace.yaml.j2",
+        "gpu-scheduling",
+    ): "app.kubernetes.io/part-of names the project, not the Lease namespace",
 }
 
 
@@ -115,15 +121,21 @@ def test_the_crds_use_the_api_of_the_constants():
         assert constants.CLAIM_VERSION in [v["name"] for v in spec["versions"]], path.name
         names[spec["names"]["kind"]] = spec["names"]["plural"]
     # The kinds and plurals the programs build their paths and objects from (kube.paths, claims.objects).
-    assert names == {constants.GPU_CLAIM_KIND: constants.GPU_CLAIM_PLURAL,
-                     constants.GPU_NODE_STATUS_KIND: constants.GPU_NODE_STATUS_PLURAL}
+    assert names == {
+        constants.GPU_CLAIM_KIND: constants.GPU_CLAIM_PLURAL,
+        constants.GPU_NODE_STATUS_KIND: constants.GPU_NODE_STATUS_PLURAL,
+    }
 
 
 def render(template: str) -> list[dict]:
     """A template of roles/deploy as the deploy role renders it (group_vars, its defaults, the facts of the TLS and
     image roles)."""
-    return manifests.render(template, webhook_tls_ca_bundle="Q0E=", webhook_tls_checksum="abc",
-                            deploy_images={"scheduler": "s:1", "webhook": "w:1", "check": "c:1", "agent": "a:1"})
+    return manifests.render(
+        template,
+        webhook_tls_ca_bundle="Q0E=",
+        webhook_tls_checksum="abc",
+        deploy_images={"scheduler": "s:1", "webhook": "w:1", "check": "c:1", "agent": "a:1"},
+    )
 
 
 CA_PEM = b"-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n"
@@ -133,15 +145,24 @@ URL = "https://127.0.0.1:18443/mutate"
 
 def _webhook_configuration(mode: str, scheduler_name: str) -> tuple[dict, dict]:
     """The configuration rendered one way, and the clientConfig it must have."""
-    service = {"name": GROUP_VARS["testbed_webhook_service"], "namespace": GROUP_VARS["testbed_system_namespace"],
-               "path": "/mutate", "port": 443}
+    service = {
+        "name": GROUP_VARS["testbed_webhook_service"],
+        "namespace": GROUP_VARS["testbed_system_namespace"],
+        "path": "/mutate",
+        "port": 443,
+    }
     if mode == "deploy role":  # what roles/deploy applies (deploy_webhook_url empty: the Service)
-        (config,) = manifests.render("webhook-configuration.yaml.j2", webhook_tls_ca_bundle=CA_B64,
-                                     deploy_scheduler_name=scheduler_name)
+        (config,) = manifests.render(
+            "webhook-configuration.yaml.j2", webhook_tls_ca_bundle=CA_B64, deploy_scheduler_name=scheduler_name
+        )
         return config, {"service": service, "caBundle": CA_B64}
     if mode == "harness, service":
-        config = manifests.webhook_configuration(url=None, service=(service["name"], service["namespace"], 443),
-                                                 ca_bundle_b64=CA_B64, scheduler_name=scheduler_name)
+        config = manifests.webhook_configuration(
+            url=None,
+            service=(service["name"], service["namespace"], 443),
+            ca_bundle_b64=CA_B64,
+            scheduler_name=scheduler_name,
+        )
         return config, {"service": service, "caBundle": CA_B64}
     # The control-plane tests: the webhook on localhost.
     config = manifests.webhook_configuration(url=URL, service=None, ca_bundle_b64=CA_B64, scheduler_name=scheduler_name)
@@ -158,15 +179,24 @@ def test_webhook_configuration_scopes_the_same_in_every_mode(mode, scheduler_nam
     (hook,) = config["webhooks"]
     assert hook["clientConfig"] == client
     assert hook["name"] == constants.WEBHOOK_NAME
-    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                              "resources": ["pods"], "scope": "Namespaced"}]
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
     # Only pods that carry the map or use this scheduler reach the webhook.
-    assert hook["matchConditions"] == [{
-        "name": "gpu-pods-only",
-        "expression": f"(has(object.metadata.annotations) && '{constants.MAP_ANNOTATION}' in "
-                      f"object.metadata.annotations) || (has(object.spec.schedulerName) && "
-                      f"object.spec.schedulerName == '{scheduler_name}')",
-    }]
+    assert hook["matchConditions"] == [
+        {
+            "name": "gpu-pods-only",
+            "expression": f"(has(object.metadata.annotations) && '{constants.MAP_ANNOTATION}' in "
+            f"object.metadata.annotations) || (has(object.spec.schedulerName) && "
+            f"object.spec.schedulerName == '{scheduler_name}')",
+        }
+    ]
     assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
     assert hook["admissionReviewVersions"] == ["v1"]
     assert hook["timeoutSeconds"] == DEPLOY_DEFAULTS["deploy_webhook_timeout_seconds"] == 5
@@ -174,8 +204,10 @@ def test_webhook_configuration_scopes_the_same_in_every_mode(mode, scheduler_nam
 
 
 def test_webhook_configuration_modes_differ_only_in_the_client():
-    configs = [_webhook_configuration(mode, constants.DEFAULT_SCHEDULER_NAME)[0]
-               for mode in ("deploy role", "harness, service", "harness, url")]
+    configs = [
+        _webhook_configuration(mode, constants.DEFAULT_SCHEDULER_NAME)[0]
+        for mode in ("deploy role", "harness, service", "harness, url")
+    ]
     for config in configs:
         del config["webhooks"][0]["clientConfig"]
     assert configs[0] == configs[1] == configs[2]
@@ -191,10 +223,12 @@ def test_webhook_configuration_takes_one_client():
 def test_the_webhook_certificate_names_the_service_the_configuration_calls():
     """webhook_tls signs the DNS names of testbed_webhook_service, the Service deploy creates and calls."""
     tls_tasks = (ROOT / "roles/webhook_tls/tasks/main.yml").read_text()
-    assert "DNS:{{ testbed_webhook_service }}.{{ testbed_system_namespace }}.svc\"" in tls_tasks
+    assert 'DNS:{{ testbed_webhook_service }}.{{ testbed_system_namespace }}.svc"' in tls_tasks
     service = next(d for d in render("webhook.yaml.j2") if d["kind"] == "Service")
-    assert service["metadata"] == {"name": GROUP_VARS["testbed_webhook_service"],
-                                   "namespace": GROUP_VARS["testbed_system_namespace"]}
+    assert service["metadata"] == {
+        "name": GROUP_VARS["testbed_webhook_service"],
+        "namespace": GROUP_VARS["testbed_system_namespace"],
+    }
     assert service["spec"]["ports"][0]["port"] == DEPLOY_DEFAULTS["deploy_webhook_port"]
 
 
@@ -223,31 +257,55 @@ def test_scheduler_rbac_is_least_privilege():
     docs = render("scheduler-rbac.yaml.j2")
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
-    assert granted == {("pods", "get"), ("pods", "list"), ("pods", "watch"), ("nodes", "get"), ("nodes", "list"),
-                       ("nodes", "watch"), ("pods/binding", "create"), ("pods/status", "patch"),
-                       ("events", "create"), ("gpuclaims", "get"), ("gpuclaims", "list"),
-                       ("gpuclaims", "watch"), ("gpunodestatuses", "get"), ("gpunodestatuses", "list"),
-                       ("gpunodestatuses", "watch"), ("gpuclaims/status", "patch")}
+    assert granted == {
+        ("pods", "get"),
+        ("pods", "list"),
+        ("pods", "watch"),
+        ("nodes", "get"),
+        ("nodes", "list"),
+        ("nodes", "watch"),
+        ("pods/binding", "create"),
+        ("pods/status", "patch"),
+        ("events", "create"),
+        ("gpuclaims", "get"),
+        ("gpuclaims", "list"),
+        ("gpuclaims", "watch"),
+        ("gpunodestatuses", "get"),
+        ("gpunodestatuses", "list"),
+        ("gpunodestatuses", "watch"),
+        ("gpuclaims/status", "patch"),
+    }
     # Leases (the GPU locks and the leader Lease) only in the project's own namespace.
     (lease_role,) = [d for d in docs if d["kind"] == "Role"]
     assert lease_role["metadata"]["namespace"] == constants.LEASE_NAMESPACE
-    assert lease_role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                                    "verbs": ["get", "list", "watch", "create", "update", "delete"]}]
+    assert lease_role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "update", "delete"],
+        }
+    ]
     (binding,) = [d for d in docs if d["kind"] == "RoleBinding"]
     assert binding["metadata"]["namespace"] == constants.LEASE_NAMESPACE
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": lease_role["metadata"]["name"]}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-scheduler",
-                                    "namespace": GROUP_VARS["testbed_system_namespace"]}]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": lease_role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-scheduler", "namespace": GROUP_VARS["testbed_system_namespace"]}
+    ]
     # Nothing on Leases in kube-system, where the cluster's own components keep theirs.
-    in_kube_system = [d for d in docs if d["metadata"].get("namespace") == "kube-system"
-                      and d["kind"] in ("Role", "RoleBinding")]
+    in_kube_system = [
+        d for d in docs if d["metadata"].get("namespace") == "kube-system" and d["kind"] in ("Role", "RoleBinding")
+    ]
     assert in_kube_system == []
     assert not any("leases" in rule["resources"] for rule in role["rules"])
 
 
-@pytest.mark.parametrize("template", ["scheduler-rbac.yaml.j2", "agent.yaml.j2", "webhook.yaml.j2",
-                                      "scheduler.yaml.j2"])
+@pytest.mark.parametrize(
+    "template", ["scheduler-rbac.yaml.j2", "agent.yaml.j2", "webhook.yaml.j2", "scheduler.yaml.j2"]
+)
 def test_leases_are_reachable_only_in_the_project_namespace(template):
     for doc in render(template):
         if doc["kind"] in ("Role", "ClusterRole"):
@@ -283,8 +341,18 @@ def test_the_scheduler_runs_two_replicas_with_leader_election():
     assert f"--leader-elect-resource-namespace={constants.LEASE_NAMESPACE}" in args
     assert f"--leader-elect-resource-name={constants.DEFAULT_SCHEDULER_NAME}" in args
     # The program's own timings and identity apply (one source for them).
-    assert not [a for a in args if a.startswith(("--leader-elect-lease-duration", "--leader-elect-renew-deadline",
-                                                 "--leader-elect-retry-period", "--leader-elect-identity"))]
+    assert not [
+        a
+        for a in args
+        if a.startswith(
+            (
+                "--leader-elect-lease-duration",
+                "--leader-elect-renew-deadline",
+                "--leader-elect-retry-period",
+                "--leader-elect-identity",
+            )
+        )
+    ]
     assert pdb["kind"] == "PodDisruptionBudget" and pdb["spec"]["minAvailable"] == 1
     assert pdb["metadata"]["namespace"] == deployment["metadata"]["namespace"]
     assert pdb["spec"]["selector"]["matchLabels"] == spec["template"]["metadata"]["labels"]
@@ -304,19 +372,30 @@ def test_the_scheduler_args_parse():
 def test_the_annotation_policy_fixes_every_key_the_programs_use():
     """Every annotation that decides a pod's GPUs is in the policy that fixes them at creation, one validation
     each; and the Binding and creation policies name the allocation keys."""
-    docs = {d["metadata"]["name"]: d for d in render("admission-policies.yaml.j2")
-            if d["kind"] == "ValidatingAdmissionPolicy"}
+    docs = {
+        d["metadata"]["name"]: d
+        for d in render("admission-policies.yaml.j2")
+        if d["kind"] == "ValidatingAdmissionPolicy"
+    }
     fixed = docs["gpu-scheduling-pod-annotations-fixed"]["spec"]["validations"]
-    keys = (constants.MAP_ANNOTATION, constants.CLAIM_ANNOTATION, constants.ALLOCATED_ANNOTATION,
-            constants.GPU_IDS_ANNOTATION, constants.EXCLUSIVITY_ANNOTATION)
+    keys = (
+        constants.MAP_ANNOTATION,
+        constants.CLAIM_ANNOTATION,
+        constants.ALLOCATED_ANNOTATION,
+        constants.GPU_IDS_ANNOTATION,
+        constants.EXCLUSIVITY_ANNOTATION,
+    )
     for key in keys:
         assert sum(f"'{key}'" in v["expression"] for v in fixed) == 1, key
     for name in ("gpu-scheduling-binding-annotations", "gpu-scheduling-allocation-not-at-creation"):
         text = str(docs[name]["spec"])
         for key in keys[2:]:
             assert key in text, (name, key)
-    bindings = {d["spec"]["policyName"] for d in render("admission-policies.yaml.j2")
-                if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    bindings = {
+        d["spec"]["policyName"]
+        for d in render("admission-policies.yaml.j2")
+        if d["kind"] == "ValidatingAdmissionPolicyBinding"
+    }
     assert bindings == set(docs)
 
 

@@ -14,8 +14,15 @@ def node(name, ready=True, unschedulable=False, taints=None):
     return {
         "metadata": {"name": name},
         "spec": {"unschedulable": unschedulable, "taints": taints or []},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                                   "reason": "KubeletReady" if ready else "KubeletNotReady"}]},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                }
+            ]
+        },
     }
 
 
@@ -46,8 +53,10 @@ def test_take_home_placement(index, target):
         ({}, "node node4 from map entry 3=node4:3 does not exist"),
         ({"node4": node("node4", ready=False)}, "node node4 is not Ready (KubeletNotReady) (map entry 3)"),
         ({"node4": node("node4", unschedulable=True)}, "node node4 is cordoned"),
-        ({"node4": node("node4", taints=[{"key": "gpu", "value": "broken", "effect": "NoSchedule"}])},
-         "node node4 has taint gpu=broken:NoSchedule that the pod does not tolerate"),
+        (
+            {"node4": node("node4", taints=[{"key": "gpu", "value": "broken", "effect": "NoSchedule"}])},
+            "node node4 has taint gpu=broken:NoSchedule that the pod does not tolerate",
+        ),
         ({"node4": node("node4", taints=[{"key": "down", "effect": "NoExecute"}])}, "taint down:NoExecute"),
     ],
 )
@@ -127,15 +136,34 @@ WHY = "(the gpu-webhook sets it at creation; was the map annotation added after 
     [
         ([{"name": "c"}], None, "container c has no CUDA_VISIBLE_DEVICES=3 " + WHY),
         ([{"name": "c", "env": [{"name": "A", "value": "a"}]}], None, "container c has no CUDA_VISIBLE_DEVICES=3"),
-        ([{"name": "c", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}], None,
-         "container c has CUDA_VISIBLE_DEVICES='0', not 3 as its map entry 3 gives"),
-        ([{"name": "c", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "3"},
-                                {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1"}]}], None,
-         "CUDA_VISIBLE_DEVICES='0,1', not 3"),
-        ([{"name": "c", "env": [{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]}],
-         None, "CUDA_VISIBLE_DEVICES=a valueFrom reference, not 3"),
-        ([{"name": "c", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "3"}]}], [{"name": "init"}],
-         "init container init has no CUDA_VISIBLE_DEVICES=3"),
+        (
+            [{"name": "c", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}],
+            None,
+            "container c has CUDA_VISIBLE_DEVICES='0', not 3 as its map entry 3 gives",
+        ),
+        (
+            [
+                {
+                    "name": "c",
+                    "env": [
+                        {"name": "CUDA_VISIBLE_DEVICES", "value": "3"},
+                        {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1"},
+                    ],
+                }
+            ],
+            None,
+            "CUDA_VISIBLE_DEVICES='0,1', not 3",
+        ),
+        (
+            [{"name": "c", "env": [{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]}],
+            None,
+            "CUDA_VISIBLE_DEVICES=a valueFrom reference, not 3",
+        ),
+        (
+            [{"name": "c", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "3"}]}],
+            [{"name": "init"}],
+            "init container init has no CUDA_VISIBLE_DEVICES=3",
+        ),
         ([{"env": []}], None, "container #0 has no CUDA_VISIBLE_DEVICES=3"),
         ([{"name": "c\nforged log line", "env": []}], None, "container 'c\\nforged log line' has no"),
     ],
@@ -152,49 +180,99 @@ def test_map_pod_without_the_webhooks_env_is_not_bound(containers, init, fragmen
 
 def test_map_pod_with_env_everywhere_is_bound():
     env = [{"name": "CUDA_VISIBLE_DEVICES", "value": "3"}]
-    spec = {"initContainers": [{"name": "i", "env": env}], "containers": [{"name": "a", "env": env},
-                                                                           {"name": "b", "env": env}]}
+    spec = {
+        "initContainers": [{"name": "i", "env": env}],
+        "containers": [{"name": "a", "env": env}, {"name": "b", "env": env}],
+    }
     assert isinstance(decision.decide(pod(**spec), NODES), decision.Bind)
 
 
 # ---- decide never raises: every shape is Unschedulable with the field named ----------------------------------
+
 
 @pytest.mark.parametrize(
     "the_pod, fragment",
     [
         ({"metadata": []}, "metadata is an array; expected an object"),
         ({"metadata": {"name": "p-0", "annotations": "gpu-scheduling-map"}}, "metadata.annotations is a string"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": 7}}},
-         "annotation gpu-scheduling-map is a number; expected a string"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": None}}},
-         "annotation gpu-scheduling-map is null"),
-        ({"metadata": {"name": "p-0", "labels": [1], "annotations": {"gpu-scheduling-map": "0=n:0"}}},
-         "metadata.labels is an array"),
-        ({"metadata": {"name": "p-0", "labels": {"apps.kubernetes.io/pod-index": 0},
-                       "annotations": {"gpu-scheduling-map": "0=n:0"}}},
-         "label apps.kubernetes.io/pod-index is a number; expected a string"),
+        (
+            {"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": 7}}},
+            "annotation gpu-scheduling-map is a number; expected a string",
+        ),
+        (
+            {"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": None}}},
+            "annotation gpu-scheduling-map is null",
+        ),
+        (
+            {"metadata": {"name": "p-0", "labels": [1], "annotations": {"gpu-scheduling-map": "0=n:0"}}},
+            "metadata.labels is an array",
+        ),
+        (
+            {
+                "metadata": {
+                    "name": "p-0",
+                    "labels": {"apps.kubernetes.io/pod-index": 0},
+                    "annotations": {"gpu-scheduling-map": "0=n:0"},
+                }
+            },
+            "label apps.kubernetes.io/pod-index is a number; expected a string",
+        ),
         ({"metadata": {"name": 5, "annotations": {"gpu-scheduling-map": "0=n:0"}}}, "metadata.name is a number"),
-        ({"metadata": {"name": "p-" + "9" * 5000, "annotations": {"gpu-scheduling-map": "0=n:0"}}},
-         "has 5000 digits; at most 9 are allowed"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}}, "spec": []},
-         "spec is an array"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}}, "spec": {"containers": {}}},
-         "spec.containers is an object; expected an array of containers"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
-          "spec": {"containers": ["c"]}}, "spec.containers[0] is a string; expected a container object"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
-          "spec": {"containers": [{"name": "c", "env": {}}]}}, "spec.containers[0].env is an object"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
-          "spec": {"containers": [{"name": "c", "env": [None]}]}}, "spec.containers[0].env[0] is null"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
-          "spec": {"containers": [{"name": "c", "env": [{"name": 1}]}]}},
-         "spec.containers[0].env[0].name is a number; expected a string"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
-          "spec": {"tolerations": "all"}}, "spec.tolerations is a string; expected an array"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
-          "spec": {"tolerations": [{"key": 1}]}}, "spec.tolerations[0].key is a number"),
-        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0",
-                                                      "gpu.scheduling/claim": "c"}}}, "carries both"),
+        (
+            {"metadata": {"name": "p-" + "9" * 5000, "annotations": {"gpu-scheduling-map": "0=n:0"}}},
+            "has 5000 digits; at most 9 are allowed",
+        ),
+        ({"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}}, "spec": []}, "spec is an array"),
+        (
+            {"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}}, "spec": {"containers": {}}},
+            "spec.containers is an object; expected an array of containers",
+        ),
+        (
+            {
+                "metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
+                "spec": {"containers": ["c"]},
+            },
+            "spec.containers[0] is a string; expected a container object",
+        ),
+        (
+            {
+                "metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
+                "spec": {"containers": [{"name": "c", "env": {}}]},
+            },
+            "spec.containers[0].env is an object",
+        ),
+        (
+            {
+                "metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
+                "spec": {"containers": [{"name": "c", "env": [None]}]},
+            },
+            "spec.containers[0].env[0] is null",
+        ),
+        (
+            {
+                "metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
+                "spec": {"containers": [{"name": "c", "env": [{"name": 1}]}]},
+            },
+            "spec.containers[0].env[0].name is a number; expected a string",
+        ),
+        (
+            {
+                "metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
+                "spec": {"tolerations": "all"},
+            },
+            "spec.tolerations is a string; expected an array",
+        ),
+        (
+            {
+                "metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0"}},
+                "spec": {"tolerations": [{"key": 1}]},
+            },
+            "spec.tolerations[0].key is a number",
+        ),
+        (
+            {"metadata": {"name": "p-0", "annotations": {"gpu-scheduling-map": "0=n:0", "gpu.scheduling/claim": "c"}}},
+            "carries both",
+        ),
         ({"metadata": {"name": "p-0", "annotations": {"gpu.scheduling/claim": "c"}}}, "placed by the claim path"),
         ("pod", "the pod is a string"),
     ],
@@ -205,16 +283,26 @@ def test_decide_never_raises_for_a_pod_of_the_wrong_shape(the_pod, fragment):
     assert len(verdict.message) < 2000
 
 
-@pytest.mark.parametrize("the_pod", [{"metadata": []}, {"metadata": {"annotations": []}}, {}, {"metadata": None},
-                                     {"metadata": {"annotations": {"gpu.scheduling/claim": None}}}])
+@pytest.mark.parametrize(
+    "the_pod",
+    [
+        {"metadata": []},
+        {"metadata": {"annotations": []}},
+        {},
+        {"metadata": None},
+        {"metadata": {"annotations": {"gpu.scheduling/claim": None}}},
+    ],
+)
 def test_is_claim_pod_never_raises(the_pod):
     assert decision.is_claim_pod(the_pod) in (True, False)
 
 
 # ---- the claim name, read the same way by the webhook and the scheduler --------------------------------------
 
-@pytest.mark.parametrize("value, name", [("train", "train"), ("  train\t", "train"), ("a.b-c", "a.b-c"),
-                                         ("a" * 253, "a" * 253)])
+
+@pytest.mark.parametrize(
+    "value, name", [("train", "train"), ("  train\t", "train"), ("a.b-c", "a.b-c"), ("a" * 253, "a" * 253)]
+)
 def test_claim_name(value, name):
     assert podrequest.claim_name({"annotations": {"gpu.scheduling/claim": value}}) == name
 
@@ -249,16 +337,23 @@ def test_bad_claim_names_raise_one_error_type(meta, fragment):
         {"name": "check-1", "annotations": {"gpu-scheduling-map": None}},
         {"name": "check-1", "annotations": {"gpu-scheduling-map": "0=n\u00a0:0\n" * 5000}},
         {"name": "loner", "annotations": {"gpu-scheduling-map": TAKE_HOME}},
-        {"name": "x-1", "labels": {"apps.kubernetes.io/pod-index": "1" * 5000},
-         "annotations": {"gpu-scheduling-map": TAKE_HOME}},
+        {
+            "name": "x-1",
+            "labels": {"apps.kubernetes.io/pod-index": "1" * 5000},
+            "annotations": {"gpu-scheduling-map": TAKE_HOME},
+        },
     ],
 )
 def test_webhook_and_scheduler_give_the_same_reason(meta):
     from gpu_scheduling import admission
 
     the_pod = {"metadata": {**meta, "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
-    request = {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
-               "object": the_pod}
+    request = {
+        "uid": "u",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "operation": "CREATE",
+        "object": the_pod,
+    }
     denial = admission.review_pod(request)["response"]
     verdict = decision.decide(the_pod, NODES)
     assert not denial["allowed"] and isinstance(verdict, decision.Unschedulable)

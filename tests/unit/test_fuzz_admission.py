@@ -24,19 +24,42 @@ from gpu_scheduling.scheduler import decision
 MESSAGE_BOUND = 8 * 1024
 """No message built from user text is longer than this (a denial, a BadRequest, an Unschedulable reason)."""
 
-FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+FUZZ = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 
 # ---- strategies ------------------------------------------------------------------------------------------------
 
-HOSTILE_CHARS = ["\u00a0", "\u2028", "\u2029", "\u200b", "\u3000", "\ufeff", "\u0085", "\x00", "\x0b", "\x0c", "\x1b",
-                 "\x7f", "\ud800", "\uff10", "é", "\U0001f600"]
+HOSTILE_CHARS = [
+    "\u00a0",
+    "\u2028",
+    "\u2029",
+    "\u200b",
+    "\u3000",
+    "\ufeff",
+    "\u0085",
+    "\x00",
+    "\x0b",
+    "\x0c",
+    "\x1b",
+    "\x7f",
+    "\ud800",
+    "\uff10",
+    "é",
+    "\U0001f600",
+]
 spaces = st.sampled_from(["", "", "", " ", "\t", "  ", *HOSTILE_CHARS])
 numbers = st.one_of(
     st.integers(min_value=0, max_value=12).map(str),
     st.integers(min_value=0, max_value=10**12).map(str),
     st.text(alphabet="0123456789-+x ", max_size=12),
-    st.sampled_from(["", "-1", "1e3", "0x1", "\u0661", "9" * 5000, "0" * 10, "999999999", "1000000000", "9999", "10000"]),
+    st.sampled_from(
+        ["", "-1", "1e3", "0x1", "\u0661", "9" * 5000, "0" * 10, "999999999", "1000000000", "9999", "10000"]
+    ),
 )
 node_names = st.one_of(
     st.sampled_from(["node1", "node2", "n", "a.b", "Node_3", "-x", "x-", "a" * 254, ".".join(["a" * 63] * 4), ""]),
@@ -44,15 +67,28 @@ node_names = st.one_of(
     st.text(max_size=10),
 )
 gpu_id_lists = st.lists(st.tuples(spaces, numbers, spaces), max_size=6).map(
-    lambda items: ",".join(f"{a}{n}{b}" for a, n, b in items))
+    lambda items: ",".join(f"{a}{n}{b}" for a, n, b in items)
+)
 map_lines = st.one_of(
-    st.tuples(spaces, numbers, spaces, st.sampled_from(["=", "=", "=", "", "=="]), spaces, node_names, spaces,
-              st.sampled_from([":", ":", ":", "", "::"]), spaces, gpu_id_lists, spaces).map("".join),
+    st.tuples(
+        spaces,
+        numbers,
+        spaces,
+        st.sampled_from(["=", "=", "=", "", "=="]),
+        spaces,
+        node_names,
+        spaces,
+        st.sampled_from([":", ":", ":", "", "::"]),
+        spaces,
+        gpu_id_lists,
+        spaces,
+    ).map("".join),
     st.text(max_size=40),
     st.just(""),
 )
 map_texts = st.tuples(st.lists(map_lines, max_size=25), st.sampled_from(["\n", "\r\n", "\r", "\n\n"])).map(
-    lambda t: t[1].join(t[0]))
+    lambda t: t[1].join(t[0])
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
@@ -66,53 +102,130 @@ def sometimes(valid: st.SearchStrategy) -> st.SearchStrategy:
     return st.one_of(valid, valid, valid, json_values)
 
 
-claim_names = st.one_of(st.sampled_from(["train", " train ", "", "  ", "Train", "a_b", "a" * 254, "a.b-c", "x\n"]),
-                        st.text(max_size=12))
-pod_names = st.one_of(st.sampled_from(["check-0", "check-3", "web-12", "loner", "", "x-" + "1" * 5000, "a\n-1"]),
-                      st.text(max_size=12))
-env_entries = sometimes(st.fixed_dictionaries(
-    {"name": sometimes(st.sampled_from(["CUDA_VISIBLE_DEVICES", "A", "B"]))},
-    optional={"value": sometimes(st.sampled_from(["0", "0,1", "3"])),
-              "valueFrom": st.just({"fieldRef": {"fieldPath": "metadata.name"}})}))
-containers = sometimes(st.fixed_dictionaries(
-    {}, optional={"name": sometimes(st.sampled_from(["c", "main", "init"])), "env": sometimes(st.lists(env_entries,
-                                                                                                     max_size=4))}))
+claim_names = st.one_of(
+    st.sampled_from(["train", " train ", "", "  ", "Train", "a_b", "a" * 254, "a.b-c", "x\n"]), st.text(max_size=12)
+)
+pod_names = st.one_of(
+    st.sampled_from(["check-0", "check-3", "web-12", "loner", "", "x-" + "1" * 5000, "a\n-1"]), st.text(max_size=12)
+)
+env_entries = sometimes(
+    st.fixed_dictionaries(
+        {"name": sometimes(st.sampled_from(["CUDA_VISIBLE_DEVICES", "A", "B"]))},
+        optional={
+            "value": sometimes(st.sampled_from(["0", "0,1", "3"])),
+            "valueFrom": st.just({"fieldRef": {"fieldPath": "metadata.name"}}),
+        },
+    )
+)
+containers = sometimes(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "name": sometimes(st.sampled_from(["c", "main", "init"])),
+            "env": sometimes(st.lists(env_entries, max_size=4)),
+        },
+    )
+)
 container_lists = sometimes(st.lists(containers, max_size=4))
-annotations = sometimes(st.fixed_dictionaries({}, optional={
-    "gpu-scheduling-map": sometimes(st.one_of(map_texts, st.just("0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n"))),
-    "gpu.scheduling/claim": sometimes(claim_names),
-    "other": st.text(max_size=5),
-}))
-labels = sometimes(st.fixed_dictionaries({}, optional={
-    "apps.kubernetes.io/pod-index": sometimes(numbers), "app": st.text(max_size=5)}))
-metadata = sometimes(st.fixed_dictionaries({}, optional={
-    "name": sometimes(pod_names), "generateName": sometimes(st.just("job-")), "namespace": sometimes(st.just("ns")),
-    "annotations": annotations, "labels": labels}))
-specs = sometimes(st.fixed_dictionaries({}, optional={"containers": container_lists,
-                                                      "initContainers": container_lists}))
+annotations = sometimes(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "gpu-scheduling-map": sometimes(st.one_of(map_texts, st.just("0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n"))),
+            "gpu.scheduling/claim": sometimes(claim_names),
+            "other": st.text(max_size=5),
+        },
+    )
+)
+labels = sometimes(
+    st.fixed_dictionaries({}, optional={"apps.kubernetes.io/pod-index": sometimes(numbers), "app": st.text(max_size=5)})
+)
+metadata = sometimes(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "name": sometimes(pod_names),
+            "generateName": sometimes(st.just("job-")),
+            "namespace": sometimes(st.just("ns")),
+            "annotations": annotations,
+            "labels": labels,
+        },
+    )
+)
+specs = sometimes(
+    st.fixed_dictionaries({}, optional={"containers": container_lists, "initContainers": container_lists})
+)
 pods = sometimes(st.fixed_dictionaries({}, optional={"metadata": metadata, "spec": specs}))
-kinds = sometimes(st.sampled_from([{"group": "", "version": "v1", "kind": "Pod"},
-                                   {"group": "", "version": "v1", "kind": "ConfigMap"},
-                                   {"group": "apps", "version": "v1", "kind": "Pod"}]))
-requests = sometimes(st.fixed_dictionaries(
-    {"uid": sometimes(st.sampled_from(["u-1", "0b5e4d9e-0000", "", "u" * 257, "u\n"]))},
-    optional={"kind": kinds, "operation": sometimes(st.sampled_from(["CREATE", "CREATE", "UPDATE", "DELETE"])),
-              "namespace": sometimes(st.just("default")), "name": sometimes(pod_names), "object": pods}))
-reviews = sometimes(st.fixed_dictionaries(
-    {"apiVersion": sometimes(st.just("admission.k8s.io/v1")), "kind": sometimes(st.just("AdmissionReview"))},
-    optional={"request": requests}))
+kinds = sometimes(
+    st.sampled_from(
+        [
+            {"group": "", "version": "v1", "kind": "Pod"},
+            {"group": "", "version": "v1", "kind": "ConfigMap"},
+            {"group": "apps", "version": "v1", "kind": "Pod"},
+        ]
+    )
+)
+requests = sometimes(
+    st.fixed_dictionaries(
+        {"uid": sometimes(st.sampled_from(["u-1", "0b5e4d9e-0000", "", "u" * 257, "u\n"]))},
+        optional={
+            "kind": kinds,
+            "operation": sometimes(st.sampled_from(["CREATE", "CREATE", "UPDATE", "DELETE"])),
+            "namespace": sometimes(st.just("default")),
+            "name": sometimes(pod_names),
+            "object": pods,
+        },
+    )
+)
+reviews = sometimes(
+    st.fixed_dictionaries(
+        {"apiVersion": sometimes(st.just("admission.k8s.io/v1")), "kind": sometimes(st.just("AdmissionReview"))},
+        optional={"request": requests},
+    )
+)
 
 
 # ---- the same shapes from a seed: cheap enough for thousands of examples per run ------------------------------
 # Hypothesis draws one 64-bit seed per example (so a failure is reproduced by its seed), and a plain random.Random
 # builds the input from it in microseconds, where composing the strategies above costs milliseconds per example.
 
+
 class Gen:
     SPACES = ("", "", "", "", " ", "\t", "  ", *HOSTILE_CHARS)
-    NUMBERS = ("0", "1", "3", "12", "", "-1", "1e3", "0x1", "\u0661", "9" * 5000, "0" * 10, "999999999",
-               "1000000000", "9999", "10000", " 1", "+1")
-    NODES = ("node1", "node2", "n", "a.b", "Node_3", "-x", "x-", "a" * 254, ".".join(["a" * 63] * 4), "", "node1 x",
-             "a..b", "n\u00a0")
+    NUMBERS = (
+        "0",
+        "1",
+        "3",
+        "12",
+        "",
+        "-1",
+        "1e3",
+        "0x1",
+        "\u0661",
+        "9" * 5000,
+        "0" * 10,
+        "999999999",
+        "1000000000",
+        "9999",
+        "10000",
+        " 1",
+        "+1",
+    )
+    NODES = (
+        "node1",
+        "node2",
+        "n",
+        "a.b",
+        "Node_3",
+        "-x",
+        "x-",
+        "a" * 254,
+        ".".join(["a" * 63] * 4),
+        "",
+        "node1 x",
+        "a..b",
+        "n\u00a0",
+    )
     CLAIMS = ("train", " train ", "", "  ", "Train", "a_b", "a" * 254, "a.b-c", "x\n", None, 3, ["a"])
     NAMES = ("check-0", "check-3", "web-12", "loner", "", "x-" + "1" * 5000, "a\n-1", None, 5, ["x-1"])
 
@@ -124,15 +237,27 @@ class Gen:
 
     def text(self, n: int = 12) -> str:
         r = self.r
-        return "".join(chr(r.choice([r.randrange(32, 127), r.randrange(0, 0x3000), r.randrange(0, 0x110000)]))
-                       for _ in range(r.randrange(n + 1)))
+        return "".join(
+            chr(r.choice([r.randrange(32, 127), r.randrange(0, 0x3000), r.randrange(0, 0x110000)]))
+            for _ in range(r.randrange(n + 1))
+        )
 
     def json(self, depth: int = 0):
         r = self.r
         k = r.randrange(7 if depth < 3 else 5)
-        return (None, lambda: r.random() < 0.5, lambda: r.randrange(-10**6, 10**6), lambda: r.random() * 1e6,
-                self.text, lambda: [self.json(depth + 1) for _ in range(r.randrange(3))],
-                lambda: {self.text(6): self.json(depth + 1) for _ in range(r.randrange(3))})[k]() if k else None
+        return (
+            (
+                None,
+                lambda: r.random() < 0.5,
+                lambda: r.randrange(-(10**6), 10**6),
+                lambda: r.random() * 1e6,
+                self.text,
+                lambda: [self.json(depth + 1) for _ in range(r.randrange(3))],
+                lambda: {self.text(6): self.json(depth + 1) for _ in range(r.randrange(3))},
+            )[k]()
+            if k
+            else None
+        )
 
     def sometimes(self, make):
         return make() if self.r.random() < self.p_valid else self.json()
@@ -141,8 +266,13 @@ class Gen:
         r = self.r
         if r.random() >= self.p_odd:
             return str(r.randrange(13))
-        return r.choice([str(r.randrange(10**12)), r.choice(self.NUMBERS),
-                         "".join(r.choice("0123456789-+x ") for _ in range(r.randrange(12)))])
+        return r.choice(
+            [
+                str(r.randrange(10**12)),
+                r.choice(self.NUMBERS),
+                "".join(r.choice("0123456789-+x ") for _ in range(r.randrange(12))),
+            ]
+        )
 
     def sp(self) -> str:
         return self.r.choice(self.SPACES) if self.r.random() < self.p_odd else self.r.choice(["", "", " ", "\t"])
@@ -155,48 +285,92 @@ class Gen:
         if k < 0.05:
             return ""
         ids = ",".join(self.sp() + self.number() + self.sp() for _ in range(r.randrange(1 if self.p_odd else 0, 7)))
-        node = f"node{r.randrange(5)}" if r.random() >= self.p_odd else \
-            r.choice(self.NODES) if r.random() < 0.7 else self.text(10)
+        node = (
+            f"node{r.randrange(5)}"
+            if r.random() >= self.p_odd
+            else r.choice(self.NODES)
+            if r.random() < 0.7
+            else self.text(10)
+        )
         odd = r.random() < self.p_odd
         index = str(i) if r.random() >= self.p_odd else self.number()
-        return "".join([self.sp(), index, self.sp(), r.choice(["=", "", "=="]) if odd else "=", self.sp(),
-                        node, self.sp(), r.choice([":", "", "::"]) if odd else ":", self.sp(), ids, self.sp()])
+        return "".join(
+            [
+                self.sp(),
+                index,
+                self.sp(),
+                r.choice(["=", "", "=="]) if odd else "=",
+                self.sp(),
+                node,
+                self.sp(),
+                r.choice([":", "", "::"]) if odd else ":",
+                self.sp(),
+                ids,
+                self.sp(),
+            ]
+        )
 
     def map_text(self) -> str:
-        return self.r.choice(["\n", "\r\n", "\r", "\n\n"]).join(self.map_line(i)
-                                                               for i in range(self.r.randrange(26)))
+        return self.r.choice(["\n", "\r\n", "\r", "\n\n"]).join(self.map_line(i) for i in range(self.r.randrange(26)))
 
     def env(self) -> list:
         r = self.r
-        return [self.sometimes(lambda: {k: v for k, v in (
-            ("name", self.sometimes(lambda: r.choice(["CUDA_VISIBLE_DEVICES", "A", "B"]))),
-            ("value", self.sometimes(lambda: r.choice(["0", "0,1", "3"]))),
-            ("valueFrom", {"fieldRef": {"fieldPath": "metadata.name"}})) if r.random() < 0.6})
-            for _ in range(r.randrange(5))]
+        return [
+            self.sometimes(
+                lambda: {
+                    k: v
+                    for k, v in (
+                        ("name", self.sometimes(lambda: r.choice(["CUDA_VISIBLE_DEVICES", "A", "B"]))),
+                        ("value", self.sometimes(lambda: r.choice(["0", "0,1", "3"]))),
+                        ("valueFrom", {"fieldRef": {"fieldPath": "metadata.name"}}),
+                    )
+                    if r.random() < 0.6
+                }
+            )
+            for _ in range(r.randrange(5))
+        ]
 
     def containers(self) -> list:
         r = self.r
-        return [self.sometimes(lambda: {k: v for k, v in (
-            ("name", self.sometimes(lambda: r.choice(["c", "main", "init"]))),
-            ("env", self.sometimes(self.env))) if r.random() < 0.7}) for _ in range(r.randrange(1, 5))]
+        return [
+            self.sometimes(
+                lambda: {
+                    k: v
+                    for k, v in (
+                        ("name", self.sometimes(lambda: r.choice(["c", "main", "init"]))),
+                        ("env", self.sometimes(self.env)),
+                    )
+                    if r.random() < 0.7
+                }
+            )
+            for _ in range(r.randrange(1, 5))
+        ]
 
     def pod(self) -> dict:
         r = self.r
         notes: dict = {}
         if r.random() < 0.7:
-            notes["gpu-scheduling-map"] = self.sometimes(lambda: self.map_text() if r.random() < 0.6 else
-                                                         "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n")
+            notes["gpu-scheduling-map"] = self.sometimes(
+                lambda: self.map_text() if r.random() < 0.6 else "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n"
+            )
         if r.random() < (0.3 if not notes else self.p_odd):
             notes["gpu.scheduling/claim"] = self.sometimes(lambda: self.odd("train", *self.CLAIMS))
-        meta = {k: v for k, v in (
-            ("name", self.sometimes(lambda: self.odd(f"check-{r.randrange(6)}", *self.NAMES))),
-            ("generateName", "job-"),
-            ("annotations", self.sometimes(lambda: notes)),
-            ("labels", self.sometimes(lambda: {"apps.kubernetes.io/pod-index": self.sometimes(self.number)}))
-        ) if r.random() < (0.95 if k != "labels" else 0.3)}
+        meta = {
+            k: v
+            for k, v in (
+                ("name", self.sometimes(lambda: self.odd(f"check-{r.randrange(6)}", *self.NAMES))),
+                ("generateName", "job-"),
+                ("annotations", self.sometimes(lambda: notes)),
+                ("labels", self.sometimes(lambda: {"apps.kubernetes.io/pod-index": self.sometimes(self.number)})),
+            )
+            if r.random() < (0.95 if k != "labels" else 0.3)
+        }
         spec = {k: self.sometimes(self.containers) for k in ("containers", "initContainers") if r.random() < 0.7}
-        return {k: v for k, v in (("metadata", self.sometimes(lambda: meta)), ("spec", self.sometimes(lambda: spec)))
-                if r.random() < 0.9}
+        return {
+            k: v
+            for k, v in (("metadata", self.sometimes(lambda: meta)), ("spec", self.sometimes(lambda: spec)))
+            if r.random() < 0.9
+        }
 
     def odd(self, usual, *odd):
         return self.r.choice(odd) if self.r.random() < self.p_odd else usual
@@ -208,25 +382,44 @@ class Gen:
     def review(self) -> object:
         r = self.r
         pod_kind = {"group": "", "version": "v1", "kind": "Pod"}
-        request = self.keep((
-            ("uid", self.sometimes(lambda: self.odd(f"u-{r.randrange(10**6)}", "", "u" * 257, "u\n", "\u00e9"))),
-            ("kind", self.sometimes(lambda: self.odd(pod_kind, {"group": "", "version": "v1", "kind": "ConfigMap"},
-                                                     {"group": "apps", "version": "v1", "kind": "Pod"},
-                                                     {"group": None, "kind": "Pod"}))),
-            ("operation", self.sometimes(lambda: self.odd("CREATE", "UPDATE", "DELETE", "CONNECT"))),
-            ("namespace", self.sometimes(lambda: "default")),
-            ("name", self.sometimes(lambda: self.odd("check-0", *self.NAMES))),
-            ("object", self.sometimes(self.pod))))
-        return self.odd(self.keep((
-            ("apiVersion", self.odd("admission.k8s.io/v1", "admission.k8s.io/v1beta1", None, 1)),
-            ("kind", self.odd("AdmissionReview", "Pod", None, [])),
-            ("request", self.sometimes(lambda: request)))), self.json(), self.json())
+        request = self.keep(
+            (
+                ("uid", self.sometimes(lambda: self.odd(f"u-{r.randrange(10**6)}", "", "u" * 257, "u\n", "\u00e9"))),
+                (
+                    "kind",
+                    self.sometimes(
+                        lambda: self.odd(
+                            pod_kind,
+                            {"group": "", "version": "v1", "kind": "ConfigMap"},
+                            {"group": "apps", "version": "v1", "kind": "Pod"},
+                            {"group": None, "kind": "Pod"},
+                        )
+                    ),
+                ),
+                ("operation", self.sometimes(lambda: self.odd("CREATE", "UPDATE", "DELETE", "CONNECT"))),
+                ("namespace", self.sometimes(lambda: "default")),
+                ("name", self.sometimes(lambda: self.odd("check-0", *self.NAMES))),
+                ("object", self.sometimes(self.pod)),
+            )
+        )
+        return self.odd(
+            self.keep(
+                (
+                    ("apiVersion", self.odd("admission.k8s.io/v1", "admission.k8s.io/v1beta1", None, 1)),
+                    ("kind", self.odd("AdmissionReview", "Pod", None, [])),
+                    ("request", self.sometimes(lambda: request)),
+                )
+            ),
+            self.json(),
+            self.json(),
+        )
 
 
 seeds = st.integers(min_value=0, max_value=2**64 - 1)
 
 
 # ---- checks ----------------------------------------------------------------------------------------------------
+
 
 def assert_safe_message(message: str) -> None:
     assert len(message) <= MESSAGE_BOUND, len(message)
@@ -244,14 +437,14 @@ def check_map(text: str) -> None:
     assert len(parsed) >= 1
     assert gpumap.parse(gpumap.encode(parsed)) == parsed
     for e in parsed.entries.values():
-        assert 0 <= e.index < 10**gpumap.MAX_INDEX_DIGITS and all(0 <= i < 10**gpumap.MAX_GPU_ID_DIGITS
-                                                                   for i in e.gpu_ids)
+        assert 0 <= e.index < 10**gpumap.MAX_INDEX_DIGITS and all(
+            0 <= i < 10**gpumap.MAX_GPU_ID_DIGITS for i in e.gpu_ids
+        )
         assert e.node.isascii()
 
 
 def ready_node(name: str) -> dict:
-    return {"metadata": {"name": name}, "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    return {"metadata": {"name": name}, "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
 
 
 def check_pod(pod: object) -> None:
@@ -304,8 +497,9 @@ def check_body(body: bytes) -> None:
             verdict = decision.decide(admitted, {asked.entry.node: ready_node(asked.entry.node)})
             assert isinstance(verdict, decision.Bind), verdict
         else:
-            assert isinstance(decision.decide(pod, {asked.entry.node: ready_node(asked.entry.node)}),
-                              decision.Unschedulable)
+            assert isinstance(
+                decision.decide(pod, {asked.entry.node: ready_node(asked.entry.node)}), decision.Unschedulable
+            )
 
 
 # ---- 10,000 maps -----------------------------------------------------------------------------------------------
@@ -338,6 +532,7 @@ def test_fuzz_free_text_maps(text):
 # ---- 10,000 AdmissionReviews -----------------------------------------------------------------------------------
 # 1,000 examples x 8 reviews from a seed, 300 composed reviews, 425 examples x 4 mangled bodies.
 
+
 @settings(FUZZ, max_examples=1000)
 @given(seeds)
 def test_fuzz_reviews_from_seeds(seed):
@@ -359,7 +554,7 @@ def test_fuzz_mangled_bodies(seed, junk):
     for _ in range(4):
         body = json.dumps(gen.review()).encode()
         cut = gen.r.randrange(len(body) + 1)
-        check_body(body[:cut] + junk + body[cut + gen.r.randrange(3):])
+        check_body(body[:cut] + junk + body[cut + gen.r.randrange(3) :])
 
 
 @settings(FUZZ, max_examples=200)
@@ -370,8 +565,18 @@ def test_fuzz_pods_as_the_scheduler_sees_them(pod):
 
 # ---- bounded as the input grows (sizes and counters, not time) -------------------------------------------------
 
-bad_lines = st.sampled_from(["x" * 100, "0=Node_1:0", "a=b:c", "0=n:" + ",".join("x" * 5), "9" * 300 + "=n:0",
-                             "0=n\u00a0:0", "\x00" * 50, "0=n:0"])
+bad_lines = st.sampled_from(
+    [
+        "x" * 100,
+        "0=Node_1:0",
+        "a=b:c",
+        "0=n:" + ",".join("x" * 5),
+        "9" * 300 + "=n:0",
+        "0=n\u00a0:0",
+        "\x00" * 50,
+        "0=n:0",
+    ]
+)
 
 
 @settings(FUZZ, max_examples=150)
@@ -415,10 +620,22 @@ def test_parse_looks_at_each_line_once(n_good, n_bad):
 @given(st.integers(min_value=0, max_value=5000), st.integers(min_value=0, max_value=4))
 def test_review_answer_is_bounded_whatever_the_number_of_containers(n, env_per_container):
     env = [{"name": "CUDA_VISIBLE_DEVICES", "value": "9"}] * env_per_container
-    pod = {"metadata": {"name": "check-0", "annotations": {"gpu-scheduling-map": "0=node1:0,1"}},
-           "spec": {"containers": [{"name": f"c{i}", "env": env} for i in range(n)]}}
-    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE", "object": pod}})
+    pod = {
+        "metadata": {"name": "check-0", "annotations": {"gpu-scheduling-map": "0=node1:0,1"}},
+        "spec": {"containers": [{"name": f"c{i}", "env": env} for i in range(n)]},
+    }
+    body = json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "operation": "CREATE",
+                "object": pod,
+            },
+        }
+    )
     review = admission.review_pod(admission.parse_review(body.encode()))
     assert len(admission.encode_review(review)) <= admission.MAX_RESPONSE_BYTES
     ops = patches.cuda_patch(pod, "0,1")

@@ -130,10 +130,13 @@ def test_encode_parse_round_trip(raw):
 @given(entries, st.sampled_from(["\n", "\r\n"]), st.sampled_from(["", " ", "  "]))
 def test_whitespace_and_line_endings_do_not_change_meaning(raw, newline, pad):
     text = newline.join(
-        f"{pad}{i}{pad}={pad}{node}{pad}:{pad}{(pad + ',' + pad).join(map(str, ids))}{pad}" for i, (node, ids) in raw.items()
+        f"{pad}{i}{pad}={pad}{node}{pad}:{pad}{(pad + ',' + pad).join(map(str, ids))}{pad}"
+        for i, (node, ids) in raw.items()
     )
     parsed = gpumap.parse(newline + text + newline)
-    assert {i: (e.node, list(e.gpu_ids)) for i, e in parsed.entries.items()} == {i: (n, ids) for i, (n, ids) in raw.items()}
+    assert {i: (e.node, list(e.gpu_ids)) for i, e in parsed.entries.items()} == {
+        i: (n, ids) for i, (n, ids) in raw.items()
+    }
 
 
 @given(st.text(max_size=300))
@@ -164,6 +167,7 @@ def test_parse_cached_raises_a_fresh_error_with_every_problem_each_time():
 
 
 # ---- hostile maps: bounded messages, linear work, length-checked integers, ASCII only ---------------------------
+
 
 def test_message_does_not_grow_with_the_square_of_the_input():
     # Every line bad, each as long as the whole map allows: the message lists 10 problems and counts the rest.

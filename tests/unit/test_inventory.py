@@ -12,7 +12,9 @@ from gpu_scheduling.kube.errors import AlreadyExists, Forbidden
 # The simulated node of the claim scenarios and the benchmark, written out: GPUs 0-3 in one NVLink island at
 # 600 GB/s, 4-7 in another at 64 GB/s, all healthy and free.
 EIGHT_GPUS_TWO_ISLANDS = {
-    "total": 8, "free": 8, "unhealthy": 0,
+    "total": 8,
+    "free": 8,
+    "unhealthy": 0,
     "devices": [
         {"id": 0, "health": "Healthy", "island": "nvlink-group-0", "bandwidthGBps": 600, "inUseBy": []},
         {"id": 1, "health": "Healthy", "island": "nvlink-group-0", "bandwidthGBps": 600, "inUseBy": []},
@@ -34,24 +36,37 @@ def test_the_default_simulated_node_is_eight_gpus_in_two_islands():
 def test_a_simulated_status_counts_unhealthy_gpus():
     status = inventory.simulated_status("count=4,islands=2,bandwidth=600/64,unhealthy=3")
     assert (status["total"], status["free"], status["unhealthy"]) == (4, 3, 1)
-    assert status["devices"][3] == {"id": 3, "health": "Unhealthy", "island": "nvlink-group-1", "bandwidthGBps": 0,
-                                    "inUseBy": []}
+    assert status["devices"][3] == {
+        "id": 3,
+        "health": "Unhealthy",
+        "island": "nvlink-group-1",
+        "bandwidthGBps": 0,
+        "inUseBy": [],
+    }
 
 
 def test_the_reference_example_node():
     devices = inventory.parse_simulated("count=8,islands=2,bandwidth=600/64,unhealthy=7")
     assert [(d["id"], d["island"], d["bandwidthGBps"], d["health"]) for d in devices] == [
-        (0, "nvlink-group-0", 600, "Healthy"), (1, "nvlink-group-0", 600, "Healthy"),
-        (2, "nvlink-group-0", 600, "Healthy"), (3, "nvlink-group-0", 600, "Healthy"),
-        (4, "nvlink-group-1", 64, "Healthy"), (5, "nvlink-group-1", 64, "Healthy"),
-        (6, "nvlink-group-1", 64, "Healthy"), (7, "nvlink-group-1", 0, "Unhealthy")]
+        (0, "nvlink-group-0", 600, "Healthy"),
+        (1, "nvlink-group-0", 600, "Healthy"),
+        (2, "nvlink-group-0", 600, "Healthy"),
+        (3, "nvlink-group-0", 600, "Healthy"),
+        (4, "nvlink-group-1", 64, "Healthy"),
+        (5, "nvlink-group-1", 64, "Healthy"),
+        (6, "nvlink-group-1", 64, "Healthy"),
+        (7, "nvlink-group-1", 0, "Unhealthy"),
+    ]
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("count=8,colour=red", "expected count=N"),
-    ("count=eight", "expected integers"),
-    ("count=2,bandwidth=", "at least one bandwidth"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("count=8,colour=red", "expected count=N"),
+        ("count=eight", "expected integers"),
+        ("count=2,bandwidth=", "at least one bandwidth"),
+    ],
+)
 def test_bad_declarations_say_what_was_expected(text, fragment):
     with pytest.raises(inventory.InventoryError, match=fragment):
         inventory.parse_simulated(text)
@@ -64,25 +79,50 @@ def test_islands_are_connected_components():
 
 def test_status_counts_and_in_use_by_follow_leases_and_map_pods():
     devices = inventory.parse_simulated("count=4,islands=1,bandwidth=600,unhealthy=3")
-    leases = [objects.lease_body("n1", 0, "Exclusive", {"u1": "ns/p1"}),
-              objects.lease_body("n1", 1, "Shared", {"u2": "ns/p2", "u3": ""})]
-    pods = [{"metadata": {"uid": "m", "namespace": "default", "name": "check-2",
-                          "annotations": {"gpu-scheduling-map": "2=n1:1,2"}},
-             "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}},
-            {"metadata": {"uid": "f", "namespace": "default", "name": "done-0",
-                          "annotations": {"gpu-scheduling-map": "0=n1:2"}},
-             "spec": {"nodeName": "n1"}, "status": {"phase": "Succeeded"}}]
+    leases = [
+        objects.lease_body("n1", 0, "Exclusive", {"u1": "ns/p1"}),
+        objects.lease_body("n1", 1, "Shared", {"u2": "ns/p2", "u3": ""}),
+    ]
+    pods = [
+        {
+            "metadata": {
+                "uid": "m",
+                "namespace": "default",
+                "name": "check-2",
+                "annotations": {"gpu-scheduling-map": "2=n1:1,2"},
+            },
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running"},
+        },
+        {
+            "metadata": {
+                "uid": "f",
+                "namespace": "default",
+                "name": "done-0",
+                "annotations": {"gpu-scheduling-map": "0=n1:2"},
+            },
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Succeeded"},
+        },
+    ]
     status = inventory.node_status(devices, leases, pods)
     assert (status["total"], status["free"], status["unhealthy"]) == (4, 0, 1)
-    assert [d["inUseBy"] for d in status["devices"]] == [["ns/p1"], ["default/check-2", "ns/p2", "u3"],
-                                                         ["default/check-2"], []]
+    assert [d["inUseBy"] for d in status["devices"]] == [
+        ["ns/p1"],
+        ["default/check-2", "ns/p2", "u3"],
+        ["default/check-2"],
+        [],
+    ]
 
 
-@pytest.mark.parametrize("spec, node", [
-    ({"nodeName": "node1"}, "node1"),
-    ({}, "node1"),
-    ({"nodeName": "node2"}, None),  # names another node: the scheduler ignores it
-])
+@pytest.mark.parametrize(
+    "spec, node",
+    [
+        ({"nodeName": "node1"}, "node1"),
+        ({}, "node1"),
+        ({"nodeName": "node2"}, None),  # names another node: the scheduler ignores it
+    ],
+)
 def test_an_inventory_describes_only_the_node_of_its_own_name(spec, node):
     status = {"metadata": {"name": "node1"}, "spec": spec, "status": {"devices": [{"id": 0}]}}
     assert objects.inventory_node(status) == node
@@ -92,18 +132,28 @@ def test_an_inventory_describes_only_the_node_of_its_own_name(spec, node):
 def test_the_agent_simulates_with_the_one_simulator():
     node = {"metadata": {"annotations": {constants.SIMULATED_ANNOTATION: "count=2,islands=1,bandwidth=300"}}}
     assert main.read_inventory("simulated", node, inventory.DEFAULT_SIMULATED) == (
-        inventory.simulated_status("count=2,islands=1,bandwidth=300"), "simulated")
+        inventory.simulated_status("count=2,islands=1,bandwidth=300"),
+        "simulated",
+    )
     assert main.read_inventory("simulated", {"metadata": {}}, inventory.DEFAULT_SIMULATED) == (
-        EIGHT_GPUS_TWO_ISLANDS, "simulated")
+        EIGHT_GPUS_TWO_ISLANDS,
+        "simulated",
+    )
 
 
 def test_a_gpu_node_status_object_names_its_node():
     assert objects.node_status_body("node1") == {
-        "apiVersion": "gpu.scheduling/v1", "kind": "GpuNodeStatus", "metadata": {"name": "node1"},
-        "spec": {"nodeName": "node1"}}
+        "apiVersion": "gpu.scheduling/v1",
+        "kind": "GpuNodeStatus",
+        "metadata": {"name": "node1"},
+        "spec": {"nodeName": "node1"},
+    }
     assert objects.claim_body("train", {"devices": {"count": 2}}) == {
-        "apiVersion": "gpu.scheduling/v1", "kind": "GpuClaim", "metadata": {"name": "train"},
-        "spec": {"devices": {"count": 2}}}
+        "apiVersion": "gpu.scheduling/v1",
+        "kind": "GpuClaim",
+        "metadata": {"name": "train"},
+        "spec": {"devices": {"count": 2}},
+    }
 
 
 class _Recorder:

@@ -8,8 +8,9 @@ from gpu_scheduling.kube import errors
 
 
 def status(code: int, reason: str, message: str = "m") -> str:
-    return json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
-                       "message": message})
+    return json.dumps(
+        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": message}
+    )
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ def seen(record: LeaseRecord | None, since: float = 100.0, version: str = "7") -
 
 # ---- the rules, one by one ---------------------------------------------------------------------------------------
 
+
 def test_no_lease_is_created_with_us_as_holder():
     for observation in (None, seen(None)):
         d = decide(observation, ME, now=0.0, stamp=STAMP, lease_seconds=15)
@@ -54,14 +55,14 @@ def test_our_own_lease_is_renewed_keeping_acquire_time_and_transitions():
 @pytest.mark.parametrize(
     "since, now, duration, action",
     [
-        (100.0, 100.0, 15, Action.WAIT),      # just seen
-        (100.0, 114.999, 15, Action.WAIT),    # one moment before its promise runs out, on our clock
-        (100.0, 115.0, 15, Action.UPDATE),    # expired: take it
+        (100.0, 100.0, 15, Action.WAIT),  # just seen
+        (100.0, 114.999, 15, Action.WAIT),  # one moment before its promise runs out, on our clock
+        (100.0, 115.0, 15, Action.UPDATE),  # expired: take it
         (100.0, 400.0, 15, Action.UPDATE),
-        (100.0, 101.0, 1, Action.UPDATE),     # a released-style short promise
-        (100.0, 110.0, None, Action.WAIT),    # no leaseDurationSeconds: our own 15 s apply
+        (100.0, 101.0, 1, Action.UPDATE),  # a released-style short promise
+        (100.0, 110.0, None, Action.WAIT),  # no leaseDurationSeconds: our own 15 s apply
         (100.0, 115.0, None, Action.UPDATE),
-        (100.0, 110.0, 0, Action.WAIT),       # a nonsensical 0 is treated like a missing value
+        (100.0, 110.0, 0, Action.WAIT),  # a nonsensical 0 is treated like a missing value
     ],
 )
 def test_another_holder_is_waited_for_until_its_lease_expires_on_our_clock(since, now, duration, action):
@@ -99,11 +100,11 @@ def test_expiry_reads_the_records_own_duration():
 @pytest.mark.parametrize(
     "record, version, kept",
     [
-        (LeaseRecord(OTHER, 15, "a", "b", 1), "7", True),    # nothing changed: the age keeps running
-        (LeaseRecord(OTHER, 15, "a", "c", 1), "7", False),   # renewed
-        (LeaseRecord(OTHER, 15, "a", "b", 1), "8", False),   # rewritten with identical fields (same clock tick)
-        (LeaseRecord(ME, 15, "a", "b", 2), "8", False),      # another holder
-        (None, "", False),                                    # deleted
+        (LeaseRecord(OTHER, 15, "a", "b", 1), "7", True),  # nothing changed: the age keeps running
+        (LeaseRecord(OTHER, 15, "a", "c", 1), "7", False),  # renewed
+        (LeaseRecord(OTHER, 15, "a", "b", 1), "8", False),  # rewritten with identical fields (same clock tick)
+        (LeaseRecord(ME, 15, "a", "b", 2), "8", False),  # another holder
+        (None, "", False),  # deleted
     ],
 )
 def test_observation_age_restarts_only_when_the_lease_changed(record, version, kept):
@@ -133,8 +134,13 @@ def test_a_leader_leads_until_the_renew_deadline_after_its_last_successful_attem
 def test_lease_spec_round_trip():
     record = LeaseRecord(ME, 15, STAMP, STAMP, 2)
     spec = record.to_spec()
-    assert spec == {"holderIdentity": ME, "leaseDurationSeconds": 15, "acquireTime": STAMP, "renewTime": STAMP,
-                    "leaseTransitions": 2}
+    assert spec == {
+        "holderIdentity": ME,
+        "leaseDurationSeconds": 15,
+        "acquireTime": STAMP,
+        "renewTime": STAMP,
+        "leaseTransitions": 2,
+    }
     assert LeaseRecord.from_spec(spec) == record
     # What kubectl or the apiserver leave out.
     assert LeaseRecord.from_spec({}) == LeaseRecord("", None, None, None, 0)
@@ -147,6 +153,7 @@ def test_micro_time_is_utc_with_microseconds():
 
 
 # ---- configuration -----------------------------------------------------------------------------------------------
+
 
 def test_client_go_defaults_are_valid():
     config = ElectionConfig("gpu-scheduling", "gpu-scheduler", ME)
@@ -207,16 +214,21 @@ class Candidate:
 
     def believes(self, real: float) -> bool:
         obs = self.observation
-        return (obs is not None and obs.record is not None and obs.record.holder == self.identity
-                and still_leading(self.renewed_at, self.local(real), DEADLINE))
+        return (
+            obs is not None
+            and obs.record is not None
+            and obs.record.holder == self.identity
+            and still_leading(self.renewed_at, self.local(real), DEADLINE)
+        )
 
 
 class Election(RuleBasedStateMachine):
     """The apiserver is a record with a version; reads and writes of different candidates interleave freely, a
     write may be refused by the compare-and-swap, or land while its answer is lost."""
 
-    @initialize(rates=st.lists(RATES, min_size=2, max_size=3), offsets=st.lists(st.floats(0, 1e6), min_size=3,
-                                                                                max_size=3))
+    @initialize(
+        rates=st.lists(RATES, min_size=2, max_size=3), offsets=st.lists(st.floats(0, 1e6), min_size=3, max_size=3)
+    )
     def start(self, rates, offsets):
         self.real = 0.0
         self.record: LeaseRecord | None = None
@@ -323,6 +335,7 @@ def test_a_follower_takes_over_from_a_crashed_leader_after_the_lease_duration():
 
 # ---- gpu-scheduler's flags -----------------------------------------------------------------------------------------
 
+
 def test_scheduler_flags_default_to_kube_schedulers_election():
     from gpu_scheduling import constants
     from gpu_scheduling.scheduler import main
@@ -341,9 +354,16 @@ def test_scheduler_flags_default_to_kube_schedulers_election():
 def test_scheduler_flags_take_seconds_with_or_without_unit():
     from gpu_scheduling.scheduler import main
 
-    args = main.parse_args(["--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20",
-                            "--leader-elect-retry-period=4s", "--leader-elect-identity=a_1",
-                            "--leader-elect-resource-name=lock", "--leader-elect-resource-namespace=ns"])
+    args = main.parse_args(
+        [
+            "--leader-elect-lease-duration=30s",
+            "--leader-elect-renew-deadline=20",
+            "--leader-elect-retry-period=4s",
+            "--leader-elect-identity=a_1",
+            "--leader-elect-resource-name=lock",
+            "--leader-elect-resource-namespace=ns",
+        ]
+    )
     assert main.election_config(args) == ElectionConfig("ns", "lock", "a_1", 30.0, 20.0, 4.0)
     assert main.parse_args(["--no-leader-elect"]).leader_elect is False
 

@@ -23,8 +23,9 @@ def map_hold(uid: str, node: str = "n1", gpus: tuple[int, ...] = (0,)) -> Hold:
 
 
 def lease(node: str, gpu: int, *holders: str, exclusivity: str = "Exclusive", rv: str = "1") -> LeaseRecord:
-    return LeaseRecord(objects.lease_name(node, gpu), node, gpu, exclusivity, holders,
-                       {h: f"ns/{h}" for h in holders}, rv)
+    return LeaseRecord(
+        objects.lease_name(node, gpu), node, gpu, exclusivity, holders, {h: f"ns/{h}" for h in holders}, rv
+    )
 
 
 def test_an_exclusive_gpu_is_never_assumed_twice():
@@ -128,13 +129,29 @@ def test_allocator_reads_the_ledger_per_node():
 
 
 def test_hold_from_pod_reads_claim_annotations_and_map_entries():
-    pod = {"metadata": {"uid": "u", "namespace": "ns", "name": "train-0",
-                        "annotations": {"gpu.scheduling/allocated": "node2:0,1", "gpu.scheduling/claim": "train",
-                                        "gpu.scheduling/exclusivity": "Shared"}},
-           "spec": {"nodeName": "node2"}}
+    pod = {
+        "metadata": {
+            "uid": "u",
+            "namespace": "ns",
+            "name": "train-0",
+            "annotations": {
+                "gpu.scheduling/allocated": "node2:0,1",
+                "gpu.scheduling/claim": "train",
+                "gpu.scheduling/exclusivity": "Shared",
+            },
+        },
+        "spec": {"nodeName": "node2"},
+    }
     assert objects.hold_from_pod(pod) == Hold("u", "ns/train-0", "node2", (0, 1), "Shared", "claim", "train", True)
-    pod = {"metadata": {"uid": "v", "namespace": "default", "name": "check-2",
-                        "annotations": {"gpu-scheduling-map": "2=node3:0,1,2"}}, "spec": {"nodeName": "node3"}}
+    pod = {
+        "metadata": {
+            "uid": "v",
+            "namespace": "default",
+            "name": "check-2",
+            "annotations": {"gpu-scheduling-map": "2=node3:0,1,2"},
+        },
+        "spec": {"nodeName": "node3"},
+    }
     assert objects.hold_from_pod(pod) == Hold("v", "default/check-2", "node3", (0, 1, 2), "Shared", "map", "", True)
     assert objects.hold_from_pod({"metadata": {"uid": "w", "namespace": "a", "name": "b"}, "spec": {}}) is None
 
@@ -193,8 +210,9 @@ class LedgerMachine(RuleBasedStateMachine):
 
     def _record(self, key: tuple[str, int], value: tuple[str, tuple[str, ...], int]) -> LeaseRecord:
         excl, holders, rv = value
-        return LeaseRecord(objects.lease_name(*key), key[0], key[1], excl, holders, {h: f"ns/{h}" for h in holders},
-                           str(rv))
+        return LeaseRecord(
+            objects.lease_name(*key), key[0], key[1], excl, holders, {h: f"ns/{h}" for h in holders}, str(rv)
+        )
 
     def _write_lease(self, key: tuple[str, int], value: tuple[str, tuple[str, ...]] | None) -> None:
         self.rv += 1
@@ -251,8 +269,13 @@ class LedgerMachine(RuleBasedStateMachine):
         self.restart()
 
     # ---- the scheduler's decisions ---------------------------------------------------------------------------
-    @rule(uid=st.sampled_from(UIDS), node=st.sampled_from(NODES), count=st.integers(1, 2),
-          shared=st.booleans(), as_map=st.booleans())
+    @rule(
+        uid=st.sampled_from(UIDS),
+        node=st.sampled_from(NODES),
+        count=st.integers(1, 2),
+        shared=st.booleans(),
+        as_map=st.booleans(),
+    )
     def place(self, uid: str, node: str, count: int, shared: bool, as_map: bool) -> None:
         pod = self.pods.get(uid)
         if pod is None or not pod.alive or pod.bound is not None or uid in self.in_flight:
@@ -261,12 +284,14 @@ class LedgerMachine(RuleBasedStateMachine):
             return
         nodes = [allocator.Node(n, tuple(allocator.Device(i) for i in range(GPUS))) for n in NODES if n == node]
         excl = "Shared" if shared or as_map else "Exclusive"
-        outcome = allocator.allocate(allocator.Request(count=count, exclusivity=excl), nodes,
-                                     held=self.ledger.holdings)
+        outcome = allocator.allocate(allocator.Request(count=count, exclusivity=excl), nodes, held=self.ledger.holdings)
         if isinstance(outcome, allocator.NoFit):
             return
-        hold = (Hold(uid, f"ns/{uid}", node, outcome.gpu_ids, "Shared", "map") if as_map else
-                Hold(uid, f"ns/{uid}", node, outcome.gpu_ids, excl, "claim", "c"))
+        hold = (
+            Hold(uid, f"ns/{uid}", node, outcome.gpu_ids, "Shared", "map")
+            if as_map
+            else Hold(uid, f"ns/{uid}", node, outcome.gpu_ids, excl, "claim", "c")
+        )
         assert self.ledger.assume(hold) == [], "the allocator chose GPUs the ledger says are held"
         self.in_flight[uid] = hold
 
@@ -368,12 +393,14 @@ class LedgerMachine(RuleBasedStateMachine):
             for uid in holders:
                 pod = self.pods[uid]
                 assert pod.alive and pod.bound is not None and key in set(pod.bound.gpus), (
-                    f"lease {key} still names {uid}, which holds nothing: a release was lost")
+                    f"lease {key} still names {uid}, which holds nothing: a release was lost"
+                )
 
 
 def test_machine_regression_a_lease_is_not_released_before_the_lagging_pod_watch_shows_its_holder():
     """After a restart the Lease watch may list before the pod watch: a Lease naming a pod the ledger has not
     seen yet must be verified with the API, never released on the ledger's silence."""
+
     def schedule_one_gpu(uid: str) -> None:
         m.create_pod(uid)
         m.place(uid, "n1", 1, False, False)

@@ -33,8 +33,10 @@ FORGED = "pod-1\n2026-11-22 23:00:00,000 INFO gpu_scheduling.webhook: admitted e
 
 
 def test_escape():
-    assert logs.escape("a\nb\rc\td\\e\x1b\x00\x7f\u2028\u2029\x85") == \
-        "a\\nb\\rc\\td\\\\e\\x1b\\x00\\x7f\\u2028\\u2029\\x85"
+    assert (
+        logs.escape("a\nb\rc\td\\e\x1b\x00\x7f\u2028\u2029\x85")
+        == "a\\nb\\rc\\td\\\\e\\x1b\\x00\\x7f\\u2028\\u2029\\x85"
+    )
     assert logs.escape("plain text, ünïcode ok") == "plain text, ünïcode ok"
 
 

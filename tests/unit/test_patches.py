@@ -18,13 +18,20 @@ def test_replaces_existing_value_in_place_and_keeps_order():
     env = [{"name": "A", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "9"}, {"name": "B", "value": "2"}]
     pod = {"spec": {"containers": [{"name": "a", "env": env}]}}
     out = patches.apply(pod, patches.cuda_patch(pod, "3"))
-    assert env_of(out) == [{"name": "A", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "3"},
-                           {"name": "B", "value": "2"}]
+    assert env_of(out) == [
+        {"name": "A", "value": "1"},
+        {"name": "CUDA_VISIBLE_DEVICES", "value": "3"},
+        {"name": "B", "value": "2"},
+    ]
 
 
 def test_duplicates_collapse_to_one():
-    env = [{"name": "CUDA_VISIBLE_DEVICES", "value": "1"}, {"name": "X", "value": "x"},
-           {"name": "CUDA_VISIBLE_DEVICES", "value": "2"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "3"}]
+    env = [
+        {"name": "CUDA_VISIBLE_DEVICES", "value": "1"},
+        {"name": "X", "value": "x"},
+        {"name": "CUDA_VISIBLE_DEVICES", "value": "2"},
+        {"name": "CUDA_VISIBLE_DEVICES", "value": "3"},
+    ]
     pod = {"spec": {"containers": [{"name": "a", "env": env}]}}
     out = patches.apply(pod, patches.cuda_patch(pod, "0"))
     assert env_of(out) == [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}, {"name": "X", "value": "x"}]
@@ -38,11 +45,18 @@ def test_value_from_is_replaced_by_a_value():
 
 
 def test_init_containers_are_patched_too():
-    pod = {"spec": {"initContainers": [{"name": "init", "env": [{"name": "A", "value": "a"}]}],
-                    "containers": [{"name": "main"}]}}
+    pod = {
+        "spec": {
+            "initContainers": [{"name": "init", "env": [{"name": "A", "value": "a"}]}],
+            "containers": [{"name": "main"}],
+        }
+    }
     ops = patches.cuda_patch(pod, "2")
     out = patches.apply(pod, ops)
-    assert env_of(out, "initContainers") == [{"name": "A", "value": "a"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "2"}]
+    assert env_of(out, "initContainers") == [
+        {"name": "A", "value": "a"},
+        {"name": "CUDA_VISIBLE_DEVICES", "value": "2"},
+    ]
     assert env_of(out) == [{"name": "CUDA_VISIBLE_DEVICES", "value": "2"}]
     assert {op["path"].split("/")[2] for op in ops} == {"initContainers", "containers"}
 

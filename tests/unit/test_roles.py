@@ -71,8 +71,11 @@ def _roles(play: dict) -> list[str]:
 
 
 def _facts_includes(play: dict) -> list[dict]:
-    return [t for t in play.get("pre_tasks", [])
-            if (t.get("ansible.builtin.include_role") or {}).get("name") == "testbed_facts"]
+    return [
+        t
+        for t in play.get("pre_tasks", [])
+        if (t.get("ansible.builtin.include_role") or {}).get("name") == "testbed_facts"
+    ]
 
 
 def test_site_applies_each_role_once():

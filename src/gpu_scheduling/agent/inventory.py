@@ -44,12 +44,14 @@ def parse_simulated(text: str) -> list[dict[str, Any]]:
     devices = []
     for gpu in range(count):
         island = gpu // per_island
-        devices.append({
-            "id": gpu,
-            "health": "Unhealthy" if gpu in unhealthy else "Healthy",
-            "island": f"nvlink-group-{island}",
-            "bandwidthGBps": 0 if gpu in unhealthy else bandwidths[min(island, len(bandwidths) - 1)],
-        })
+        devices.append(
+            {
+                "id": gpu,
+                "health": "Unhealthy" if gpu in unhealthy else "Healthy",
+                "island": f"nvlink-group-{island}",
+                "bandwidthGBps": 0 if gpu in unhealthy else bandwidths[min(island, len(bandwidths) - 1)],
+            }
+        )
     return devices
 
 
@@ -76,8 +78,9 @@ def simulated_status(spec: str = DEFAULT_SIMULATED) -> dict[str, Any]:
     return node_status(parse_simulated(spec), ())
 
 
-def node_status(devices: list[dict[str, Any]], leases: Iterable[Mapping[str, Any]],
-                pods: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+def node_status(
+    devices: list[dict[str, Any]], leases: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
     """The GpuNodeStatus status: devices with inUseBy (the pods holding each GPU, "<namespace>/<name>" where
     known, replacing any inUseBy the devices had) from the node's GPU Leases and the map pods bound to it, and the
     counts."""
@@ -97,4 +100,3 @@ def node_status(devices: list[dict[str, Any]], leases: Iterable[Mapping[str, Any
     unhealthy = sum(1 for d in out if d["health"] != "Healthy")
     free = sum(1 for d in out if d["health"] == "Healthy" and not d["inUseBy"])
     return {"total": len(out), "free": free, "unhealthy": unhealthy, "devices": out}
-

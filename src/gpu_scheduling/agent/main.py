@@ -73,10 +73,17 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="gpu-inventory-agent", description=__doc__)
     p.add_argument("--kubeconfig")
     p.add_argument("--node-name", default=os.environ.get(constants.NODE_NAME_ENV), help="default: $NODE_NAME")
-    p.add_argument("--source", choices=["auto", "nvml", "simulated"], default="auto",
-                   help="auto: NVML when a driver answers, else simulated (default)")
-    p.add_argument("--simulated", default=inventory.DEFAULT_SIMULATED,
-                   help=f"simulated inventory when the node has no {constants.SIMULATED_ANNOTATION} annotation")
+    p.add_argument(
+        "--source",
+        choices=["auto", "nvml", "simulated"],
+        default="auto",
+        help="auto: NVML when a driver answers, else simulated (default)",
+    )
+    p.add_argument(
+        "--simulated",
+        default=inventory.DEFAULT_SIMULATED,
+        help=f"simulated inventory when the node has no {constants.SIMULATED_ANNOTATION} annotation",
+    )
     p.add_argument("--interval", type=float, default=10.0, help="seconds between updates (default 10)")
     p.add_argument("--once", action="store_true", help="write the GpuNodeStatus once and exit")
     p.add_argument("--print", action="store_true", help="print this machine's inventory as JSON and exit")

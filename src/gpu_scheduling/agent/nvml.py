@@ -44,7 +44,9 @@ def from_nvml() -> list[dict[str, Any]]:
                 if peer is not None:
                     links.append((i, peer))
         islands = islands_from_links(count, links)
-        return [{"id": i, "health": health[i], "island": f"nvlink-group-{islands[i]}", "bandwidthGBps": link_gbps[i]}
-                for i in range(count)]
+        return [
+            {"id": i, "health": health[i], "island": f"nvlink-group-{islands[i]}", "bandwidthGBps": link_gbps[i]}
+            for i in range(count)
+        ]
     finally:
         pynvml.nvmlShutdown()

@@ -95,8 +95,9 @@ def _usable(node: Node, request: Request, holdings: Iterable[Holding]) -> list[D
 
 
 def _topology_ok(devices: Sequence[Device], request: Request) -> bool:
-    return len({d.island for d in devices}) == 1 and all(d.bandwidth_gbps >= request.min_bandwidth_gbps
-                                                         for d in devices)
+    return len({d.island for d in devices}) == 1 and all(
+        d.bandwidth_gbps >= request.min_bandwidth_gbps for d in devices
+    )
 
 
 def _islands(devices: Iterable[Device], request: Request, qualifying_only: bool) -> dict[str, list[Device]]:
@@ -112,14 +113,15 @@ def _lowest_run(devices: Sequence[Device], count: int) -> list[Device] | None:
     """The lowest `count` devices with adjacent ids, if any."""
     ordered = sorted(devices, key=lambda d: d.id)
     for start in range(len(ordered) - count + 1):
-        window = ordered[start:start + count]
+        window = ordered[start : start + count]
         if window[-1].id - window[0].id == count - 1:
             return window
     return None
 
 
-def _contiguous(free: Sequence[Device], request: Request, within_island: bool,
-                qualifying_only: bool = True) -> list[Device] | None:
+def _contiguous(
+    free: Sequence[Device], request: Request, within_island: bool, qualifying_only: bool = True
+) -> list[Device] | None:
     count = request.count
     if within_island:
         # Prefer the island left fullest afterwards (packing), then the lowest ids.
@@ -162,8 +164,11 @@ def _pick(free: Sequence[Device], request: Request) -> tuple[list[Device], str] 
         if len(preferred) == request.count and (request.topology != "Required" or _topology_ok(preferred, request)):
             return preferred, "preferred ids"
         rest = [d for d in free if d not in preferred]
-        fill = _contiguous(rest, dataclasses.replace(request, count=request.count - len(preferred)),
-                           within_island=False) if len(preferred) < request.count else []
+        fill = (
+            _contiguous(rest, dataclasses.replace(request, count=request.count - len(preferred)), within_island=False)
+            if len(preferred) < request.count
+            else []
+        )
         if fill is not None and len(preferred) + len(fill) == request.count:
             chosen = sorted(preferred + fill, key=lambda d: d.id)
             if request.topology != "Required" or _topology_ok(chosen, request):
@@ -180,8 +185,11 @@ def _pick(free: Sequence[Device], request: Request) -> tuple[list[Device], str] 
         if chosen:
             return chosen, f"within one island below {request.min_bandwidth_gbps} GB/s (preferred, not required)"
     chosen = _contiguous(free, request, within_island=False)
-    return (chosen, "contiguous ids" if chosen and chosen[-1].id - chosen[0].id == len(chosen) - 1 else
-            "lowest free ids") if chosen else None
+    return (
+        (chosen, "contiguous ids" if chosen and chosen[-1].id - chosen[0].id == len(chosen) - 1 else "lowest free ids")
+        if chosen
+        else None
+    )
 
 
 def _ever_fits(node: Node, request: Request) -> bool:
@@ -192,8 +200,12 @@ def _ever_fits(node: Node, request: Request) -> bool:
     return len(healthy) >= request.count
 
 
-def allocate(request: Request, nodes: Iterable[Node], holdings: Iterable[Holding] = (),
-             held: Callable[[str], Sequence[Holding]] | None = None) -> Decision:
+def allocate(
+    request: Request,
+    nodes: Iterable[Node],
+    holdings: Iterable[Holding] = (),
+    held: Callable[[str], Sequence[Holding]] | None = None,
+) -> Decision:
     """`holdings`: every GPU held anywhere; or `held(node)`: what is held on one node (the GPU ledger's view,
     so a claim costs O(nodes) whatever the number of holdings)."""
     if request.exclusivity == "MIG":
@@ -210,8 +222,10 @@ def allocate(request: Request, nodes: Iterable[Node], holdings: Iterable[Holding
         return NoFit("Pending", "no node with a GPU inventory can take the pod")
     candidates = [n for n in nodes if all(n.labels.get(k) == v for k, v in request.match_labels.items())]
     if not candidates:
-        return NoFit("Pending", f"none of the {len(nodes)} nodes with a GPU inventory matches selector "
-                                f"{dict(request.match_labels)}")
+        return NoFit(
+            "Pending",
+            f"none of the {len(nodes)} nodes with a GPU inventory matches selector {dict(request.match_labels)}",
+        )
     what = f"{request.count} {request.exclusivity} GPU(s)"
     if request.topology == "Required":
         what += f" in one NVLink island with >= {request.min_bandwidth_gbps} GB/s"

@@ -145,8 +145,10 @@ class Ledger:
             lease = self._leases.get(key)
             if lease is not None and lease.holders:
                 (exclusive if lease.exclusivity == "Exclusive" else shared).add(key[1])
-        out = tuple([Holding(node, (g,), "Exclusive") for g in sorted(exclusive)]
-                    + [Holding(node, (g,), "Shared") for g in sorted(shared - exclusive)])
+        out = tuple(
+            [Holding(node, (g,), "Exclusive") for g in sorted(exclusive)]
+            + [Holding(node, (g,), "Shared") for g in sorted(shared - exclusive)]
+        )
         self._holdings[node] = out
         return out
 
@@ -169,16 +171,18 @@ class Ledger:
         out: list[Conflict] = []
         for gpu in gpu_ids:
             key = (node, gpu)
-            out.extend(Conflict(node, gpu, self._holds[other].describe())
-                       for other in sorted(self._gpu_holders.get(key, ()))
-                       if other != uid
-                       and (exclusivity == "Exclusive" or self._holds[other].exclusivity == "Exclusive"))
+            out.extend(
+                Conflict(node, gpu, self._holds[other].describe())
+                for other in sorted(self._gpu_holders.get(key, ()))
+                if other != uid and (exclusivity == "Exclusive" or self._holds[other].exclusivity == "Exclusive")
+            )
             lease = self._leases.get(key)
             if lease is not None:
                 others = [h for h in lease.holders if h != uid and h not in self._gpu_holders.get(key, ())]
                 if others and (exclusivity == "Exclusive" or lease.exclusivity == "Exclusive"):
-                    out.append(Conflict(node, gpu, f"Lease {lease.name} of pod "
-                                                   f"{lease.pods.get(others[0]) or others[0]}"))
+                    out.append(
+                        Conflict(node, gpu, f"Lease {lease.name} of pod {lease.pods.get(others[0]) or others[0]}")
+                    )
         return out
 
     # ---- the scheduler's decisions ----------------------------------------------------------------------------

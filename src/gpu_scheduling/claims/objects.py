@@ -23,7 +23,7 @@ def node_label_value(node: str) -> str:
     """A valid label value naming `node` (node names are DNS subdomains of up to 253 characters)."""
     if len(node) <= _LABEL_MAX:
         return node
-    return f"{node[:_LABEL_MAX - 11].rstrip('.-')}-{_digest(node)}"
+    return f"{node[: _LABEL_MAX - 11].rstrip('.-')}-{_digest(node)}"
 
 
 def node_lease_selector(node: str) -> str:
@@ -57,14 +57,22 @@ def request_from_claim(claim: Mapping[str, Any]) -> Request:
 
 def claim_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     """A GpuClaim named `name` asking for `spec` (devices, topology, selector; see README "GpuClaim")."""
-    return {"apiVersion": constants.API_VERSION, "kind": constants.GPU_CLAIM_KIND, "metadata": {"name": name},
-            "spec": spec}
+    return {
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.GPU_CLAIM_KIND,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def node_status_body(node: str) -> dict[str, Any]:
     """The GpuNodeStatus of `node`, without its status (written through the status subresource)."""
-    return {"apiVersion": constants.API_VERSION, "kind": constants.GPU_NODE_STATUS_KIND, "metadata": {"name": node},
-            "spec": {"nodeName": node}}
+    return {
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.GPU_NODE_STATUS_KIND,
+        "metadata": {"name": node},
+        "spec": {"nodeName": node},
+    }
 
 
 def inventory_node(status_obj: Mapping[str, Any]) -> str | None:
@@ -79,8 +87,12 @@ def inventory_node(status_obj: Mapping[str, Any]) -> str | None:
 def node_from_status(status_obj: Mapping[str, Any], labels: Mapping[str, str]) -> Node:
     status = status_obj.get("status") or {}
     devices = tuple(
-        Device(int(d["id"]), d.get("island", "default"), int(d.get("bandwidthGBps", 0)),
-               d.get("health", "Healthy") == "Healthy")
+        Device(
+            int(d["id"]),
+            d.get("island", "default"),
+            int(d.get("bandwidthGBps", 0)),
+            d.get("health", "Healthy") == "Healthy",
+        )
         for d in sorted(status.get("devices") or [], key=lambda d: d["id"])
     )
     return Node(status_obj["metadata"]["name"], devices, dict(labels))
@@ -106,8 +118,15 @@ def lease_record(lease: Mapping[str, Any]) -> LeaseRecord | None:
     holders = lease_holders(lease)
     pods = annotations.get(constants.LEASE_HOLDER_PODS_ANNOTATION, "").split(",")
     refs = {uid: pods[i] for i, uid in enumerate(holders) if i < len(pods) and pods[i]}
-    return LeaseRecord(meta["name"], node, int(gpu), labels.get(constants.LEASE_EXCLUSIVITY_LABEL, "Exclusive"),
-                       tuple(holders), refs, meta.get("resourceVersion", ""))
+    return LeaseRecord(
+        meta["name"],
+        node,
+        int(gpu),
+        labels.get(constants.LEASE_EXCLUSIVITY_LABEL, "Exclusive"),
+        tuple(holders),
+        refs,
+        meta.get("resourceVersion", ""),
+    )
 
 
 def lease_body(node: str, gpu: int, exclusivity: str, holders: Mapping[str, str]) -> dict[str, Any]:
@@ -118,9 +137,12 @@ def lease_body(node: str, gpu: int, exclusivity: str, holders: Mapping[str, str]
         "metadata": {
             "name": lease_name(node, gpu),
             "namespace": constants.LEASE_NAMESPACE,
-            "labels": {constants.LEASE_LABEL: constants.LEASE_LABEL_VALUE,
-                       constants.LEASE_NODE_LABEL: node_label_value(node), constants.LEASE_GPU_LABEL: str(gpu),
-                       constants.LEASE_EXCLUSIVITY_LABEL: exclusivity},
+            "labels": {
+                constants.LEASE_LABEL: constants.LEASE_LABEL_VALUE,
+                constants.LEASE_NODE_LABEL: node_label_value(node),
+                constants.LEASE_GPU_LABEL: str(gpu),
+                constants.LEASE_EXCLUSIVITY_LABEL: exclusivity,
+            },
             "annotations": lease_holder_annotations(holders) | {constants.LEASE_NODE_ANNOTATION: node},
         },
         "spec": {"holderIdentity": next(iter(holders), "")},
@@ -128,8 +150,10 @@ def lease_body(node: str, gpu: int, exclusivity: str, holders: Mapping[str, str]
 
 
 def lease_holder_annotations(holders: Mapping[str, str]) -> dict[str, str]:
-    return {constants.LEASE_HOLDERS_ANNOTATION: ",".join(holders),
-            constants.LEASE_HOLDER_PODS_ANNOTATION: ",".join(holders.values())}
+    return {
+        constants.LEASE_HOLDERS_ANNOTATION: ",".join(holders),
+        constants.LEASE_HOLDER_PODS_ANNOTATION: ",".join(holders.values()),
+    }
 
 
 def hold_from_pod(pod: Mapping[str, Any]) -> Hold | None:
@@ -150,9 +174,16 @@ def hold_from_pod(pod: Mapping[str, Any]) -> Hold | None:
             return None
         if not gpu_ids:
             return None
-        return Hold(meta["uid"], ref, where or node, gpu_ids,
-                    annotations.get(constants.EXCLUSIVITY_ANNOTATION, "Exclusive"), "claim",
-                    (annotations.get(constants.CLAIM_ANNOTATION) or "").strip(), bound=True)
+        return Hold(
+            meta["uid"],
+            ref,
+            where or node,
+            gpu_ids,
+            annotations.get(constants.EXCLUSIVITY_ANNOTATION, "Exclusive"),
+            "claim",
+            (annotations.get(constants.CLAIM_ANNOTATION) or "").strip(),
+            bound=True,
+        )
     if constants.MAP_ANNOTATION in annotations:
         try:
             entry = gpumap.entry_for_pod(meta)

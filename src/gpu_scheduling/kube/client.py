@@ -46,8 +46,15 @@ class RateLimiter:
 class Client:
     """An async client. Use as `async with Client(cfg) as c:`; paths are absolute API paths."""
 
-    def __init__(self, config: ClusterConfig, *, qps: float = 0, burst: int = 100, connections: int = 64,
-                 user_agent: str = "gpu-scheduling"):
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        qps: float = 0,
+        burst: int = 100,
+        connections: int = 64,
+        user_agent: str = "gpu-scheduling",
+    ):
         self.config = config
         self.limiter = RateLimiter(qps, burst)
         self._connections = connections
@@ -84,9 +91,16 @@ class Client:
     async def _error(resp: aiohttp.ClientResponse) -> ApiError:
         return error_for(resp.status, await resp.text(), resp.reason or "")
 
-    async def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-                      body: Any = None, content_type: str = "application/json",
-                      timeout: float = 30) -> JSON:  # noqa: ASYNC109 - aiohttp's total timeout of this request
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 30,  # noqa: ASYNC109 - aiohttp's total timeout of this one request, not a cancel scope
+    ) -> JSON:
         assert self._session is not None, "use `async with Client(...)`"
         await self.limiter.acquire()
         async with self._session.request(

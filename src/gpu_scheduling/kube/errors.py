@@ -95,8 +95,9 @@ def from_status(status: dict[str, Any]) -> ApiError:
     """The exception for a Status object a watch sent as an ERROR event (410 Gone when its resourceVersion is too
     old)."""
     code = status.get("code")
-    return _make(code if isinstance(code, int) else 500, str(status.get("reason", "")),
-                 str(status.get("message", "")), status)
+    return _make(
+        code if isinstance(code, int) else 500, str(status.get("reason", "")), str(status.get("message", "")), status
+    )
 
 
 def _make(status: int, reason: str, message: str, body: Any) -> ApiError:

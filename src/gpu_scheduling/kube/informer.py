@@ -38,8 +38,16 @@ def key_of(obj: dict[str, Any]) -> str:
 class Informer:
     """Keeps `cache` (key -> object) equal to the server's view of `path` filtered by `params`."""
 
-    def __init__(self, client: Client, path: str, handler: Handler, *, params: dict[str, str] | None = None,
-                 name: str = "", page_size: int = 500):
+    def __init__(
+        self,
+        client: Client,
+        path: str,
+        handler: Handler,
+        *,
+        params: dict[str, str] | None = None,
+        name: str = "",
+        page_size: int = 500,
+    ):
         self.client, self.path, self.handler = client, path, handler
         self.params = params or {}
         self.name = name or path
@@ -90,8 +98,7 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - network trouble: keep the cache, reconnect
-                log.warning("%s: watch failed (%s: %s); retrying in %.1fs", self.name, type(exc).__name__, exc,
-                            backoff)
+                log.warning("%s: watch failed (%s: %s); retrying in %.1fs", self.name, type(exc).__name__, exc, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 10)
 
@@ -110,4 +117,3 @@ class Informer:
         else:
             self.cache[key] = obj
         self.handler(kind, obj, old)
-

@@ -59,6 +59,7 @@ def micro_time(moment: datetime.datetime) -> str:
 
 # ---- configuration -----------------------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class ElectionConfig:
     namespace: str
@@ -86,15 +87,21 @@ class ElectionConfig:
     def problems(self) -> list[str]:
         """Every problem with these values at once (empty: valid)."""
         out = [f"{field} must not be empty" for field in ("namespace", "name", "identity") if not getattr(self, field)]
-        out.extend(f"{field} must be greater than zero, got {getattr(self, field)}"
-                   for field in ("lease_duration", "renew_deadline", "retry_period", "release_timeout")
-                   if not getattr(self, field) > 0)
+        out.extend(
+            f"{field} must be greater than zero, got {getattr(self, field)}"
+            for field in ("lease_duration", "renew_deadline", "retry_period", "release_timeout")
+            if not getattr(self, field) > 0
+        )
         if not self.lease_duration > self.renew_deadline:
-            out.append(f"lease duration ({self.lease_duration}s) must be greater than the renew deadline "
-                       f"({self.renew_deadline}s)")
+            out.append(
+                f"lease duration ({self.lease_duration}s) must be greater than the renew deadline "
+                f"({self.renew_deadline}s)"
+            )
         if not self.renew_deadline > self.retry_period * JITTER_FACTOR:
-            out.append(f"renew deadline ({self.renew_deadline}s) must be greater than the retry period "
-                       f"({self.retry_period}s) times {JITTER_FACTOR}")
+            out.append(
+                f"renew deadline ({self.renew_deadline}s) must be greater than the retry period "
+                f"({self.retry_period}s) times {JITTER_FACTOR}"
+            )
         return out
 
     def validate(self) -> None:
@@ -108,6 +115,7 @@ class ElectionConfig:
 
 
 # ---- the decision (pure) -----------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class LeaseRecord:
@@ -123,13 +131,22 @@ class LeaseRecord:
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any] | None) -> LeaseRecord:
         spec = spec or {}
-        return cls(holder=spec.get("holderIdentity") or "", duration_seconds=spec.get("leaseDurationSeconds"),
-                   acquire_time=spec.get("acquireTime"), renew_time=spec.get("renewTime"),
-                   transitions=spec.get("leaseTransitions") or 0)
+        return cls(
+            holder=spec.get("holderIdentity") or "",
+            duration_seconds=spec.get("leaseDurationSeconds"),
+            acquire_time=spec.get("acquireTime"),
+            renew_time=spec.get("renewTime"),
+            transitions=spec.get("leaseTransitions") or 0,
+        )
 
     def to_spec(self) -> dict[str, Any]:
-        return {"holderIdentity": self.holder, "leaseDurationSeconds": self.duration_seconds,
-                "acquireTime": self.acquire_time, "renewTime": self.renew_time, "leaseTransitions": self.transitions}
+        return {
+            "holderIdentity": self.holder,
+            "leaseDurationSeconds": self.duration_seconds,
+            "acquireTime": self.acquire_time,
+            "renewTime": self.renew_time,
+            "leaseTransitions": self.transitions,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +180,7 @@ def expired(observation: Observation, now: float, fallback_seconds: float) -> bo
 class Action(enum.Enum):
     CREATE = "create"  # POST a new Lease
     UPDATE = "update"  # PUT, conditional on the resourceVersion read
-    WAIT = "wait"      # someone else holds a live lease
+    WAIT = "wait"  # someone else holds a live lease
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,8 +198,9 @@ def decide(observation: Observation | None, identity: str, now: float, stamp: st
         return Decision(Action.CREATE, LeaseRecord(identity, lease_seconds, stamp, stamp, 0), "no lease yet")
     current = observation.record
     if current.holder == identity:
-        renewed = dataclasses.replace(current, duration_seconds=lease_seconds, renew_time=stamp,
-                                      acquire_time=current.acquire_time or stamp)
+        renewed = dataclasses.replace(
+            current, duration_seconds=lease_seconds, renew_time=stamp, acquire_time=current.acquire_time or stamp
+        )
         return Decision(Action.UPDATE, renewed, "renew")
     if current.holder and not expired(observation, now, lease_seconds):
         return Decision(Action.WAIT, None, f"held by {current.holder}")
@@ -205,6 +223,7 @@ def release_record(observation: Observation | None, identity: str, stamp: str) -
 
 # ---- the loop (I/O) ----------------------------------------------------------------------------------------------
 
+
 class LeadershipLost(Exception):
     """The leader could not renew its lease in time, or saw another holder; the work was stopped."""
 
@@ -213,9 +232,14 @@ class LeaderElector:
     """Competes for one Lease. `run(lead)` returns or raises only when `lead` does, when leadership is lost
     (LeadershipLost) or when it is cancelled; it hands the lease back unless leadership was lost."""
 
-    def __init__(self, client: Client, config: ElectionConfig, *,
-                 on_transition: Callable[[bool], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        client: Client,
+        config: ElectionConfig,
+        *,
+        on_transition: Callable[[bool], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         config.validate()
         self.client, self.config = client, config
         self._on_transition = on_transition
@@ -303,15 +327,17 @@ class LeaderElector:
         try:
             return await asyncio.wait_for(self._attempt(), timeout=max(seconds, 0.001))
         except TimeoutError:
-            log.warning("%s: no answer about the lease %s within %.1fs", self.config.identity, self.description,
-                        seconds)
+            log.warning(
+                "%s: no answer about the lease %s within %.1fs", self.config.identity, self.description, seconds
+            )
         except Conflict as exc:  # another candidate wrote first; the next read shows who
             log.debug("%s: lost a race for the lease %s: %s", self.config.identity, self.description, exc)
         except ApiError as exc:
             log.warning("%s: cannot read or write the lease %s: %s", self.config.identity, self.description, exc)
         except (aiohttp.ClientError, OSError) as exc:
-            log.warning("%s: cannot reach the API server for the lease %s: %s", self.config.identity,
-                        self.description, exc)
+            log.warning(
+                "%s: cannot reach the API server for the lease %s: %s", self.config.identity, self.description, exc
+            )
         return None
 
     async def _attempt(self) -> Action:
@@ -326,8 +352,12 @@ class LeaderElector:
             return verdict.action
         assert verdict.record is not None
         if verdict.action is Action.CREATE:
-            body = {"apiVersion": constants.LEASE_API_VERSION, "kind": "Lease",
-                    "metadata": {"name": cfg.name, "namespace": cfg.namespace}, "spec": verdict.record.to_spec()}
+            body = {
+                "apiVersion": constants.LEASE_API_VERSION,
+                "kind": "Lease",
+                "metadata": {"name": cfg.name, "namespace": cfg.namespace},
+                "spec": verdict.record.to_spec(),
+            }
             written = await self.client.post(self._collection, body)
         else:
             assert lease is not None
@@ -355,8 +385,12 @@ class LeaderElector:
         try:
             await asyncio.wait_for(self._release(), timeout=self.config.release_timeout)
         except (TimeoutError, ApiError, aiohttp.ClientError, OSError) as exc:
-            log.warning("%s: could not release the leader lease %s: %s (it expires by itself)",
-                        self.config.identity, self.description, exc)
+            log.warning(
+                "%s: could not release the leader lease %s: %s (it expires by itself)",
+                self.config.identity,
+                self.description,
+                exc,
+            )
 
     # ---- bookkeeping ---------------------------------------------------------------------------------------------
     @staticmethod
@@ -395,9 +429,13 @@ class LeaderElector:
         return micro_time(datetime.datetime.now(datetime.UTC))
 
 
-async def run_on_own_thread(make_client: Callable[[], AbstractAsyncContextManager[Client]], config: ElectionConfig,
-                            lead: Callable[[], Awaitable[T]], *,
-                            on_transition: Callable[[bool], None] | None = None) -> T:
+async def run_on_own_thread(
+    make_client: Callable[[], AbstractAsyncContextManager[Client]],
+    config: ElectionConfig,
+    lead: Callable[[], Awaitable[T]],
+    *,
+    on_transition: Callable[[bool], None] | None = None,
+) -> T:
     """`LeaderElector(...).run(lead)`, with the election on a thread and event loop of its own (and a client made
     there by `make_client`) while `lead` runs on the caller's loop.
 

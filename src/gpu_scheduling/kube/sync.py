@@ -57,8 +57,14 @@ class SyncClient:
         except urllib.error.HTTPError as exc:
             raise error_for(exc.code, exc.read().decode(errors="replace"), exc.reason or "") from None
 
-    def request(self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
-                content_type: str = "application/json") -> JSON:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> JSON:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self._url(path, params), data=data, method=method)
         req.add_header("Accept", "application/json")

@@ -51,7 +51,7 @@ class WorkQueue(Generic[K]):
     def backoff(self, key: K) -> float:
         """The delay the next `add_rate_limited(key)` would wait."""
         failures = self._failures.get(key, 0)
-        return min(self.base_delay * 2.0 ** failures, self.max_delay) if failures else 0.0
+        return min(self.base_delay * 2.0**failures, self.max_delay) if failures else 0.0
 
     def add_rate_limited(self, key: K) -> float:
         """Retry `key` after its backoff, which doubles with every call until `forget(key)`."""

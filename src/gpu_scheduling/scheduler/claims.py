@@ -55,15 +55,27 @@ class Placed:
     def annotations(self) -> dict[str, str]:
         """What the Binding carries onto the pod."""
         ids = ",".join(map(str, self.hold.gpu_ids))
-        return {constants.ALLOCATED_ANNOTATION: f"{self.hold.node}:{ids}", constants.GPU_IDS_ANNOTATION: ids,
-                constants.EXCLUSIVITY_ANNOTATION: self.hold.exclusivity}
+        return {
+            constants.ALLOCATED_ANNOTATION: f"{self.hold.node}:{ids}",
+            constants.GPU_IDS_ANNOTATION: ids,
+            constants.EXCLUSIVITY_ANNOTATION: self.hold.exclusivity,
+        }
 
 
 class ClaimPath:
-    def __init__(self, client: Client, ledger: Ledger, *, changed: Callable[[], None],
-                 claim_changed: Callable[[str], None], inventory_changed: Callable[[], None],
-                 cached_pod: Callable[[str], dict[str, Any] | None], scheduler_name: str,
-                 sweep_seconds: float = 60.0, workers: int = 4):
+    def __init__(
+        self,
+        client: Client,
+        ledger: Ledger,
+        *,
+        changed: Callable[[], None],
+        claim_changed: Callable[[str], None],
+        inventory_changed: Callable[[], None],
+        cached_pod: Callable[[str], dict[str, Any] | None],
+        scheduler_name: str,
+        sweep_seconds: float = 60.0,
+        workers: int = 4,
+    ):
         self.client = client
         self.ledger = ledger
         self._changed = changed  # the ledger changed: the controller wakes the pods a freed GPU could help
@@ -76,10 +88,14 @@ class ClaimPath:
         self.enabled = False
         self.leading = False
         self.claims = Informer(client, paths.ALL_GPU_CLAIMS, self._on_claim, name=constants.GPU_CLAIM_PLURAL)
-        self.statuses = Informer(client, paths.NODE_STATUSES, self._on_status,
-                                 name=constants.GPU_NODE_STATUS_PLURAL)
-        self.leases = Informer(client, paths.GPU_LEASES, self._on_lease,
-                               params={"labelSelector": constants.GPU_LEASE_SELECTOR}, name="gpu-leases")
+        self.statuses = Informer(client, paths.NODE_STATUSES, self._on_status, name=constants.GPU_NODE_STATUS_PLURAL)
+        self.leases = Informer(
+            client,
+            paths.GPU_LEASES,
+            self._on_lease,
+            params={"labelSelector": constants.GPU_LEASE_SELECTOR},
+            name="gpu-leases",
+        )
         self.releases: WorkQueue[GpuKey] = WorkQueue(base_delay=0.5, max_delay=30.0)
         # The allocator's inventory, rebuilt only when what it is made of changes: each GpuNodeStatus as a Node,
         # keyed by the two resourceVersions it comes from; the usable nodes per set of tolerations, dropped on any
@@ -88,8 +104,13 @@ class ClaimPath:
         self._usable: dict[str, list[allocator.Node]] = {}
         self._devices: dict[tuple[allocator.Device, ...], tuple[allocator.Device, ...]] = {}
         self._written: dict[str, dict[str, Any]] = {}  # claim uid -> the status we last wrote
-        self.stats = {"lease_creates": 0, "lease_deletes": 0, "lease_updates": 0, "release_retries": 0,
-                      "claim_status_writes": 0}
+        self.stats = {
+            "lease_creates": 0,
+            "lease_deletes": 0,
+            "lease_updates": 0,
+            "release_retries": 0,
+            "claim_status_writes": 0,
+        }
 
     # ---- start-up ---------------------------------------------------------------------------------------------
     async def watch(self) -> list[asyncio.Task[Any]]:
@@ -123,8 +144,9 @@ class ClaimPath:
             self._written.pop(meta.get("uid", ""), None)
             return
         # Status updates (ours) leave metadata.generation alone; only a new claim or a spec change can help.
-        if kind == "ADDED" or (kind == "MODIFIED" and old is not None
-                               and old["metadata"].get("generation") != meta.get("generation")):
+        if kind == "ADDED" or (
+            kind == "MODIFIED" and old is not None and old["metadata"].get("generation") != meta.get("generation")
+        ):
             self._claim_changed(f"{meta['namespace']}/{meta['name']}")
 
     def _on_status(self, kind: str, status: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -157,8 +179,9 @@ class ClaimPath:
                 self.releases.add(key)
 
     # ---- placing a pod ----------------------------------------------------------------------------------------
-    async def place(self, pod: dict[str, Any], claim_name: str,
-                    nodes: Mapping[str, dict[str, Any]]) -> Placed | decision.Unschedulable:
+    async def place(
+        self, pod: dict[str, Any], claim_name: str, nodes: Mapping[str, dict[str, Any]]
+    ) -> Placed | decision.Unschedulable:
         """Allocate for `pod`, which names the GpuClaim `claim_name` (as podrequest.claim_name read it)."""
         meta = pod["metadata"]
         uid = meta["uid"]
@@ -166,8 +189,10 @@ class ClaimPath:
         if claim is None:
             return decision.Unschedulable(f"GpuClaim {claim_name!r} not found in namespace {meta['namespace']}")
         if self.ledger.releasing(uid):
-            return decision.Unschedulable(f"GpuClaim {claim_name}: the GPUs of an earlier attempt are still being "
-                                          "released; retrying once the API agrees")
+            return decision.Unschedulable(
+                f"GpuClaim {claim_name}: the GPUs of an earlier attempt are still being "
+                "released; retrying once the API agrees"
+            )
         request = objects.request_from_claim(claim)
         hold = self.ledger.hold(uid)
         if hold is not None and not hold.bound:
@@ -183,20 +208,30 @@ class ClaimPath:
             if isinstance(outcome, allocator.NoFit):
                 await self.set_claim_status(claim, {"phase": outcome.phase, "message": outcome.message})
                 return decision.Unschedulable(f"GpuClaim {claim_name}: {outcome.message}")
-            hold = Hold(uid, f"{meta['namespace']}/{meta['name']}", outcome.node, outcome.gpu_ids,
-                        request.exclusivity, "claim", claim_name)
+            hold = Hold(
+                uid,
+                f"{meta['namespace']}/{meta['name']}",
+                outcome.node,
+                outcome.gpu_ids,
+                request.exclusivity,
+                "claim",
+                claim_name,
+            )
             conflicts = self.ledger.assume(hold)  # before any await: the decision and the assumption are one step
             if conflicts:  # the allocator read the same ledger, so this is a bug; never hand out the GPUs
                 log.error("allocator chose GPUs the ledger says are held: %s", conflicts)
-                return decision.Unschedulable(f"GpuClaim {claim_name}: GPUs {outcome.allocated} are held by "
-                                              f"{conflicts[0].holder}; retrying")
+                return decision.Unschedulable(
+                    f"GpuClaim {claim_name}: GPUs {outcome.allocated} are held by {conflicts[0].holder}; retrying"
+                )
             message = outcome.message
         if (claim.get("spec") or {}).get("gangRef"):
             message += f"; gangRef {claim['spec']['gangRef']!r} is not supported yet, the claim is served alone"
         if not await self._acquire(hold):
             self.failed(uid)
-            return decision.Unschedulable(f"GpuClaim {claim_name}: GPUs {hold.node}:"
-                                          f"{','.join(map(str, hold.gpu_ids))} were taken meanwhile; retrying")
+            return decision.Unschedulable(
+                f"GpuClaim {claim_name}: GPUs {hold.node}:"
+                f"{','.join(map(str, hold.gpu_ids))} were taken meanwhile; retrying"
+            )
         return Placed(claim, hold, message)
 
     def failed(self, uid: str) -> None:
@@ -209,12 +244,20 @@ class ClaimPath:
     async def bound(self, placed: Placed) -> None:
         self.ledger.confirm(placed.hold.uid)
         hold = placed.hold
-        await self.set_claim_status(placed.claim, {
-            "phase": "Bound", "nodeName": hold.node, "gpuIds": list(hold.gpu_ids),
-            "allocated": f"{hold.node}:{','.join(map(str, hold.gpu_ids))}", "message": placed.message})
+        await self.set_claim_status(
+            placed.claim,
+            {
+                "phase": "Bound",
+                "nodeName": hold.node,
+                "gpuIds": list(hold.gpu_ids),
+                "allocated": f"{hold.node}:{','.join(map(str, hold.gpu_ids))}",
+                "message": placed.message,
+            },
+        )
 
-    def _usable_inventory(self, nodes: Mapping[str, dict[str, Any]],
-                          tolerations: list[Mapping[str, Any]]) -> list[allocator.Node]:
+    def _usable_inventory(
+        self, nodes: Mapping[str, dict[str, Any]], tolerations: list[Mapping[str, Any]]
+    ) -> list[allocator.Node]:
         """The allocator's nodes: every inventory whose node exists and takes a pod with `tolerations` now."""
         signature = json.dumps(tolerations, sort_keys=True)
         usable = self._usable.get(signature)
@@ -241,18 +284,22 @@ class ClaimPath:
     def _no_inventory(self, nodes: Mapping[str, dict[str, Any]], tolerations: list[Mapping[str, Any]]) -> str:
         """Why no node can be offered at all, naming the real cause."""
         if not self.statuses.cache:
-            return ("no GPU inventory: no node has a GpuNodeStatus (is gpu-inventory-agent running on the GPU "
-                    "nodes?)")
+            return "no GPU inventory: no node has a GpuNodeStatus (is gpu-inventory-agent running on the GPU nodes?)"
         problems = []
         for status in self.statuses.cache.values():
             name = objects.inventory_node(status)
             node = nodes.get(name) if name is not None else None
             if name is None:
-                problems.append(f"GpuNodeStatus {status['metadata']['name']} names another node "
-                                f"({status['spec']['nodeName']}) and is ignored")
+                problems.append(
+                    f"GpuNodeStatus {status['metadata']['name']} names another node "
+                    f"({status['spec']['nodeName']}) and is ignored"
+                )
             else:
-                problems.append(f"node {name} does not exist" if node is None
-                                else decision.node_problem(node, tolerations) or f"node {name} is usable")
+                problems.append(
+                    f"node {name} does not exist"
+                    if node is None
+                    else decision.node_problem(node, tolerations) or f"node {name} is usable"
+                )
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         return f"none of the {len(problems)} nodes with a GPU inventory takes the pod: {shown}"
 
@@ -275,8 +322,7 @@ class ClaimPath:
     # ---- leases -----------------------------------------------------------------------------------------------
     async def _acquire(self, hold: Hold) -> bool:
         """Create the Leases of every GPU of `hold` at once; True when all of them name the pod."""
-        results = await asyncio.gather(*(self._acquire_one(hold, gpu) for gpu in hold.gpu_ids),
-                                       return_exceptions=True)
+        results = await asyncio.gather(*(self._acquire_one(hold, gpu) for gpu in hold.gpu_ids), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, TRANSIENT):
                 raise r
@@ -327,8 +373,9 @@ class ClaimPath:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure is a retry, never a dropped release
                 settled = False
-                log.warning("reconciling lease %s failed (%s: %s); retrying", objects.lease_name(*key),
-                            type(exc).__name__, exc)
+                log.warning(
+                    "reconciling lease %s failed (%s: %s); retrying", objects.lease_name(*key), type(exc).__name__, exc
+                )
             finally:
                 self.releases.done(key)
             if settled:
@@ -355,8 +402,11 @@ class ClaimPath:
             if plan.remove:
                 # Done when the API took it (the watch then frees the GPU); changed meanwhile: plan again.
                 return await self._remove_holders(record, plan.keep)
-        missing = [h for h in self.ledger.holders_of(key)
-                   if h.source == "claim" and h.bound and (record is None or h.uid not in record.holders)]
+        missing = [
+            h
+            for h in self.ledger.holders_of(key)
+            if h.source == "claim" and h.bound and (record is None or h.uid not in record.holders)
+        ]
         if not missing:
             return True
         if record is None or not record.holders:  # a bound pod's lock is gone: put it back
@@ -366,8 +416,12 @@ class ClaimPath:
                 self.stats["lease_creates"] += 1
                 log.warning("re-created lease %s for %s", name, ", ".join(h.pod for h in missing))
                 return False
-        log.error("lease %s names %s but %s is bound to that GPU: a GPU is allocated twice", name,
-                  ",".join(record.holders) if record else "", ", ".join(h.pod for h in missing))
+        log.error(
+            "lease %s names %s but %s is bound to that GPU: a GPU is allocated twice",
+            name,
+            ",".join(record.holders) if record else "",
+            ", ".join(h.pod for h in missing),
+        )
         return True
 
     async def _remove_holders(self, record: LeaseRecord, keep: tuple[str, ...]) -> bool:
@@ -383,9 +437,15 @@ class ClaimPath:
                 await self.client.request("PUT", path, body=lease)
                 self.stats["lease_updates"] += 1
             else:
-                await self.client.request("DELETE", path, body={
-                    "kind": "DeleteOptions", "apiVersion": constants.CORE_API_VERSION,
-                    "preconditions": {"resourceVersion": record.resource_version}})
+                await self.client.request(
+                    "DELETE",
+                    path,
+                    body={
+                        "kind": "DeleteOptions",
+                        "apiVersion": constants.CORE_API_VERSION,
+                        "preconditions": {"resourceVersion": record.resource_version},
+                    },
+                )
                 self.stats["lease_deletes"] += 1
             log.info("released lease %s (kept: %s)", record.name, ",".join(keep) or "nobody")
             return True
@@ -422,8 +482,9 @@ class ClaimPath:
 
     async def _find_pod(self, uid: str) -> dict[str, Any] | None:
         """A Lease without the holder's name (written by an older version): look for the uid in a fresh list."""
-        async for page in self.client.list_pages(paths.ALL_PODS,
-                                                  fieldSelector=f"spec.schedulerName={self.scheduler_name}"):
+        async for page in self.client.list_pages(
+            paths.ALL_PODS, fieldSelector=f"spec.schedulerName={self.scheduler_name}"
+        ):
             items: list[dict[str, Any]] = page.get("items") or []
             for pod in items:
                 if pod["metadata"].get("uid") == uid:
@@ -463,5 +524,7 @@ class ClaimPath:
 
 def _allocator_view(status: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """What the allocator reads of a GpuNodeStatus (the agent also rewrites inUseBy, which it does not read)."""
-    return [(d.get("id"), d.get("health"), d.get("island"), d.get("bandwidthGBps"))
-            for d in (status.get("status") or {}).get("devices") or []]
+    return [
+        (d.get("id"), d.get("health"), d.get("island"), d.get("bandwidthGBps"))
+        for d in (status.get("status") or {}).get("devices") or []
+    ]

@@ -83,8 +83,13 @@ def _key(pod: dict[str, Any]) -> str:
 def _scheduling_view(pod: dict[str, Any]) -> tuple[Any, ...]:
     """What a decision reads of a pod: a change elsewhere (its status, which we write) is no reason to retry."""
     meta = pod.get("metadata") or {}
-    return (meta.get("annotations"), meta.get("labels"), meta.get("deletionTimestamp"), pod.get("spec"),
-            (pod.get("status") or {}).get("phase"))
+    return (
+        meta.get("annotations"),
+        meta.get("labels"),
+        meta.get("deletionTimestamp"),
+        pod.get("spec"),
+        (pod.get("status") or {}).get("phase"),
+    )
 
 
 class Scheduler:
@@ -93,8 +98,13 @@ class Scheduler:
         self.config = config
         self.metrics = metrics or Metrics()
         self.ledger = Ledger()
-        self.pods = Informer(client, paths.ALL_PODS, self._on_pod,
-                             params={"fieldSelector": f"spec.schedulerName={config.name}"}, name="pods")
+        self.pods = Informer(
+            client,
+            paths.ALL_PODS,
+            self._on_pod,
+            params={"fieldSelector": f"spec.schedulerName={config.name}"},
+            name="pods",
+        )
         self.nodes = Informer(client, paths.NODES, self._on_node, name="nodes")
         self.queue: WorkQueue[str] = WorkQueue()
         self.backoff = Backoff(config.retry_seconds, config.max_retry_seconds)
@@ -114,10 +124,16 @@ class Scheduler:
         self.leading = False
         self._stopping = False
         self._busy: set[asyncio.Task[Any]] = set()  # workers in the middle of a pod
-        self.claim_path = ClaimPath(client, self.ledger, changed=self._ledger_changed,
-                                    claim_changed=self._claim_changed, inventory_changed=self._wake_claim_pods,
-                                    cached_pod=self._cached_pod, scheduler_name=config.name,
-                                    sweep_seconds=config.sweep_seconds)
+        self.claim_path = ClaimPath(
+            client,
+            self.ledger,
+            changed=self._ledger_changed,
+            claim_changed=self._claim_changed,
+            inventory_changed=self._wake_claim_pods,
+            cached_pod=self._cached_pod,
+            scheduler_name=config.name,
+            sweep_seconds=config.sweep_seconds,
+        )
 
     # ---- readiness -------------------------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -223,8 +239,14 @@ class Scheduler:
         await self.pods.synced.wait()
         self._watching = True
         pending = sum(1 for p in self.pods.cache.values() if not (p.get("spec") or {}).get("nodeName"))
-        log.info("caches synced: %d nodes, %d pods of %s (%d pending), %d GPU holds", len(self.nodes.cache),
-                 len(self.pods.cache), self.config.name, pending, sum(1 for _ in self.ledger.holds()))
+        log.info(
+            "caches synced: %d nodes, %d pods of %s (%d pending), %d GPU holds",
+            len(self.nodes.cache),
+            len(self.pods.cache),
+            self.config.name,
+            pending,
+            sum(1 for _ in self.ledger.holds()),
+        )
         return tasks
 
     async def lead(self) -> None:
@@ -320,9 +342,14 @@ class Scheduler:
             self._waiting_gpus[verdict.node].add(key)
             self._waits_on[key] = verdict.node
             c = conflicts[0]
-            await self._report_unschedulable(key, pod, (
-                f"GPU {c.gpu} of node {c.node} (map entry {verdict.entry.index}) is held exclusively by {c.holder}; "
-                "waiting for it to be released"))
+            await self._report_unschedulable(
+                key,
+                pod,
+                (
+                    f"GPU {c.gpu} of node {c.node} (map entry {verdict.entry.index}) is held exclusively by "
+                    f"{c.holder}; waiting for it to be released"
+                ),
+            )
             return
         outcome = await self._bind(key, pod, verdict.node)
         if outcome is True:

@@ -80,8 +80,9 @@ def node_problem(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) 
             continue
         if not any(toleration_matches(t, taint) for t in tolerations):
             value = f"={taint['value']}" if taint.get("value") else ""
-            return (f"node {name} has taint {taint.get('key')}{value}:{taint.get('effect')} that the pod does not "
-                    "tolerate")
+            return (
+                f"node {name} has taint {taint.get('key')}{value}:{taint.get('effect')} that the pod does not tolerate"
+            )
     return None
 
 
@@ -105,7 +106,8 @@ def _tolerations(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         for field in ("key", "operator", "value", "effect"):
             if t.get(field) is not None and not isinstance(t[field], str):
                 raise podrequest.PodRequestError(
-                    f"spec.tolerations[{i}].{field} is {gpumap.json_type(t[field])}; expected a string")
+                    f"spec.tolerations[{i}].{field} is {gpumap.json_type(t[field])}; expected a string"
+                )
     return tolerations
 
 
@@ -126,7 +128,8 @@ def decide(pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> De
         if asked is None:
             return Unschedulable(
                 f"pod has no {constants.MAP_ANNOTATION} annotation; the gpu-scheduler places pods only by their map "
-                "entry")
+                "entry"
+            )
         entry = asked.entry
         missing = podrequest.missing_cuda(pod, entry)
         if missing:

@@ -37,9 +37,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Bind pods of this scheduler to the node their index maps to in the gpu-scheduling-map annotation.",
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
-    p.add_argument("--scheduler-name", default=os.environ.get(constants.SCHEDULER_NAME_ENV,
-                                                              constants.DEFAULT_SCHEDULER_NAME),
-                   help="spec.schedulerName to serve (default: $SCHEDULER_NAME or gpu-scheduler)")
+    p.add_argument(
+        "--scheduler-name",
+        default=os.environ.get(constants.SCHEDULER_NAME_ENV, constants.DEFAULT_SCHEDULER_NAME),
+        help="spec.schedulerName to serve (default: $SCHEDULER_NAME or gpu-scheduler)",
+    )
     p.add_argument("--health-port", type=int, default=8080, help="port of /healthz, /readyz, /metrics (default 8080)")
     p.add_argument("--health-host", default="0.0.0.0", help="address of the health server (default 0.0.0.0)")
     p.add_argument("--workers", type=int, default=SchedulerConfig.workers, help="concurrent bind workers")
@@ -50,23 +52,47 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # Leader election: the names and defaults of kube-scheduler's flags.
     defaults = ElectionConfig(namespace=constants.LEASE_NAMESPACE, name="-", identity="-")
     le = p.add_argument_group("leader election", "several replicas watch; only the holder of a Lease schedules")
-    le.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
-                    help="compete for the leader Lease before scheduling (default: on); off: schedule at once")
-    le.add_argument("--leader-elect-lease-duration", type=_seconds, default=defaults.lease_duration,
-                    metavar="SECONDS", help="how long followers wait after the leader's last renewal before "
-                                            f"taking over (default {defaults.lease_duration:g})")
-    le.add_argument("--leader-elect-renew-deadline", type=_seconds, default=defaults.renew_deadline,
-                    metavar="SECONDS", help="how long the leader keeps scheduling without a successful renewal "
-                                            f"(default {defaults.renew_deadline:g})")
-    le.add_argument("--leader-elect-retry-period", type=_seconds, default=defaults.retry_period,
-                    metavar="SECONDS", help="time between renewals and between a follower's attempts "
-                                            f"(default {defaults.retry_period:g})")
-    le.add_argument("--leader-elect-resource-namespace", default=constants.LEASE_NAMESPACE,
-                    help=f"namespace of the leader Lease (default {constants.LEASE_NAMESPACE})")
-    le.add_argument("--leader-elect-resource-name", default=None,
-                    help="name of the leader Lease (default: the scheduler name)")
-    le.add_argument("--leader-elect-identity", default=None,
-                    help="this replica's holder identity (default: <hostname>_<random uuid>, new at every start)")
+    le.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="compete for the leader Lease before scheduling (default: on); off: schedule at once",
+    )
+    le.add_argument(
+        "--leader-elect-lease-duration",
+        type=_seconds,
+        default=defaults.lease_duration,
+        metavar="SECONDS",
+        help="how long followers wait after the leader's last renewal before "
+        f"taking over (default {defaults.lease_duration:g})",
+    )
+    le.add_argument(
+        "--leader-elect-renew-deadline",
+        type=_seconds,
+        default=defaults.renew_deadline,
+        metavar="SECONDS",
+        help=f"how long the leader keeps scheduling without a successful renewal (default {defaults.renew_deadline:g})",
+    )
+    le.add_argument(
+        "--leader-elect-retry-period",
+        type=_seconds,
+        default=defaults.retry_period,
+        metavar="SECONDS",
+        help=f"time between renewals and between a follower's attempts (default {defaults.retry_period:g})",
+    )
+    le.add_argument(
+        "--leader-elect-resource-namespace",
+        default=constants.LEASE_NAMESPACE,
+        help=f"namespace of the leader Lease (default {constants.LEASE_NAMESPACE})",
+    )
+    le.add_argument(
+        "--leader-elect-resource-name", default=None, help="name of the leader Lease (default: the scheduler name)"
+    )
+    le.add_argument(
+        "--leader-elect-identity",
+        default=None,
+        help="this replica's holder identity (default: <hostname>_<random uuid>, new at every start)",
+    )
     args = p.parse_args(argv)
     if args.leader_elect:
         problems = election_config(args).problems()
@@ -94,8 +120,9 @@ def election_config(args: argparse.Namespace) -> ElectionConfig:
     )
 
 
-async def schedule(scheduler: Scheduler, election_client: Callable[[], Client], election: ElectionConfig | None
-                   ) -> None:
+async def schedule(
+    scheduler: Scheduler, election_client: Callable[[], Client], election: ElectionConfig | None
+) -> None:
     """Watch (every replica, so a new leader starts warm), then schedule: at once, or while holding the lease.
     The election runs on a thread of its own with its own client (`election_client` makes it there), as
     kube-scheduler's leader-election client: its renewals never wait in the scheduler's event loop, connection pool
@@ -126,15 +153,20 @@ async def run(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with Client(cfg, qps=args.qps, burst=args.burst, connections=max(64, args.workers * 2),
-                      user_agent=agent) as client:
+    async with Client(
+        cfg, qps=args.qps, burst=args.burst, connections=max(64, args.workers * 2), user_agent=agent
+    ) as client:
         scheduler = Scheduler(client, SchedulerConfig(name=args.scheduler_name, workers=args.workers))
         app = web.Application()
         health.add_probes(app, scheduler.ready, scheduler.metrics.render)
         runner = await health.serve(app, args.health_host, args.health_port)
-        log.info("gpu-scheduler %s serving health on %s:%d%s", args.scheduler_name, args.health_host,
-                 args.health_port, f", leader election as {election.identity}" if election else
-                 ", without leader election")
+        log.info(
+            "gpu-scheduler %s serving health on %s:%d%s",
+            args.scheduler_name,
+            args.health_host,
+            args.health_port,
+            f", leader election as {election.identity}" if election else ", without leader election",
+        )
         election_client = functools.partial(Client, cfg, connections=2, user_agent=f"{agent}/leader-election")
         main = asyncio.create_task(schedule(scheduler, election_client, election), name="schedule")
         stopper = asyncio.create_task(stop.wait(), name="stop")

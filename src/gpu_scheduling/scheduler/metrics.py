@@ -47,8 +47,10 @@ class Metrics:
             "# HELP gpu_scheduler_bind_duration_seconds Latency of the binding API call.",
             "# TYPE gpu_scheduler_bind_duration_seconds histogram",
         ]
-        lines += [f'gpu_scheduler_bind_duration_seconds_bucket{{le="{b}"}} {n}'
-                  for b, n in zip(BUCKETS, self.bind_buckets, strict=False)]
+        lines += [
+            f'gpu_scheduler_bind_duration_seconds_bucket{{le="{b}"}} {n}'
+            for b, n in zip(BUCKETS, self.bind_buckets, strict=False)
+        ]
         lines += [
             f'gpu_scheduler_bind_duration_seconds_bucket{{le="+Inf"}} {self.binds}',
             f"gpu_scheduler_bind_duration_seconds_sum {self.bind_seconds_sum:.6f}",

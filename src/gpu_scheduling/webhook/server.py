@@ -98,28 +98,49 @@ class WebhookMetrics:
             ("gpu_webhook_requests_total", "counter", "Admission requests answered.", self.requests),
             ("gpu_webhook_patched_total", "counter", "Pods given CUDA_VISIBLE_DEVICES.", self.patched),
             ("gpu_webhook_denied_total", "counter", "Pods refused with a message.", self.denied),
-            ("gpu_webhook_bad_requests_total", "counter",
-             "Bodies that were not AdmissionReviews, too large or too slow (HTTP 4xx).", self.bad_requests),
+            (
+                "gpu_webhook_bad_requests_total",
+                "counter",
+                "Bodies that were not AdmissionReviews, too large or too slow (HTTP 4xx).",
+                self.bad_requests,
+            ),
             ("gpu_webhook_errors_total", "counter", "Unexpected errors (HTTP 500).", self.errors),
             ("gpu_webhook_request_seconds_sum", "counter", "Time spent deciding.", round(self.seconds_sum, 6)),
-            ("gpu_webhook_too_large_total", "counter", f"Bodies over {MAX_BODY_BYTES} bytes (HTTP 413).",
-             self.too_large),
+            (
+                "gpu_webhook_too_large_total",
+                "counter",
+                f"Bodies over {MAX_BODY_BYTES} bytes (HTTP 413).",
+                self.too_large,
+            ),
             ("gpu_webhook_timeouts_total", "counter", "Bodies not received in time (HTTP 408).", self.timeouts),
-            ("gpu_webhook_client_disconnects_total", "counter", "Clients gone before their answer.",
-             self.disconnects),
+            ("gpu_webhook_client_disconnects_total", "counter", "Clients gone before their answer.", self.disconnects),
             ("gpu_webhook_connections", "gauge", "Open client connections.", self.connections),
-            ("gpu_webhook_connections_refused_total", "counter",
-             "Connections closed at once because the cap was reached with none idle.", self.connections_refused),
-            ("gpu_webhook_connections_evicted_total", "counter",
-             "Idle connections closed to make room under the cap.", self.connections_evicted),
-            ("gpu_webhook_largest_response_bytes", "gauge", "Largest /mutate answer so far.",
-             self.largest_response_bytes),
+            (
+                "gpu_webhook_connections_refused_total",
+                "counter",
+                "Connections closed at once because the cap was reached with none idle.",
+                self.connections_refused,
+            ),
+            (
+                "gpu_webhook_connections_evicted_total",
+                "counter",
+                "Idle connections closed to make room under the cap.",
+                self.connections_evicted,
+            ),
+            (
+                "gpu_webhook_largest_response_bytes",
+                "gauge",
+                "Largest /mutate answer so far.",
+                self.largest_response_bytes,
+            ),
         ]
         text = "".join(f"# HELP {n} {h}\n# TYPE {n} {t}\n{n} {v}\n" for n, t, h, v in rows)
         name = "gpu_webhook_connections_total"
-        text += (f"# HELP {name} Client connections accepted, by protocol (ALPN).\n# TYPE {name} counter\n"
-                 f'{name}{{protocol="h2"}} {self.connections_h2}\n'
-                 f'{name}{{protocol="http/1.1"}} {self.connections_h1}\n')
+        text += (
+            f"# HELP {name} Client connections accepted, by protocol (ALPN).\n# TYPE {name} counter\n"
+            f'{name}{{protocol="h2"}} {self.connections_h2}\n'
+            f'{name}{{protocol="http/1.1"}} {self.connections_h1}\n'
+        )
         name = "gpu_webhook_request_duration_seconds"
         text += f"# HELP {name} Time from the start of a /mutate request to its answer.\n# TYPE {name} histogram\n"
         cumulative = 0
@@ -177,10 +198,20 @@ class WebhookApp:
     """The ASGI application: routes, body limits and the admission decision."""
 
     ROUTES: ClassVar[dict[str, tuple[str, ...]]] = {
-        "/mutate": ("POST",), "/healthz": ("GET", "HEAD"), "/readyz": ("GET", "HEAD"), "/metrics": ("GET", "HEAD")}
+        "/mutate": ("POST",),
+        "/healthz": ("GET", "HEAD"),
+        "/readyz": ("GET", "HEAD"),
+        "/metrics": ("GET", "HEAD"),
+    }
 
-    def __init__(self, metrics: WebhookMetrics | None = None, *, max_body: int = MAX_BODY_BYTES,
-                 body_timeout: float = BODY_TIMEOUT, body_budget: int = BODY_BUDGET_BYTES) -> None:
+    def __init__(
+        self,
+        metrics: WebhookMetrics | None = None,
+        *,
+        max_body: int = MAX_BODY_BYTES,
+        body_timeout: float = BODY_TIMEOUT,
+        body_budget: int = BODY_BUDGET_BYTES,
+    ) -> None:
         self.metrics = metrics or WebhookMetrics()
         self.max_body, self.body_timeout = max_body, body_timeout
         self._budget_bytes = body_budget
@@ -199,8 +230,9 @@ class WebhookApp:
             log.debug("client %s went away before its answer", _peer(scope))
         except Exception:  # a bug: answer 500 if we still can, keep serving
             self.metrics.errors += 1
-            log.exception("unexpected error answering an admission request (%s %s)", scope.get("method"),
-                          scope.get("path"))
+            log.exception(
+                "unexpected error answering an admission request (%s %s)", scope.get("method"), scope.get("path")
+            )
             with contextlib.suppress(Exception):
                 await self._send(send, 500, _json({"error": "internal error, see the webhook's log"}))
 
@@ -211,8 +243,13 @@ class WebhookApp:
             await self._send(send, 404, b"not found\n", "text/plain; charset=utf-8")
             return
         if method not in allowed:
-            await self._send(send, 405, b"method not allowed\n", "text/plain; charset=utf-8",
-                             [(b"allow", ", ".join(allowed).encode())])
+            await self._send(
+                send,
+                405,
+                b"method not allowed\n",
+                "text/plain; charset=utf-8",
+                [(b"allow", ", ".join(allowed).encode())],
+            )
             return
         if path == "/mutate":
             await self._mutate(scope, receive, send)
@@ -231,9 +268,12 @@ class WebhookApp:
             if answer.status == 413:
                 await self._refuse_and_drain(scope, receive, send, answer)
             else:
-                await self._send(send, answer.status, _json({"error": answer.message}),
-                                 extra=[(b"connection", b"close")] if answer.close and scope["http_version"] < "2"
-                                 else ())
+                await self._send(
+                    send,
+                    answer.status,
+                    _json({"error": answer.message}),
+                    extra=[(b"connection", b"close")] if answer.close and scope["http_version"] < "2" else (),
+                )
             return
         try:
             if len(body) > LARGE_BODY_BYTES:
@@ -301,8 +341,9 @@ class WebhookApp:
             self._budget.give(held)
         return b"".join(chunks)
 
-    async def _refuse_and_drain(self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable,
-                                answer: _Answer) -> None:
+    async def _refuse_and_drain(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable, answer: _Answer
+    ) -> None:
         """413: the whole answer goes out at once, then what the client is still sending is read and dropped (not
         kept) for at most DRAIN_SECONDS and DRAIN_BYTES before the exchange ends (HTTP/1.1: the connection closes;
         HTTP/2: the stream ends, and is reset if the client still sends), so that a client that writes its whole
@@ -330,10 +371,15 @@ class WebhookApp:
         except (ConnectionError, OSError) as exc:
             raise _Gone from exc
 
-    async def _send(self, send: ASGISendCallable, status: int, body: bytes, content_type: str = "application/json",
-                    extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
-        headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
-                   *extra]
+    async def _send(
+        self,
+        send: ASGISendCallable,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        extra: Iterable[tuple[bytes, bytes]] = (),
+    ) -> None:
+        headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()), *extra]
         try:
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": body, "more_body": False})
@@ -387,14 +433,20 @@ class _Pool:
                 self.metrics.connections_refused += 1
                 if time.monotonic() - self._warned > 10:  # at most one line per 10 s under a flood
                     self._warned = time.monotonic()
-                    log.warning("connection cap of %d reached with every connection busy: closing new ones (%d so "
-                                "far; gpu_webhook_connections_refused_total)", self.limits.max_connections,
-                                self.metrics.connections_refused)
+                    log.warning(
+                        "connection cap of %d reached with every connection busy: closing new ones (%d so "
+                        "far; gpu_webhook_connections_refused_total)",
+                        self.limits.max_connections,
+                        self.metrics.connections_refused,
+                    )
                 return False
             oldest = min(idle, key=lambda c: c.idle_since)
             self.metrics.connections_evicted += 1
-            log.debug("connection cap reached: closing the connection from %s, idle for %.1fs", oldest.peer,
-                      time.monotonic() - oldest.idle_since)
+            log.debug(
+                "connection cap reached: closing the connection from %s, idle for %.1fs",
+                oldest.peer,
+                time.monotonic() - oldest.idle_since,
+            )
             oldest.close_soon()  # leaves self.open at once
         self.open.add(conn)
         self.metrics.connections = len(self.open)
@@ -462,7 +514,8 @@ class _Connection(TCPServer):
     def _start_header_timer(self) -> None:
         if self._header_timer is None:
             self._header_timer = asyncio.get_running_loop().call_later(
-                self.pool.limits.header_timeout, self._headers_late)
+                self.pool.limits.header_timeout, self._headers_late
+            )
 
     async def _read_data(self) -> None:
         # As TCPServer._read_data, and the header timer started by the first byte of a request.
@@ -484,8 +537,11 @@ class _Connection(TCPServer):
     def _headers_late(self) -> None:
         self._header_timer = None
         if self.idle:
-            log.debug("closing the connection from %s: request headers not received within %gs", self.peer,
-                      self.pool.limits.header_timeout)
+            log.debug(
+                "closing the connection from %s: request headers not received within %gs",
+                self.peer,
+                self.pool.limits.header_timeout,
+            )
             self.close_soon()
 
     def close_soon(self) -> None:
@@ -542,8 +598,15 @@ def hypercorn_config(limits: Limits) -> Config:
     return config
 
 
-async def serve(app: WebhookApp, host: str, port: int, ctx: ssl.SSLContext, stop: asyncio.Event,
-                limits: Limits | None = None, started: asyncio.Event | None = None) -> None:
+async def serve(
+    app: WebhookApp,
+    host: str,
+    port: int,
+    ctx: ssl.SSLContext,
+    stop: asyncio.Event,
+    limits: Limits | None = None,
+    started: asyncio.Event | None = None,
+) -> None:
     """Serve `app` on host:port over TLS until `stop` is set, then close gracefully."""
     limits = limits or Limits()
     config = hypercorn_config(limits)
@@ -560,9 +623,16 @@ async def serve(app: WebhookApp, host: str, port: int, ctx: ssl.SSLContext, stop
         task.add_done_callback(tasks.discard)
         await _Connection(pool, asgi, loop, config, context, {}, reader, writer)
 
-    server = await asyncio.start_server(on_connection, host, port, ssl=ctx, backlog=1024, reuse_address=True,
-                                        ssl_handshake_timeout=limits.handshake_timeout,
-                                        ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT)
+    server = await asyncio.start_server(
+        on_connection,
+        host,
+        port,
+        ssl=ctx,
+        backlog=1024,
+        reuse_address=True,
+        ssl_handshake_timeout=limits.handshake_timeout,
+        ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
+    )
     if started is not None:
         started.set()
     try:
@@ -579,16 +649,20 @@ async def serve(app: WebhookApp, host: str, port: int, ctx: ssl.SSLContext, stop
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="gpu-webhook",
-                                description="Mutating admission webhook that sets CUDA_VISIBLE_DEVICES from "
-                                            "the gpu-scheduling-map annotation.")
+    p = argparse.ArgumentParser(
+        prog="gpu-webhook",
+        description="Mutating admission webhook that sets CUDA_VISIBLE_DEVICES from the gpu-scheduling-map annotation.",
+    )
     p.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     p.add_argument("--tls-cert-file", required=True, help="PEM serving certificate (chain)")
     p.add_argument("--tls-private-key-file", required=True, help="PEM private key")
-    p.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
-                   help=f"open connections at most; at the cap the longest-idle one makes room "
-                        f"(default {MAX_CONNECTIONS})")
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        help=f"open connections at most; at the cap the longest-idle one makes room (default {MAX_CONNECTIONS})",
+    )
     logs.add_arguments(p)
     return p.parse_args(argv)
 
@@ -600,8 +674,9 @@ async def run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     started = asyncio.Event()
-    task = asyncio.create_task(serve(make_app(), args.host, args.port, ctx, stop,
-                                     Limits(max_connections=args.max_connections), started))
+    task = asyncio.create_task(
+        serve(make_app(), args.host, args.port, ctx, stop, Limits(max_connections=args.max_connections), started)
+    )
     await asyncio.wait({task, asyncio.create_task(started.wait())}, return_when=asyncio.FIRST_COMPLETED)
     if task.done():
         task.result()  # raises the error that stopped it
