@@ -32,7 +32,7 @@ from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.claims import objects
 from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.kube import paths
-from gpu_scheduling.kube.errors import ApiError, NotFound
+from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
 from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.kube.workqueue import Backoff, WorkQueue
 from gpu_scheduling.scheduler import decision
@@ -403,10 +403,10 @@ class Scheduler:
             log.info("not binding %s: %s", key, exc.message)
             self.metrics.bind_conflicts += 1
             return False
+        except Conflict:  # bound already: by us (a retry after a lost answer), or by someone else
+            self.metrics.bind_conflicts += 1
+            return await self._bound_where(key, path, meta["uid"], node)
         except ApiError as exc:
-            if exc.status == 409:  # bound already: by us (a retry after a lost answer), or by someone else
-                self.metrics.bind_conflicts += 1
-                return await self._bound_where(key, path, meta["uid"], node)
             log.warning("binding %s to %s failed: %s; will retry", key, node, exc)
             self.metrics.bind_errors += 1
             self.queue.add_rate_limited(key)
