@@ -136,7 +136,9 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if request.config.getoption("tier") == KIND:
         assert EXTERNAL_KUBECONFIG
-        yield Cluster(SyncClient(EXTERNAL_KUBECONFIG))
+        api = SyncClient(EXTERNAL_KUBECONFIG)
+        drop_stale_scenario_namespaces(api)
+        yield Cluster(api)
         return
     workdir = pathlib.Path(os.environ.get("GPU_TEST_WORKDIR") or tmp_path_factory.mktemp("controlplane"))
     cp = ControlPlane(workdir).start()
@@ -154,11 +156,38 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         cp.stop()
 
 
+#: Every scenario's namespace carries it, so that one left by an interrupted run can be found.
+SCENARIO_LABEL = "gpu-scheduling.test/scenario"
+
+
+def drop_stale_scenario_namespaces(api: SyncClient, timeout: float = 180) -> None:
+    """Delete the scenario namespaces an interrupted earlier session left on the KinD cluster (its pods would
+    still hold GPUs and fail this session's scenarios), and wait until they are gone."""
+    stale = [n["metadata"]["name"] for n in api.get(paths.NAMESPACES, labelSelector=SCENARIO_LABEL)["items"]]
+    for ns in stale:
+        print(f"\ndeleting namespace {ns}, left by an interrupted session")
+        api.delete(paths.pods(ns), gracePeriodSeconds="0")
+        api.delete(paths.namespace(ns))
+
+    def gone(ns: str) -> bool | None:
+        try:
+            api.get(paths.namespace(ns))
+        except NotFound:
+            return True
+        return None
+
+    for ns in stale:
+        wait_for(f"namespace {ns} deleted", lambda ns=ns: gone(ns), timeout=timeout)
+
+
 @pytest.fixture
 def world(cluster: Cluster) -> Iterator[World]:
     api = cluster.api
     ns = f"s-{uuid.uuid4().hex[:8]}"
-    api.create(paths.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    api.create(
+        paths.NAMESPACES,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {SCENARIO_LABEL: "true"}}},
+    )
     wait_for(
         "the namespace's default ServiceAccount", lambda: api.get(paths.service_account(ns, "default")), timeout=30
     )
