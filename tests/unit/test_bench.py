@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench import measure, report, workload
+from bench import measure, report, run, workload
 from gpu_scheduling import constants, gpumap
 from gpu_scheduling.agent import inventory
 from gpu_scheduling.claims import objects
@@ -430,3 +430,15 @@ def test_report_compares_gpu_scheduler_with_the_dra_peer_and_shows_writes_and_th
     assert "| gpu-scheduler: apiserver < 0.05 CPU-s/s | 0.080 | **no** |" in text
     assert "| gpu-scheduler: scheduler < 0.05 CPU-s/s | 0.020 | yes |" in text
     assert "| `patch pods/status` | 12.0 | 12.0 |" in text
+
+
+def test_the_smoke_w2_fits_in_any_placement_order():
+    """The smoke checks that every pod is bound, so its W2 must fit whatever order a contender places the pods in:
+    while a pod of g GPUs waits, the others leave more free GPUs than the nodes could hold with g - 1 free each."""
+    nodes, fill = run.SMOKE["nodes"], run.SMOKE["w2_fill"]
+    sizes = workload.w2_sizes(run.SMOKE["pods"], nodes, fill)
+    assert {1, 2, 4} <= set(sizes)  # the mix is still there
+    total = nodes * workload.GPUS_PER_NODE
+    for g in set(sizes):
+        free_while_waiting = total - (sum(sizes) - g)
+        assert free_while_waiting > nodes * (g - 1), (g, free_while_waiting)
