@@ -61,7 +61,7 @@ from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import NotFound
 from gpu_scheduling.kube.sync import SyncClient
 from harness.components import Components
-from harness.controlplane import ControlPlane
+from harness.controlplane import ControlPlane, create_namespace
 from harness.inventory import publish
 from harness.wait import wait_for
 
@@ -184,13 +184,7 @@ def drop_stale_scenario_namespaces(api: SyncClient, timeout: float = 180) -> Non
 def world(cluster: Cluster) -> Iterator[World]:
     api = cluster.api
     ns = f"s-{uuid.uuid4().hex[:8]}"
-    api.create(
-        paths.NAMESPACES,
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {SCENARIO_LABEL: "true"}}},
-    )
-    wait_for(
-        "the namespace's default ServiceAccount", lambda: api.get(paths.service_account(ns, "default")), timeout=30
-    )
+    create_namespace(api, ns, timeout=30, labels={SCENARIO_LABEL: "true"})
     w = World(api, cluster, ns)
     yield w
     # Undo what this scenario changed on shared things, then drop its namespace.

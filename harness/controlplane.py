@@ -59,10 +59,11 @@ def default_service_account(namespace: str) -> str:
     return paths.service_account(namespace, "default")
 
 
-def create_namespace(api: SyncClient, name: str, timeout: float = 60) -> None:
-    """Create the namespace `name` (if missing) and wait for its default ServiceAccount: pods are refused until
-    it exists."""
-    api.create(paths.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, exist_ok=True)
+def create_namespace(api: SyncClient, name: str, timeout: float = 60, labels: dict[str, str] | None = None) -> None:
+    """Create the namespace `name` (if missing; with `labels`) and wait for its default ServiceAccount: pods are
+    refused until it exists."""
+    metadata: dict[str, Any] = {"name": name, **({"labels": labels} if labels else {})}
+    api.create(paths.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}, exist_ok=True)
     wait_for(f"ServiceAccount default in {name}", lambda: api.get(default_service_account(name)), timeout=timeout)
 
 
