@@ -17,6 +17,8 @@ Usage:
     hack/toolchain.py version KEY       # prints one pinned version of versions.yml, e.g. kubernetes_version
     hack/toolchain.py versions          # prints every pinned version as one JSON object
     hack/toolchain.py list              # components and where they come from
+    hack/toolchain.py source kube-apiserver   # fetch a component's module source into the Go module cache, print
+                                              # its folder (the tests read Kubernetes' OpenAPI documents there)
 
 This script only writes below the cache folder; it never touches the repository or the system.
 """
@@ -114,6 +116,20 @@ def components() -> dict[str, Component]:
     found["coredns"] = Component(
         "coredns", "github.com/coredns/coredns", "github.com/coredns/coredns", "coredns_version"
     )
+    # The chart's installer, the OCI registry the test-bed's nodes pull from, and kind's storage provisioner.
+    found["helm"] = Component("helm", "helm.sh/helm/v3", "helm.sh/helm/v3/cmd/helm", "helm_version")
+    found["registry"] = Component(
+        "registry",
+        "github.com/distribution/distribution/v3",
+        "github.com/distribution/distribution/v3/cmd/registry",
+        "registry_version",
+    )
+    found["local-path-provisioner"] = Component(
+        "local-path-provisioner",
+        "github.com/rancher/local-path-provisioner",
+        "github.com/rancher/local-path-provisioner",
+        "local_path_provisioner_version",
+    )
     return found
 
 
@@ -160,6 +176,11 @@ def _ldflags(comp: Component, versions: dict[str, str]) -> str:
                 f"-X {pkg}.gitTreeState=clean",
                 f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
             ]
+    if comp.name == "helm":
+        # `helm version` (which kubernetes.core.helm reads) prints v0.0.0-unknown without it.
+        flags.append(f"-X helm.sh/helm/v3/internal/version.version={versions['helm_version']}")
+    if comp.name == "local-path-provisioner":
+        flags.append(f"-X main.VERSION={versions['local_path_provisioner_version']}")
     if comp.name == "kind":
         flags.append(f"-X sigs.k8s.io/kind/pkg/internal/kindversion.gitCommit={versions['kind_version']}")
     return " ".join(flags)
@@ -210,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("key", help="a key of versions.yml, e.g. kubernetes_version")
     sub.add_parser("versions", help="print every pinned version of versions.yml as a JSON object")
     sub.add_parser("list", help="list known components")
+    src = sub.add_parser("source", help="fetch a component's module source into the Go module cache, print its folder")
+    src.add_argument("name")
     args = parser.parse_args(argv)
 
     if args.cmd == "bindir":
@@ -232,6 +255,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "list":
         for c in known.values():
             print(f"{c.name:26} {c.module}@{versions[c.version_key]}")
+        return 0
+    if args.cmd == "source":
+        if args.name not in known:
+            parser.error(f"unknown component {args.name!r}; known: {', '.join(known)}")
+        comp = known[args.name]
+        env = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
+        out = subprocess.run(
+            ["go", "mod", "download", "-json", f"{comp.module}@{versions[comp.version_key]}"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        print(json.loads(out)["Dir"])
         return 0
     unknown = [n for n in args.names if n not in known]
     if unknown:

@@ -21,8 +21,6 @@ import threading
 import time
 from typing import Any
 
-import yaml
-
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import NotFound
@@ -33,7 +31,6 @@ from harness.processes import Process, free_port
 from harness.wait import wait_for
 
 SCRIPTS = pathlib.Path(sys.executable).parent  # console scripts of the installed package
-CRD_DIR = pathlib.Path(__file__).resolve().parents[1] / "roles" / "deploy" / "files" / "crds"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,7 +283,7 @@ class Components:
         )
 
     def install_crds(self) -> None:
-        """The GpuClaim and GpuNodeStatus CRDs, from the same files the test-bed's deploy role applies."""
+        """The GpuClaim and GpuNodeStatus CRDs, the chart's crds/ (what Helm installs on the test-bed)."""
         assert self.cp.api is not None
         api = self.cp.api
         # the project's namespace: GPU Leases and the leader-election Lease
@@ -295,8 +292,7 @@ class Components:
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": constants.LEASE_NAMESPACE}},
             exist_ok=True,
         )
-        for path in sorted(CRD_DIR.glob("*.yaml")):
-            crd = yaml.safe_load(path.read_text())
+        for crd in manifests.crds():
             api.apply_or_replace(paths.CRDS, crd)
             name = crd["metadata"]["name"]
             wait_for(

@@ -1,102 +1,186 @@
-"""Manifests of the test-bed rendered for the control-plane tests, from the test-bed's own templates.
+"""The project's manifests for the tests, rendered from its Helm chart (charts/gpu-scheduler) by the real helm binary
+(`helm template`, built by hack/toolchain.py), and the test-bed's shared values.
 
-roles/deploy/templates/webhook-configuration.yaml.j2 is the one renderer of the MutatingWebhookConfiguration: the
-deploy role renders it for KinD (clientConfig.service), this module for the control-plane tests, whose webhook
-runs on localhost (clientConfig.url). The values come from the same places as the test-bed's: the inventory's
-group_vars (testbed_keys, the shared names) and the deploy role's defaults, with the caller's overrides.
+The chart is the one source of every manifest the project deploys: the KinD test-bed installs it (roles/deploy),
+this module renders it for the control-plane tests, whose webhook runs on localhost (webhook_configuration(url=...):
+the same MutatingWebhookConfiguration, called by URL instead of through the Service). The CRDs are the chart's
+crds/, the keys the programs agree on its keys.yaml.
+
+It renders and reads; it never talks to a cluster, and never writes outside a temporary file helm reads.
 """
 
 from __future__ import annotations
 
-import ast
+import copy
 import functools
+import json
 import pathlib
+import subprocess
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jinja2
 import yaml
 
+from hack import toolchain
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "gpu-scheduler"
+CHART_VALUES = CHART / "values.yaml"
+#: The keys the programs agree on (src/gpu_scheduling/constants.py), which the chart's templates and Ansible read.
+KEYS_FILE = CHART / "keys.yaml"
+CRD_DIR = CHART / "crds"
 GROUP_VARS = ROOT / "inventory" / "localhost" / "group_vars" / "all.yml"
 DEPLOY_DEFAULTS = ROOT / "roles" / "deploy" / "defaults" / "main.yml"
-DEPLOY_TEMPLATES = ROOT / "roles" / "deploy" / "templates"
+#: The release name the test-bed installs the chart under (the objects' names do not depend on it).
+RELEASE = "gpu-scheduler"
+#: The chart's templates, for `show_only`.
+MUTATING_WEBHOOK_TEMPLATE = "templates/webhook/mutatingwebhookconfiguration.yaml"
+ADMISSION_POLICIES_TEMPLATE = "templates/admission-policies.yaml"
 
 
-def _environment() -> jinja2.Environment:
-    # As Ansible's template lookup: trim_blocks; StrictUndefined so that a variable the template needs and this
-    # module does not give fails here instead of rendering empty.
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(DEPLOY_TEMPLATES),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        keep_trailing_newline=True,
+class HelmError(RuntimeError):
+    """helm refused: the chart does not render with these values (helm's message says which value and why)."""
+
+
+def helm_binary() -> pathlib.Path:
+    """The helm that hack/toolchain.py builds (versions.yml helm_version)."""
+    path = toolchain.bindir() / "helm"
+    if not path.exists():
+        raise RuntimeError(f"missing {path}; run `python3 hack/toolchain.py build helm` (or `make toolchain`)")
+    return path
+
+
+def helm(*args: str, stdin: str | None = None, timeout: float = 120) -> str:
+    """Run helm with `args` (no cluster is reached by the commands this module uses); its stdout. HelmError with
+    helm's own message when it fails."""
+    done = subprocess.run(
+        [str(helm_binary()), *args], input=stdin, capture_output=True, text=True, timeout=timeout, check=False
     )
+    if done.returncode != 0:
+        raise HelmError(f"helm {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
 
 
-def _resolve(values: dict[str, Any], env: jinja2.Environment) -> dict[str, Any]:
-    """Render the string values that are Jinja expressions (role defaults refer to group_vars, as in Ansible),
-    leaving out those that need a variable nobody gives here (e.g. deploy_images, set by the app_images role)."""
-    resolved = dict(values)
-    for _ in range(len(values) + 1):
-        pending = {k: v for k, v in resolved.items() if isinstance(v, str) and "{{" in v}
-        if not pending:
-            break
-        progressed = False
-        for key, text in pending.items():
-            try:
-                rendered = env.from_string(text).render(**{k: v for k, v in resolved.items() if k != key})
-            except jinja2.UndefinedError:
-                continue
-            if "{{" not in rendered:
-                resolved[key] = _native(rendered)
-                progressed = True
-        if not progressed:
-            break
-    return {k: v for k, v in resolved.items() if not (isinstance(v, str) and "{{" in v)}
-
-
-def _native(text: str) -> Any:
-    """A rendered value as Ansible's native templating gives it: a Python literal when it reads as one."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
+def render(
+    values: Mapping[str, Any] | None = None,
+    *,
+    namespace: str | None = None,
+    show_only: Sequence[str] = (),
+    values_files: Sequence[pathlib.Path] = (),
+    release: str = RELEASE,
+) -> list[dict[str, Any]]:
+    """The documents `helm template` renders from the chart: its values.yaml, then `values_files` in order, then
+    `values` (nested as in values.yaml); in `namespace` (default: the test-bed's, testbed_system_namespace), only
+    the templates `show_only` when given. Raises HelmError when the chart refuses the values (values.schema.json,
+    or a template's `fail`)."""
+    args = ["template", release, str(CHART), "--namespace", namespace or _system_namespace()]
+    for path in values_files:
+        args += ["--values", str(path)]
+    args += ["--values", "-"]  # `values`, as JSON (a subset of YAML) on stdin: last, so it wins
+    for template in show_only:
+        args += ["--show-only", template]
+    text = helm(*args, stdin=json.dumps(dict(values or {})))
+    return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
 @functools.cache
-def _inventory() -> dict[str, Any]:
-    return {**yaml.safe_load(GROUP_VARS.read_text()), **yaml.safe_load(DEPLOY_DEFAULTS.read_text())}
+def keys() -> dict[str, str]:
+    """charts/gpu-scheduler/keys.yaml: constant name in lowercase -> its value (tests/unit/test_constants.py checks
+    each against src/gpu_scheduling/constants.py)."""
+    loaded: dict[str, str] = yaml.safe_load(KEYS_FILE.read_text())
+    return loaded
+
+
+@functools.cache
+def chart_defaults() -> dict[str, Any]:
+    """The chart's values.yaml."""
+    loaded: dict[str, Any] = yaml.safe_load(CHART_VALUES.read_text())
+    return loaded
+
+
+def _literal(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """The variables that are plain data: those that are Ansible expressions ("{{ ... }}", evaluated by Ansible
+    only) are left out, and the chart's defaults stand in for them."""
+    return {k: v for k, v in variables.items() if not (isinstance(v, str) and "{{" in v)}
 
 
 def values() -> dict[str, Any]:
-    """The test-bed's values as the deploy role sees them (group_vars, then its defaults, Jinja resolved): the one
-    source of the names the scenarios share with the test-bed (worker nodes, the take-home map, namespaces, the
-    webhook's and the agent's names)."""
-    return _resolve(_inventory(), _environment())
+    """The test-bed's values as its scenarios need them: the one source of the names they share with the test-bed
+    (worker nodes, the take-home map, namespaces, the webhook's, the scheduler's and the agent's names).
+
+    Inventory facts come from the inventory's group_vars and the deploy role's defaults (their plain values);
+    chart-owned facts (what the chart deploys unless the role says otherwise) from the chart's values.yaml, under
+    the names the role used to define (deploy_scheduler_name, deploy_agent_name, ...); `testbed_keys` is the
+    chart's keys.yaml, which Ansible includes under that name."""
+    chart = chart_defaults()
+    k = keys()
+    facts: dict[str, Any] = {
+        "deploy_scheduler_name": chart["scheduler"]["name"] or k["default_scheduler_name"],
+        "deploy_scheduler_replicas": chart["scheduler"]["replicas"],
+        "deploy_agent_name": chart["agent"]["name"],
+        "deploy_agent_simulated": chart["agent"]["simulatedInventory"],
+        "deploy_webhook_replicas": chart["webhook"]["replicas"],
+        "deploy_webhook_timeout_seconds": chart["webhook"]["timeoutSeconds"],
+        "deploy_webhook_port": chart["webhook"]["port"],
+        "deploy_webhook_path": chart["webhook"]["path"],
+        "testbed_webhook_service": chart["webhook"]["name"],
+    }
+    inventory = {
+        **_literal(yaml.safe_load(GROUP_VARS.read_text()) or {}),
+        **(_literal(yaml.safe_load(DEPLOY_DEFAULTS.read_text()) or {}) if DEPLOY_DEFAULTS.exists() else {}),
+    }
+    return {**facts, **inventory, "testbed_keys": dict(k)}
 
 
-def render(template: str, **overrides: Any) -> list[dict[str, Any]]:
-    """The documents of one of roles/deploy/templates, with group_vars, the deploy defaults and overrides."""
-    env = _environment()
-    text = env.get_template(template).render(**_resolve({**_inventory(), **overrides}, env))
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+def _system_namespace() -> str:
+    """The namespace the test-bed installs the chart into (group_vars testbed_system_namespace)."""
+    namespace: str = values()["testbed_system_namespace"]
+    return namespace
+
+
+def crds() -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions of the chart's crds/ (GpuClaim, GpuNodeStatus), as Helm installs them."""
+    return [doc for path in sorted(CRD_DIR.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def admission_policies(
+    values: Mapping[str, Any] | None = None, *, namespace: str | None = None
+) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicies and their bindings, as the chart renders them with `values`."""
+    return render(values, namespace=namespace, show_only=[ADMISSION_POLICIES_TEMPLATE])
 
 
 def webhook_configuration(
     *, url: str | None, service: tuple[str, str, int] | None, ca_bundle_b64: str, scheduler_name: str
 ) -> dict[str, Any]:
-    """The MutatingWebhookConfiguration for a webhook reached at `url` (https, e.g. on localhost) or through the
-    Service `service` = (name, namespace, port); exactly one of the two. ca_bundle_b64 is the base64 of the PEM
+    """The chart's MutatingWebhookConfiguration for a webhook reached at `url` (https, e.g. on localhost) or through
+    the Service `service` = (name, namespace, port); exactly one of the two. ca_bundle_b64 is the base64 of the PEM
     CA bundle that signed the webhook's certificate, scheduler_name the schedulerName whose pods reach it."""
     if (url is None) == (service is None):
         raise ValueError("give exactly one of url and service")
-    overrides: dict[str, Any] = {
-        "webhook_tls_ca_bundle": ca_bundle_b64,
-        "deploy_scheduler_name": scheduler_name,
-        "deploy_webhook_url": url or "",
-    }
-    if service is not None:
+    return copy.deepcopy(_webhook_configuration(url, service, ca_bundle_b64, scheduler_name))
+
+
+@functools.lru_cache(maxsize=32)
+def _webhook_configuration(
+    url: str | None, service: tuple[str, str, int] | None, ca_bundle_b64: str, scheduler_name: str
+) -> dict[str, Any]:
+    # One helm run per distinct configuration: the scenarios register the same one again and again.
+    tls: dict[str, Any] = {"caBundle": ca_bundle_b64}
+    webhook: dict[str, Any] = {"tls": tls}
+    namespace = None
+    if url is not None:
+        webhook["url"] = url
+    elif service is not None:
         name, namespace, port = service
-        overrides.update(testbed_webhook_service=name, testbed_system_namespace=namespace, deploy_webhook_port=port)
-    (config,) = render("webhook-configuration.yaml.j2", **overrides)
+        webhook.update(name=name, port=port)
+        # The Service mode calls a webhook the chart deploys, with a certificate from a Secret: name one (the
+        # configuration does not show it).
+        tls["existingSecret"] = keys()["webhook_tls_secret"]
+    docs = render(
+        {"scheduler": {"name": scheduler_name}, "webhook": webhook},
+        namespace=namespace,
+        show_only=[MUTATING_WEBHOOK_TEMPLATE],
+    )
+    (config,) = docs
     return config

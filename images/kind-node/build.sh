@@ -4,9 +4,11 @@
 #   2. the node's base image: kind's own base files (from the kind module source) on the node root filesystem,
 #      with Debian's systemd, containerd 1.6 and runc;
 #   3. images for every pod kubeadm and kind start: kube-apiserver, kube-controller-manager, kube-scheduler,
-#      kube-proxy, etcd, coredns, pause (compiled from the Kubernetes source) and testbed-netd (the CNI);
-#   4. the node image: base + kubeadm/kubelet/kubectl + /kind/version + /kind/manifests + those images imported
-#      into containerd's k8s.io namespace, committed with kind's entrypoint.
+#      kube-proxy, etcd, coredns, pause (compiled from the Kubernetes source), testbed-netd (the CNI), and kind's
+#      default storage: rancher's local-path-provisioner and the helper image its volume set-up pods run;
+#   4. the node image: base + kubeadm/kubelet/kubectl + /kind/version + /kind/manifests (default-cni.yaml,
+#      default-storage.yaml) + those images imported into containerd's k8s.io namespace, committed with kind's
+#      entrypoint.
 # Every step is skipped when its image already exists, so a second run builds nothing.
 #
 # Usage: build.sh NODE_IMAGE   (needs docker, debootstrap, gcc, go)
@@ -23,6 +25,7 @@ k8s=$(toolchain version kubernetes_version)
 kind_version=$(toolchain version kind_version)
 etcd_tag=$(toolchain version etcd_image_tag)
 coredns_version=$(toolchain version coredns_version)
+local_path_version=$(toolchain version local_path_provisioner_version)
 cache=$(toolchain cache-dir)
 bin=$(toolchain bindir)
 work=$cache/node-image
@@ -105,6 +108,9 @@ node_image() {
   for b in kubeadm kubelet kubectl; do docker cp -L "$bin/$b" "$id:/usr/bin/$b"; done
   docker exec "$id" bash -c "mkdir -p /kind/manifests && echo $k8s > /kind/version"
   sed "s/IMAGE_TAG/$k8s/" "$here/../kind-netd/default-cni.yaml" | docker exec -i "$id" tee /kind/manifests/default-cni.yaml >/dev/null
+  # kind's default storage manifest with this image's provisioner and helper (comment lines left as written).
+  sed "/^#/!{s|PROVISIONER_IMAGE|$storage_provisioner|;s|HELPER_IMAGE|$storage_helper|;}" "$here/default-storage.yaml" \
+    | docker exec -i "$id" tee /kind/manifests/default-storage.yaml >/dev/null
   docker exec "$id" bash -c 'nohup containerd >/tmp/containerd.log 2>&1 & for i in $(seq 50); do ctr version >/dev/null 2>&1 && exit 0; sleep 0.2; done; cat /tmp/containerd.log; exit 1'
   log "  importing ${#images[@]} images into containerd (k8s.io)"
   docker save "${images[@]}" | docker exec -i "$id" ctr --namespace=k8s.io images import --all-platforms --no-unpack --digests - >/dev/null
@@ -117,7 +123,7 @@ node_image() {
 started=$SECONDS
 # The binaries that go into the node image and its component images (each built once, then cached by version).
 toolchain build kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns \
-  | sed 's/^/  /'
+  local-path-provisioner | sed 's/^/  /'
 timed rootfs_image gpu-testbed/debian:bookworm ""
 timed rootfs_image gpu-testbed/python:bookworm "python3,python3-venv,iproute2,ca-certificates"
 timed rootfs_image gpu-testbed/kind-rootfs:bookworm \
@@ -137,8 +143,17 @@ if ! have "$reg/testbed-netd:$k8s"; then
   log "image testbed-netd"
   build --tag "$reg/testbed-netd:$k8s" "$here/../kind-netd"
 fi
+# kind's default storage (default-storage.yaml): the provisioner, and the helper whose pods run the volume set-up
+# and teardown scripts with sh, mkdir and rm. kind stages just those into a distroless image; here the helper is the
+# minimal Debian image under a second name, whose one layer the control-plane images above already carry, so it
+# adds nothing to the node image.
+# kind's manifest starts the provisioner as plain `local-path-provisioner`, found on containerd's default PATH.
+storage_provisioner=docker.io/gpu-testbed/local-path-provisioner:$local_path_version
+storage_helper=docker.io/gpu-testbed/local-path-helper:bookworm
+timed binary_image "$storage_provisioner" gpu-testbed/debian:bookworm "$bin/local-path-provisioner"
+docker tag gpu-testbed/debian:bookworm "$storage_helper"
 timed node_image "$reg/kube-apiserver:$k8s" "$reg/kube-controller-manager:$k8s" "$reg/kube-scheduler:$k8s" \
   "$reg/kube-proxy:$k8s" "$reg/etcd:$etcd_tag" "$reg/coredns/coredns:$coredns_version" "${pause_tags[@]}" \
-  "$reg/testbed-netd:$k8s"
+  "$reg/testbed-netd:$k8s" "$storage_provisioner" "$storage_helper"
 log "node image $node_image ready ($(docker image inspect --format '{{.Size}}' "$node_image" | numfmt --to=iec)) in $((SECONDS - started))s"; echo
 

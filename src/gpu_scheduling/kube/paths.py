@@ -95,6 +95,8 @@ NAMESPACES: Final = f"{CORE_API}/namespaces"
 SELF_SUBJECT_REVIEWS: Final = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 CRDS: Final = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 MUTATING_WEBHOOK_CONFIGURATIONS: Final = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+STORAGE_CLASSES: Final = "/apis/storage.k8s.io/v1/storageclasses"
+PERSISTENT_VOLUMES: Final = f"{CORE_API}/persistentvolumes"
 
 
 def namespace(name: str) -> str:
@@ -133,3 +135,15 @@ def deployment(namespace_: str, name: str) -> str:
 
 def pod_disruption_budget(namespace_: str, name: str) -> str:
     return f"{POLICY_API}/namespaces/{namespace_}/poddisruptionbudgets/{name}"
+
+
+def persistent_volume(name: str) -> str:
+    return f"{PERSISTENT_VOLUMES}/{name}"
+
+
+def persistent_volume_claims(namespace_: str) -> str:
+    return f"{namespace(namespace_)}/persistentvolumeclaims"
+
+
+def persistent_volume_claim(namespace_: str, name: str) -> str:
+    return f"{persistent_volume_claims(namespace_)}/{name}"

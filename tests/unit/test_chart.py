@@ -1,0 +1,666 @@
+"""The Helm chart charts/gpu-scheduler, with the real helm (hack/toolchain.py builds it; nothing reaches a cluster):
+`helm lint --strict` with its defaults and with each ci/*-values.yaml; `helm template` with each of them, every
+document valid against the pinned Kubernetes OpenAPI schemas (harness/openapi.py) and doing what its values say;
+the values the schema or the templates refuse, each naming the value; the programs accepting the arguments the
+chart gives them; every value documented, in the schema and set by a ci file.
+
+tests/unit/test_constants.py checks the keys, the RBAC, the policies and the webhook configuration of the defaults.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import functools
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from gpu_scheduling import constants
+from gpu_scheduling.agent import inventory
+from harness import manifests, openapi
+
+CHART = manifests.CHART
+ROOT = CHART.parents[1]
+CI_DIR = CHART / "ci"
+CI = sorted(p.name for p in CI_DIR.glob("*.yaml"))
+DEFAULTS = manifests.chart_defaults()
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+NAMESPACE = "kube-system"  # where the test-bed installs the chart
+SCHEDULER = constants.DEFAULT_SCHEDULER_NAME
+WEBHOOK = DEFAULTS["webhook"]["name"]
+AGENT = DEFAULTS["agent"]["name"]
+TLS_SECRET = constants.WEBHOOK_TLS_SECRET
+CHECKSUM = "gpu-scheduling.io/tls-checksum"
+#: Kinds that live in no namespace.
+CLUSTER_KINDS = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "CustomResourceDefinition",
+}
+#: Values whose value is a map or a list given as a whole (resources, node labels, tolerations): one value each.
+WHOLE_VALUES = {"resources", "nodeSelector", "tolerations"}
+
+
+@functools.cache
+def _rendered(ci: str | None, namespace: str = NAMESPACE) -> tuple[dict[str, Any], ...]:
+    return tuple(manifests.render(values_files=[CI_DIR / ci] if ci else [], namespace=namespace))
+
+
+def render(ci: str | None = None, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """The chart's documents with a ci values file (None: the defaults), once per session, a fresh copy each call."""
+    return copy.deepcopy(list(_rendered(ci, namespace)))
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (doc,) = find(docs, kind, name)
+    return doc
+
+
+def container(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (c,) = one(docs, kind, name)["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def helm_fails(*args: str, values: dict[str, Any] | None = None) -> str:
+    """helm template's message when it refuses (the test fails when it renders)."""
+    with pytest.raises(manifests.HelmError) as refused:
+        command = ["template", "t", str(CHART), "--namespace", NAMESPACE, *args, "--values", "-"]
+        manifests.helm(*command, stdin=json.dumps(values or {}))
+    return str(refused.value)
+
+
+def leaves(values: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted path, value) of every value: a mapping's entries, down to the values of WHOLE_VALUES and scalars."""
+    if isinstance(values, dict) and prefix.rsplit(".", 1)[-1] not in WHOLE_VALUES and (values or not prefix):
+        for key, value in values.items():
+            yield from leaves(value, f"{prefix}.{key}" if prefix else key)
+    else:
+        yield prefix, values
+
+
+def dig(values: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(values, dict) or part not in values:
+            return KeyError
+        values = values[part]
+    return values
+
+
+def certificate(secret: dict[str, Any], key: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(base64.b64decode(secret["data"][key]))
+
+
+def days(cert: x509.Certificate) -> float:
+    return (cert.not_valid_after_utc - cert.not_valid_before_utc) / datetime.timedelta(days=1)
+
+
+# ---- lint, render, validate -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ci", [None, *CI])
+def test_helm_lint_strict(ci):
+    """No error, no warning (--strict turns warnings into failures)."""
+    args = ["lint", "--strict", str(CHART), "--namespace", NAMESPACE]
+    out = manifests.helm(*args, *(["--values", str(CI_DIR / ci)] if ci else []))
+    assert "0 chart(s) failed" in out and "[WARNING]" not in out and "[ERROR]" not in out, out
+
+
+@pytest.mark.parametrize("ci", [None, *CI])
+def test_every_document_is_valid_kubernetes(ci):
+    """Every rendered document (and the CRDs) against the pinned Kubernetes OpenAPI schemas: unknown fields, types
+    and required fields as the apiserver's strict field validation refuses them."""
+    docs = render(ci)
+    assert docs
+    crds = manifests.crds()
+    assert openapi.validate([*docs, *crds], crds=crds) == []
+
+
+@pytest.mark.parametrize("ci", [None, *CI])
+def test_namespaced_objects_go_to_the_release_namespace(ci):
+    """Everything namespaced goes to the release's namespace (the defaults also in another than kube-system), but
+    the Roles on the GPU Leases (the programs' namespace); nothing namespaced lacks one."""
+    for namespace in (NAMESPACE, "gpu-system") if ci is None else (NAMESPACE,):
+        for doc in render(ci, namespace):
+            where = doc["metadata"].get("namespace")
+            if doc["kind"] in CLUSTER_KINDS:
+                assert where is None, doc["metadata"]
+            elif doc["kind"] in ("Role", "RoleBinding"):
+                assert where == constants.LEASE_NAMESPACE, doc["metadata"]
+            else:
+                assert where == namespace, (doc["kind"], doc["metadata"])
+
+
+def test_the_release_namespace_is_in_the_service_account_users():
+    """The policies name the service accounts of the release's namespace, the certificate that namespace's
+    Service."""
+    docs = render(None, "gpu-system")
+    policies = str(find(docs, "ValidatingAdmissionPolicy"))
+    assert f"system:serviceaccount:gpu-system:{SCHEDULER}" in policies
+    assert f"system:serviceaccount:gpu-system:{AGENT}" in policies
+    assert "system:serviceaccount:kube-system" not in policies
+    cert = certificate(one(docs, "Secret", TLS_SECRET), "tls.crt")
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"{WEBHOOK}.gpu-system.svc" in names.get_values_for_type(x509.DNSName)
+
+
+# ---- what each ci/*-values.yaml does ----------------------------------------------------------------------------
+
+
+def check_defaults(docs: list[dict[str, Any]]) -> None:
+    # The objects and names the test-bed had before the chart.
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert {
+        ("Namespace", constants.LEASE_NAMESPACE),
+        ("Deployment", SCHEDULER),
+        ("PodDisruptionBudget", SCHEDULER),
+        ("ServiceAccount", SCHEDULER),
+        ("ClusterRole", SCHEDULER),
+        ("Role", f"{SCHEDULER}-leases"),
+        ("Deployment", WEBHOOK),
+        ("Service", WEBHOOK),
+        ("PodDisruptionBudget", WEBHOOK),
+        ("MutatingWebhookConfiguration", WEBHOOK),
+        ("DaemonSet", AGENT),
+        ("ServiceAccount", AGENT),
+        ("ValidatingAdmissionPolicy", f"{AGENT}-own-node"),
+        ("Secret", TLS_SECRET),
+        ("Secret", f"{TLS_SECRET}-ca"),
+    } <= names
+    assert (WEBHOOK, AGENT) == ("cuda-env-webhook", "gpu-inventory-agent")
+    # Images: <repository>:<appVersion>, no registry.
+    for kind, name, repository in (
+        ("Deployment", SCHEDULER, "gpu-scheduler"),
+        ("Deployment", WEBHOOK, "gpu-webhook"),
+        ("DaemonSet", AGENT, "gpu-inventory-agent"),
+    ):
+        c = container(docs, kind, name)
+        assert c["image"] == f"{repository}:{APP_VERSION}" and c["imagePullPolicy"] == "IfNotPresent"
+        assert c["args"][-2:] == ["--log-level=INFO", "--log-format=text"]
+    for name in (SCHEDULER, WEBHOOK):
+        deployment = one(docs, "Deployment", name)
+        assert deployment["spec"]["replicas"] == 2
+        assert deployment["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
+        assert one(docs, "PodDisruptionBudget", name)["spec"]["minAvailable"] == 1
+    assert container(docs, "Deployment", SCHEDULER)["resources"] == {
+        "requests": {"cpu": "50m", "memory": "64Mi"},
+        "limits": {"memory": "256Mi"},
+    }
+    # The MutatingWebhookConfiguration calls the Service, with the CA the chart generated.
+    (hook,) = one(docs, "MutatingWebhookConfiguration", WEBHOOK)["webhooks"]
+    assert hook["clientConfig"]["service"] == {"name": WEBHOOK, "namespace": NAMESPACE, "path": "/mutate", "port": 443}
+    check_generated_tls(docs, WEBHOOK, cert_days=365, ca_days=3650)
+    agent = container(docs, "DaemonSet", AGENT)
+    assert agent["args"][:2] == [f"--simulated={inventory.DEFAULT_SIMULATED}", "--interval=10"]
+    pod = one(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
+    assert "nodeSelector" not in pod and "tolerations" not in pod
+
+
+def check_generated_tls(docs: list[dict[str, Any]], service: str, *, cert_days: int, ca_days: int) -> None:
+    """The chart's CA and certificate: ECDSA P-256, the certificate for the Service's DNS names signed by the CA, the
+    CA in the configuration's caBundle and the serving Secret's ca.crt, the certificate's digest on the pods."""
+    serving, ca_secret = one(docs, "Secret", TLS_SECRET), one(docs, "Secret", f"{TLS_SECRET}-ca")
+    assert serving["type"] == ca_secret["type"] == "kubernetes.io/tls"
+    assert set(serving["data"]) == {"tls.crt", "tls.key", "ca.crt"} and set(ca_secret["data"]) == {"tls.crt", "tls.key"}
+    cert, ca = certificate(serving, "tls.crt"), certificate(ca_secret, "tls.crt")
+    cert.verify_directly_issued_by(ca)
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    for c in (cert, ca):
+        key = c.public_key()
+        assert isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1"
+    dns = [service, f"{service}.{NAMESPACE}", f"{service}.{NAMESPACE}.svc", f"{service}.{NAMESPACE}.svc.cluster.local"]
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == dns
+    assert serving["metadata"]["annotations"]["gpu-scheduling.io/dns-names"] == ",".join(dns)
+    assert round(days(cert)) == cert_days and round(days(ca)) == ca_days
+    for secret, c in ((serving, cert), (ca_secret, ca)):  # what an upgrade compares with the time of day
+        noted = int(secret["metadata"]["annotations"]["gpu-scheduling.io/not-after"])
+        assert abs(noted - c.not_valid_after_utc.timestamp()) < 120
+    assert serving["data"]["ca.crt"] == ca_secret["data"]["tls.crt"]
+    (hook,) = one(docs, "MutatingWebhookConfiguration", service)["webhooks"]
+    assert hook["clientConfig"]["caBundle"] == serving["data"]["ca.crt"]
+    deployment = one(docs, "Deployment", service)
+    pod = deployment["spec"]["template"]
+    digest = hashlib.sha256(cert.public_bytes(serialization.Encoding.PEM)).hexdigest()
+    assert pod["metadata"]["annotations"][CHECKSUM] == digest
+    assert pod["spec"]["volumes"] == [{"name": "tls", "secret": {"secretName": TLS_SECRET}}]
+
+
+def check_images(docs: list[dict[str, Any]]) -> None:
+    scheduler = container(docs, "Deployment", SCHEDULER)
+    assert scheduler["image"] == "localhost:5001/gpu-scheduler:sha-0123abcd"
+    assert scheduler["imagePullPolicy"] == "Always"
+    webhook = container(docs, "Deployment", WEBHOOK)
+    assert webhook["image"] == "registry.example.com:5000/gpu/team/gpu-webhook:1.2.3"
+    assert webhook["imagePullPolicy"] == "IfNotPresent"
+    agent = container(docs, "DaemonSet", AGENT)
+    assert agent["image"] == f"localhost:5001/gpu-agent:{APP_VERSION}" and agent["imagePullPolicy"] == "Never"
+
+
+def check_images_per_component(docs: list[dict[str, Any]]) -> None:
+    scheduler = container(docs, "Deployment", SCHEDULER)
+    assert scheduler["image"] == f"ghcr.io/example/gpu/scheduler:{APP_VERSION}"
+    webhook = container(docs, "Deployment", WEBHOOK)
+    assert webhook["image"] == f"registry.example.com/gpu-webhook:{APP_VERSION}"
+    assert webhook["imagePullPolicy"] == "Always"
+    agent = container(docs, "DaemonSet", AGENT)
+    assert agent["image"] == "localhost:5001/gpu-inventory-agent:agent-7" and agent["imagePullPolicy"] == "IfNotPresent"
+
+
+def check_logging(docs: list[dict[str, Any]]) -> None:
+    for kind, name in (("Deployment", SCHEDULER), ("Deployment", WEBHOOK), ("DaemonSet", AGENT)):
+        assert container(docs, kind, name)["args"][-2:] == ["--log-level=DEBUG", "--log-format=json"]
+
+
+def check_scheduler(docs: list[dict[str, Any]]) -> None:
+    name = "other-scheduler"
+    assert not [d for d in docs if d["metadata"]["name"].startswith(SCHEDULER)]
+    deployment = one(docs, "Deployment", name)
+    assert deployment["spec"]["replicas"] == 3
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == name and "priorityClassName" not in pod
+    (c,) = pod["containers"]
+    assert f"--scheduler-name={name}" in c["args"] and f"--leader-elect-resource-name={name}" in c["args"]
+    assert c["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
+    assert one(docs, "PodDisruptionBudget", name)["spec"]["minAvailable"] == 2
+    for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+        one(docs, kind, name)
+    assert one(docs, "RoleBinding", f"{name}-leases")["subjects"][0]["name"] == name
+    (hook,) = one(docs, "MutatingWebhookConfiguration", WEBHOOK)["webhooks"]
+    assert hook["matchConditions"][0]["expression"].endswith(f"object.spec.schedulerName == '{name}')")
+    policy = one(docs, "ValidatingAdmissionPolicy", "gpu-scheduling-binding-annotations")
+    assert f"'system:serviceaccount:{NAMESPACE}:{name}'" in str(policy["spec"])
+    assert f"the {name}'s Binding" in str(find(docs, "ValidatingAdmissionPolicy"))
+
+
+def check_single_replica(docs: list[dict[str, Any]]) -> None:
+    assert one(docs, "Deployment", SCHEDULER)["spec"]["replicas"] == 1
+    assert one(docs, "Deployment", WEBHOOK)["spec"]["replicas"] == 1
+    assert find(docs, "PodDisruptionBudget") == []
+
+
+def check_webhook_service(docs: list[dict[str, Any]]) -> None:
+    name = "gpu-env-webhook"
+    assert not find(docs, "Deployment", WEBHOOK) and not find(docs, "Service", WEBHOOK)
+    deployment = one(docs, "Deployment", name)
+    assert deployment["spec"]["replicas"] == 3 and "priorityClassName" not in deployment["spec"]["template"]["spec"]
+    assert container(docs, "Deployment", name)["resources"] == {
+        "requests": {"cpu": "50m", "memory": "64Mi"},
+        "limits": {"memory": "256Mi"},
+    }
+    service = one(docs, "Service", name)
+    assert service["spec"]["ports"] == [{"name": "https", "port": 8443, "targetPort": "https"}]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"] == {"app": name}
+    assert one(docs, "PodDisruptionBudget", name)["spec"]["minAvailable"] == "50%"
+    (hook,) = one(docs, "MutatingWebhookConfiguration", name)["webhooks"]
+    service = {"name": name, "namespace": NAMESPACE, "path": "/mutate-pods", "port": 8443}
+    assert hook["clientConfig"]["service"] == service
+    assert hook["timeoutSeconds"] == 10
+    check_generated_tls(docs, name, cert_days=365, ca_days=3650)
+
+
+def check_webhook_generated_tls(docs: list[dict[str, Any]]) -> None:
+    check_generated_tls(docs, WEBHOOK, cert_days=90, ca_days=730)
+
+
+def check_webhook_existing_secret(docs: list[dict[str, Any]]) -> None:
+    values = yaml.safe_load((CI_DIR / "webhook-existing-secret-values.yaml").read_text())["webhook"]["tls"]
+    assert find(docs, "Secret") == []
+    pod = one(docs, "Deployment", WEBHOOK)["spec"]["template"]
+    assert pod["spec"]["volumes"] == [{"name": "tls", "secret": {"secretName": "my-webhook-tls"}}]
+    digest = hashlib.sha256(f"{values['caBundle']}\n{values['certChecksum']}".encode()).hexdigest()
+    assert pod["metadata"]["annotations"][CHECKSUM] == digest
+    (hook,) = one(docs, "MutatingWebhookConfiguration", WEBHOOK)["webhooks"]
+    assert hook["clientConfig"] == {
+        "service": {"name": WEBHOOK, "namespace": NAMESPACE, "path": "/mutate", "port": 443},
+        "caBundle": values["caBundle"],
+    }
+
+
+def check_webhook_url(docs: list[dict[str, Any]]) -> None:
+    values = yaml.safe_load((CI_DIR / "webhook-url-values.yaml").read_text())["webhook"]
+    assert [d for d in docs if d["metadata"]["name"] == WEBHOOK] == [one(docs, "MutatingWebhookConfiguration", WEBHOOK)]
+    assert find(docs, "Secret") == []
+    (hook,) = one(docs, "MutatingWebhookConfiguration", WEBHOOK)["webhooks"]
+    assert hook["clientConfig"] == {"url": values["url"], "caBundle": values["tls"]["caBundle"]}
+    one(docs, "Deployment", SCHEDULER)
+    one(docs, "DaemonSet", AGENT)
+
+
+def check_agent(docs: list[dict[str, Any]]) -> None:
+    name = "gpu-agent"
+    assert not [d for d in docs if d["metadata"]["name"].startswith(AGENT)]
+    daemonset = one(docs, "DaemonSet", name)
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == name
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    (c,) = pod["containers"]
+    assert c["args"][:2] == ["--simulated=count=4,islands=1,bandwidth=300,unhealthy=3", "--interval=30"]
+    assert c["resources"] == {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "96Mi"}}
+    for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+        one(docs, kind, name)
+    assert one(docs, "RoleBinding", f"{name}-leases")["subjects"][0]["name"] == name
+    policy = one(docs, "ValidatingAdmissionPolicy", f"{name}-own-node")
+    assert f"'system:serviceaccount:{NAMESPACE}:{name}'" in policy["spec"]["matchConditions"][0]["expression"]
+    assert one(docs, "ValidatingAdmissionPolicyBinding", f"{name}-own-node")["spec"]["policyName"] == f"{name}-own-node"
+
+
+def check_agent_disabled(docs: list[dict[str, Any]]) -> None:
+    assert not [d for d in docs if d["metadata"]["name"].startswith(AGENT)]
+    assert find(docs, "DaemonSet") == []
+    assert {d["metadata"]["name"] for d in find(docs, "ValidatingAdmissionPolicy")} == {
+        "gpu-scheduling-pod-annotations-fixed",
+        "gpu-scheduling-binding-annotations",
+        "gpu-scheduling-allocation-not-at-creation",
+    }
+
+
+def check_lease_namespace_existing(docs: list[dict[str, Any]]) -> None:
+    assert find(docs, "Namespace") == []
+    assert {d["metadata"]["namespace"] for d in find(docs, "Role")} == {constants.LEASE_NAMESPACE}
+
+
+CHECKS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
+    "default-values.yaml": check_defaults,
+    "images-values.yaml": check_images,
+    "images-per-component-values.yaml": check_images_per_component,
+    "logging-values.yaml": check_logging,
+    "scheduler-values.yaml": check_scheduler,
+    "single-replica-values.yaml": check_single_replica,
+    "webhook-service-values.yaml": check_webhook_service,
+    "webhook-generated-tls-values.yaml": check_webhook_generated_tls,
+    "webhook-existing-secret-values.yaml": check_webhook_existing_secret,
+    "webhook-url-values.yaml": check_webhook_url,
+    "agent-values.yaml": check_agent,
+    "agent-disabled-values.yaml": check_agent_disabled,
+    "lease-namespace-existing-values.yaml": check_lease_namespace_existing,
+}
+
+
+@pytest.mark.parametrize("ci", CI)
+def test_each_values_file_does_what_it_says(ci):
+    assert ci in CHECKS, f"ci/{ci} has no check in CHECKS"
+    CHECKS[ci](render(ci))
+
+
+def test_every_check_has_its_values_file():
+    assert sorted(CHECKS) == CI
+
+
+def test_every_value_is_set_by_a_values_file():
+    """chart-testing's convention: every value is exercised, by a ci file that sets it to something other than its
+    default."""
+    set_by = {ci: yaml.safe_load((CI_DIR / ci).read_text()) or {} for ci in CI}
+    unset = [
+        path
+        for path, default in leaves(DEFAULTS)
+        if not any(dig(values, path) not in (KeyError, default) for values in set_by.values())
+    ]
+    assert unset == []
+    # ... and sets only values that exist.
+    known = {path for path, _ in leaves(DEFAULTS)}
+    for ci, values in set_by.items():
+        assert {path for path, _ in leaves(values) if path} <= known, ci
+
+
+def test_the_default_values_file_is_the_defaults():
+    assert render("default-values.yaml") != [] and not yaml.safe_load((CI_DIR / "default-values.yaml").read_text())
+
+
+# ---- the programs accept what the chart passes them --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ci", ["default-values.yaml", "logging-values.yaml", "scheduler-values.yaml"])
+def test_the_scheduler_and_the_webhook_accept_their_args(ci):
+    from gpu_scheduling.scheduler import main as scheduler
+    from gpu_scheduling.webhook import server as webhook
+
+    docs = render(ci)
+    (deployment,) = [
+        d for d in find(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"] == "scheduler"
+    ]
+    args = scheduler.parse_args(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert args.leader_elect and args.scheduler_name == deployment["metadata"]["name"]
+    assert scheduler.election_config(args).namespace == constants.LEASE_NAMESPACE
+    args = webhook.parse_args(container(docs, "Deployment", WEBHOOK)["args"])
+    assert args.port == 8443 and args.tls_cert_file == "/tls/tls.crt"
+
+
+@pytest.mark.parametrize("ci", ["default-values.yaml", "agent-values.yaml", "logging-values.yaml"])
+def test_the_agent_accepts_its_args(ci):
+    """The agent's arguments as the DaemonSet gives them, run with --print (no cluster: it prints the inventory it
+    would write)."""
+    docs = render(ci)
+    (daemonset,) = find(docs, "DaemonSet")
+    (c,) = daemonset["spec"]["template"]["spec"]["containers"]
+    agent = [sys.executable, "-c", "from gpu_scheduling.agent.main import main; main()"]
+    done = subprocess.run(
+        [*agent, *c["args"], "--source=simulated", "--print"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    simulated = next(a.removeprefix("--simulated=") for a in c["args"] if a.startswith("--simulated="))
+    assert len(json.loads(done.stdout)["devices"]) == len(inventory.parse_simulated(simulated))
+
+
+# ---- refused values ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("scheduler.replicas=-1", "/scheduler/replicas"),
+        ("webhook.replicas=0", "/webhook/replicas"),
+        ("scheduler.image.pullPolicy=Sometimes", "/scheduler/image/pullPolicy"),
+        ("scheduler.image.tag=bad:tag", "/scheduler/image/tag"),
+        ("agent.image.repository=Upper/Case", "/agent/image/repository"),
+        ("imageRegistry=https://registry.example.com", "/imageRegistry"),
+        ("scheduler.name=Bad.Name", "/scheduler/name"),
+        ("webhook.name=cuda_env_webhook", "/webhook/name"),
+        ("agent.name=-agent", "/agent/name"),
+        ("webhook.url=http://insecure.example.com/mutate", "/webhook/url"),
+        ("webhook.url=https://example.com/mutate?x=1", "/webhook/url"),
+        ("webhook.timeoutSeconds=31", "/webhook/timeoutSeconds"),
+        ("webhook.port=70000", "/webhook/port"),
+        ("webhook.path=mutate", "/webhook/path"),
+        ("webhook.tls.caBundle=not*base64", "/webhook/tls/caBundle"),
+        ("webhook.tls.existingSecret=Bad_Secret", "/webhook/tls/existingSecret"),
+        ("webhook.tls.certValidityDays=0", "/webhook/tls/certValidityDays"),
+        ("scheduler.podDisruptionBudget.minAvailable=half", "/scheduler/podDisruptionBudget/minAvailable"),
+        ("agent.simulatedInventory=gpus=8", "/agent/simulatedInventory"),
+        ("agent.interval=0", "/agent/interval"),
+        ("agent.enabled=maybe", "/agent/enabled"),
+        ("leaseNamespace.create=yes", "/leaseNamespace/create"),
+        ("logLevel=TRACE", "/logLevel"),
+        ("logFormat=xml", "/logFormat"),
+        ("scheduler.replica=3", "additional properties 'replica' not allowed"),
+        ("unknown=1", "additional properties 'unknown' not allowed"),
+    ],
+)
+def test_the_schema_refuses_a_bad_value_naming_it(setting, named):
+    message = helm_fails("--set", setting)
+    assert "values don't meet the specifications of the schema" in message and named in message, message
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"webhook": {"tls": {"existingSecret": "s"}}},
+            "webhook.tls.existingSecret (s) is set: give webhook.tls.caBundle too",
+        ),
+        (
+            {"webhook": {"tls": {"caBundle": "Q0E="}}},
+            "webhook.tls.caBundle is set: give webhook.tls.existingSecret too",
+        ),
+        ({"webhook": {"url": "https://127.0.0.1:8443/mutate"}}, "webhook.url is set: give webhook.tls.caBundle too"),
+        (
+            {"webhook": {"url": "https://127.0.0.1:8443/mutate", "tls": {"existingSecret": "s", "caBundle": "Q0E="}}},
+            "webhook.tls.existingSecret has no use",
+        ),
+        (
+            {"webhook": {"tls": {"existingSecret": "s", "caBundle": "Q0E="}}},
+            "webhook.tls.caBundle must be the base64 of a PEM CA certificate",
+        ),
+        (
+            {"scheduler": {"replicas": 1}},
+            "scheduler.podDisruptionBudget.minAvailable (1) must be below scheduler.replicas (1)",
+        ),
+        (
+            {"webhook": {"replicas": 2, "podDisruptionBudget": {"minAvailable": 2}}},
+            "webhook.podDisruptionBudget.minAvailable (2) must be below webhook.replicas (2)",
+        ),
+        (
+            {"webhook": {"tls": {"renewBeforeDays": 365}}},
+            "webhook.tls.renewBeforeDays (365) must be below webhook.tls.certValidityDays (365)",
+        ),
+        (
+            {"webhook": {"tls": {"certValidityDays": 4000}}},
+            "webhook.tls.certValidityDays (4000) must not exceed webhook.tls.caValidityDays (3650)",
+        ),
+    ],
+)
+def test_the_templates_refuse_values_that_do_not_fit_together(values, message):
+    refused = helm_fails(values=values)
+    assert message in refused, refused
+
+
+def test_set_image_tag_on_the_command_line():
+    """The README's `--set scheduler.image.tag=...`, also with a tag that --set reads as a number."""
+    for tag in ("0.2.0", "20240101"):
+        tagged = ["--set", f"scheduler.image.tag={tag}", "--show-only", "templates/scheduler/deployment.yaml"]
+        docs = yaml.safe_load_all(manifests.helm("template", "t", str(CHART), *tagged))
+        (deployment,) = [d for d in docs if d]
+        assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == f"gpu-scheduler:{tag}"
+
+
+# ---- the chart as a package -------------------------------------------------------------------------------------
+
+
+def test_chart_metadata():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and chart["name"] == "gpu-scheduler" and chart["type"] == "application"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", chart["version"])
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"], "appVersion is the programs' version (pyproject.toml)"
+
+
+def test_the_package_holds_what_the_templates_read(tmp_path):
+    """`helm package` keeps keys.yaml (the templates read it), crds/ and the schema, and leaves ci/ out."""
+    manifests.helm("package", str(CHART), "--destination", str(tmp_path))
+    (package,) = tmp_path.glob("*.tgz")
+    with tarfile.open(package) as tar:
+        names = {name.removeprefix("gpu-scheduler/") for name in tar.getnames()}
+    assert {"Chart.yaml", "values.yaml", "values.schema.json", "keys.yaml", "README.md", "templates/NOTES.txt"} <= names
+    assert {f"crds/{p.name}" for p in manifests.CRD_DIR.glob("*.yaml")} <= names
+    assert not [n for n in names if n.startswith("ci/")]
+
+
+NOTES_CASES = [
+    "default-values.yaml",
+    "webhook-existing-secret-values.yaml",
+    "webhook-url-values.yaml",
+    "agent-disabled-values.yaml",
+]
+
+
+@pytest.mark.parametrize("ci", NOTES_CASES)
+def test_the_notes_render(ci, tmp_path):
+    """templates/NOTES.txt, which helm prints after install (helm template does not render it: a copy of the chart
+    renders it into a ConfigMap)."""
+    copy_dir = tmp_path / "gpu-scheduler"
+    subprocess.run(["cp", "-r", str(CHART), str(copy_dir)], check=True)
+    notes = (copy_dir / "templates" / "NOTES.txt").read_text()
+    (copy_dir / "templates" / "NOTES.txt").unlink()
+    (copy_dir / "templates" / "notes.tpl").write_text('{{- define "test.notes" -}}\n' + notes + "\n{{- end -}}\n")
+    (copy_dir / "templates" / "notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+        'data:\n  notes: {{ include "test.notes" . | toJson }}\n'
+    )
+    values = ["--namespace", NAMESPACE, "--values", str(CI_DIR / ci)]
+    text = manifests.helm("template", "gpu-scheduler", str(copy_dir), *values, "--show-only", "templates/notes.yaml")
+    rendered = yaml.safe_load(text)["data"]["notes"]
+    assert "kubectl apply --server-side -f crds/" in rendered
+    assert f"schedulerName: {SCHEDULER}" in rendered and constants.MAP_ANNOTATION in rendered
+    assert ("not deployed" in rendered) == (ci == "webhook-url-values.yaml")
+    assert ("DaemonSet" in rendered) == (ci != "agent-disabled-values.yaml")
+    assert "<no value>" not in rendered
+
+
+# ---- documentation ----------------------------------------------------------------------------------------------
+
+
+def test_the_readme_lists_every_value():
+    """The chart's README has one row per value (`| `path` | default | meaning |`), and none for a value that is
+    gone."""
+    text = (CHART / "README.md").read_text()
+    table = text[text.index("| value | default | meaning |") :].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| `([\w.]+)` \|", table, flags=re.MULTILINE)
+    values = [path for path, _ in leaves(DEFAULTS)]
+    assert sorted(rows) == sorted(values)
+
+
+def test_the_readme_gives_the_crd_upgrade_step():
+    readme = (CHART / "README.md").read_text()
+    assert "kubectl apply --server-side -f charts/gpu-scheduler/crds/" in readme
+
+
+def test_the_schema_knows_every_value_and_closes_every_object():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if "properties" in node:
+            assert node.get("additionalProperties") is False, f"{path or 'values'}: unknown values must be refused"
+            assert set(node.get("required", [])) <= set(node["properties"]), path
+            for key, child in node["properties"].items():
+                walk(child, f"{path}.{key}" if path else key)
+
+    walk(schema, "")
+    for path, _ in leaves(DEFAULTS):
+        node = schema
+        for part in path.split("."):
+            node = node["properties"][part]
+        assert node.get("description"), f"{path}: no description in values.schema.json"
+
+
+def test_values_yaml_comments_every_value():
+    """values.yaml says what each value is: a comment line right above every key (the entries of a map given whole,
+    such as resources' requests and limits, aside)."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    stack: list[tuple[int, str]] = []  # (indentation, key) of the keys enclosing the current line
+    uncommented = []
+    for i, line in enumerate(lines):
+        match = re.match(r"^(\s*)([A-Za-z]\w*):", line)
+        if not match:
+            continue
+        indent, key = len(match.group(1)), match.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = ".".join([k for _, k in stack] + [key])
+        stack.append((indent, key))
+        if any(k in WHOLE_VALUES for _, k in stack[:-1]):
+            continue
+        if not lines[i - 1].lstrip().startswith("#"):
+            uncommented.append(path)
+    assert uncommented == []
