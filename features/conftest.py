@@ -18,7 +18,8 @@ is reported as deselected, with a line saying how many and which option selects 
 every scenario that the paths, `-m` and `-k` selected (`pytest features -m kind` without `--tier kind`), the run
 stops with a usage error instead of passing on nothing. GPU_TEST_KUBECONFIG and the tier must agree: the kind tier
 needs it (except with --collect-only), and the control-plane tier refuses it rather than ignore it. The unit and
-integration tests under tests/ belong to no tier.
+integration tests under tests/ belong to no tier. Scenarios tagged @disruptive (the chart's uninstall, which takes
+the scheduler and the webhook away while it runs) are run after all the others.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ from harness.wait import wait_for
 CONTROLPLANE, KIND = "controlplane", "kind"
 #: Tags of the scenarios that run on the KinD test-bed: its own and those that hold on a real cluster as well.
 KIND_TIER_MARKERS = frozenset({"kind", "takehome", "errors", "claims"})
+#: Tag of the scenarios that break every other one while they run: collected last (pytest_collection_modifyitems).
+DISRUPTIVE = "disruptive"
 FEATURES = pathlib.Path(__file__).parent
 EXTERNAL_KUBECONFIG = os.environ.get("GPU_TEST_KUBECONFIG")
 _DESELECTED = pytest.StashKey[int]()
@@ -108,16 +111,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ours = [item for item in items if item.path.is_relative_to(FEATURES)]
     other = [item for item in ours if tier not in tiers(item)]
     config.stash[_DESELECTED] = len(other)
-    if not other:
-        return
-    if len(other) == len(ours):
-        raise pytest.UsageError(
-            f"the {len(other)} scenario(s) selected under features/ are not in the {tier} tier (the default is "
-            f"{CONTROLPLANE}): run them with --tier {KIND if tier == CONTROLPLANE else CONTROLPLANE}"
-        )
-    dropped = set(other)
-    config.hook.pytest_deselected(items=other)
-    items[:] = [item for item in items if item not in dropped]
+    if other:
+        if len(other) == len(ours):
+            raise pytest.UsageError(
+                f"the {len(other)} scenario(s) selected under features/ are not in the {tier} tier (the default is "
+                f"{CONTROLPLANE}): run them with --tier {KIND if tier == CONTROLPLANE else CONTROLPLANE}"
+            )
+        dropped = set(other)
+        config.hook.pytest_deselected(items=other)
+        items[:] = [item for item in items if item not in dropped]
+    # The @disruptive scenarios take the deployed components away while they run (features/chart: the release
+    # uninstalled), so every other scenario runs before them; the order among each group stays as collected.
+    items.sort(key=lambda item: item.get_closest_marker(DISRUPTIVE) is not None)
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
@@ -254,6 +259,7 @@ def create_pod_without_map(world: World, name: str, scheduler: str) -> None:
     world.error = None
 
 
+@given(step('the pod "{name:q}" naming the GpuClaim "{claim:q}" is created'))
 @when(step('the pod "{name:q}" naming the GpuClaim "{claim:q}" is created'))
 def create_claim_pod(world: World, name: str, claim: str) -> None:
     world.api.create(paths.pods(world.namespace), pod_body(name, gpu_map=None, claim=claim))
@@ -363,7 +369,7 @@ def bound_once_with_event(world: World) -> None:
         assert_scheduled_event(world, pod, events)
 
 
-# ---- GpuClaims and their GPUs (claims, claims_scheduling, faults, security, kind) --------------------------------
+# ---- GpuClaims and their GPUs (claims, claims_scheduling, faults, security, kind, chart) -----------------------
 
 
 @given("every kwok node has the simulated inventory of 8 GPUs in two NVLink islands")
