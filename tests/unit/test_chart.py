@@ -203,6 +203,9 @@ def check_defaults(docs: list[dict[str, Any]]) -> None:
         assert deployment["spec"]["replicas"] == 2
         assert deployment["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
         assert one(docs, "PodDisruptionBudget", name)["spec"]["minAvailable"] == 1
+    # A webhook pod being deleted serves on 5 s, then drains (the program); the grace period covers both.
+    assert container(docs, "Deployment", WEBHOOK)["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert one(docs, "Deployment", WEBHOOK)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 20
     assert container(docs, "Deployment", SCHEDULER)["resources"] == {
         "requests": {"cpu": "50m", "memory": "64Mi"},
         "limits": {"memory": "256Mi"},
@@ -305,6 +308,8 @@ def check_webhook_service(docs: list[dict[str, Any]]) -> None:
     assert not find(docs, "Deployment", WEBHOOK) and not find(docs, "Service", WEBHOOK)
     deployment = one(docs, "Deployment", name)
     assert deployment["spec"]["replicas"] == 3 and "priorityClassName" not in deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 25
+    assert container(docs, "Deployment", name)["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
     assert container(docs, "Deployment", name)["resources"] == {
         "requests": {"cpu": "50m", "memory": "64Mi"},
         "limits": {"memory": "256Mi"},
@@ -482,6 +487,8 @@ def test_the_agent_accepts_its_args(ci):
         ("webhook.url=http://insecure.example.com/mutate", "/webhook/url"),
         ("webhook.url=https://example.com/mutate?x=1", "/webhook/url"),
         ("webhook.timeoutSeconds=31", "/webhook/timeoutSeconds"),
+        ("webhook.shutdownDelaySeconds=61", "/webhook/shutdownDelaySeconds"),
+        ("webhook.shutdownDelaySeconds=-1", "/webhook/shutdownDelaySeconds"),
         ("webhook.port=70000", "/webhook/port"),
         ("webhook.path=mutate", "/webhook/path"),
         ("webhook.tls.caBundle=not*base64", "/webhook/tls/caBundle"),
@@ -553,6 +560,14 @@ def test_set_image_tag_on_the_command_line():
         docs = yaml.safe_load_all(manifests.helm("template", "t", str(CHART), *tagged))
         (deployment,) = [d for d in docs if d]
         assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == f"gpu-scheduler:{tag}"
+
+
+def test_no_shutdown_delay_means_no_prestop():
+    """webhook.shutdownDelaySeconds 0: no preStop hook (SIGTERM at once), the grace period still the program's."""
+    docs = manifests.render({"webhook": {"shutdownDelaySeconds": 0}}, namespace=NAMESPACE)
+    assert "lifecycle" not in container(docs, "Deployment", WEBHOOK)
+    assert one(docs, "Deployment", WEBHOOK)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 15
+    assert openapi.validate(docs) == []
 
 
 # ---- the chart as a package -------------------------------------------------------------------------------------

@@ -9,6 +9,13 @@ whatever a client sends: a body that is not an AdmissionReview is answered 400, 
 reading it), one that does not arrive within BODY_TIMEOUT 408; an unexpected error is logged and answered 500 (a
 bug). Connections are bounded in number, in the time their headers and bodies may take and in idle time; a client
 that goes away is logged at debug level.
+
+Stopping (SIGTERM) drains before it closes, because the apiserver may still be sending on a connection it holds:
+for `drain_seconds` everything is still served, a new connection included, while every HTTP/2 connection gets a
+GOAWAY that says "open no more streams here" (last stream id 2^31-1, RFC 9113 section 6.8) and every HTTP/1.1
+answer says `Connection: close`; then Hypercorn's own shutdown (`terminated`): the listener closes, a stream opened
+after that is refused with REFUSED_STREAM (the client may send it again elsewhere), an idle connection gets a GOAWAY
+with its real last stream and closes, a busy one after its answers, within GRACEFUL_SECONDS.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
@@ -34,14 +42,18 @@ from hypercorn.asyncio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.asyncio.worker_context import WorkerContext
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.protocol.events import Response
 from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.utils import wrap_app
+from hyperframe.frame import GoAwayFrame
 
 from gpu_scheduling import admission, logs
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from hypercorn.protocol.events import Event as StreamEvent
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
 log = logging.getLogger("gpu_scheduling.webhook")
@@ -59,13 +71,18 @@ MAX_REQUESTS_PER_CONNECTION = 10_000
 MAX_STREAMS = 100  # concurrent HTTP/2 streams per connection (RFC 9113 recommends no fewer than 100)
 BODY_BUDGET_BYTES = 16 * 1024 * 1024  # request bodies buffered at once, all connections together (memory limit)
 LARGE_BODY_BYTES = 64 * 1024  # larger bodies are decided in one worker thread, one at a time (memory, event loop)
-GRACEFUL_SECONDS = 5.0
+GRACEFUL_SECONDS = 5.0  # after the drain: busy connections get this long to finish their answers, then are dropped
+SHUTDOWN_DRAIN_SECONDS = 2.0  # on SIGTERM: serve on this long while telling clients to go elsewhere (--drain-seconds)
 DRAIN_SECONDS = 5.0  # after an HTTP/1.1 413, read and drop the rest of the body for at most this long...
 DRAIN_BYTES = 16 * 1024 * 1024  # ...and this many bytes, then close
 
 # TLS 1.2 with ECDHE key exchange and AEAD ciphers only (no CBC, no RSA key exchange); TLS 1.3 suites are all AEAD.
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 ALPN = ["h2", "http/1.1"]
+# "Open no more streams": a GOAWAY whose last stream id is the highest there is, so that none the client has sent or
+# is sending counts as unprocessed (RFC 9113 section 6.8, graceful shutdown). Written as bytes, not through h2's
+# close_connection(), which would put the connection in a state where it refuses the streams still to come.
+GOAWAY_DRAIN = GoAwayFrame(0, last_stream_id=2**31 - 1, error_code=h2.errors.ErrorCodes.NO_ERROR).serialize()
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -418,8 +435,21 @@ class Limits:
     handshake_timeout: float = TLS_HANDSHAKE_TIMEOUT
 
 
+class _Context(WorkerContext):
+    """Hypercorn's worker context (its `terminated` ends the connections) and the drain before it: `draining` is set
+    when the program is told to stop, `terminated` a drain period later."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.draining = False
+
+
+def _draining(context: object) -> bool:
+    return isinstance(context, _Context) and context.draining
+
+
 class _Pool:
-    """The open connections, for the cap."""
+    """The open connections, for the cap and the drain."""
 
     def __init__(self, limits: Limits, metrics: WebhookMetrics) -> None:
         self.limits, self.metrics = limits, metrics
@@ -471,6 +501,8 @@ class _Connection(TCPServer):
         self.h2 = False
         self.peer = "?"
         self._header_timer: asyncio.TimerHandle | None = None
+        self._preface_sent = False  # HTTP/2: the server's SETTINGS must be its first frame, a GOAWAY after it
+        self._goaway_sent = False
 
     async def run(self) -> None:
         ssl_object = self.writer.get_extra_info("ssl_object")
@@ -504,6 +536,31 @@ class _Connection(TCPServer):
             else:
                 self._cancel_header_timer()
         await super().protocol_send(event)
+        if isinstance(event, RawData) and not self._preface_sent:
+            self._preface_sent = True
+            if _draining(self.context):  # a connection made during the drain is told at once
+                self.drain()
+
+    def drain(self) -> None:
+        """The program is stopping: an HTTP/2 client is asked to open no more streams here (and goes on with those
+        it has opened or is opening, which are answered). Written at once, between two whole frames (the writer
+        takes each of Hypercorn's writes whole), without waiting for a client that does not read. HTTP/1.1 needs
+        nothing here: its next answer says `Connection: close` (_H11Protocol)."""
+        if self.h2 and self._preface_sent and not self._goaway_sent and not self.writer.transport.is_closing():
+            self._goaway_sent = True
+            self.writer.write(GOAWAY_DRAIN)
+
+    def drain_over(self) -> None:
+        """The drain is over and Hypercorn's shutdown follows, which closes an idle connection without a word: an
+        idle HTTP/2 connection first gets a GOAWAY with its real last stream, so that a request the client sends
+        as it closes is known not to have been processed (a busy one gets it from Hypercorn after its answers)."""
+        if not (self.h2 and self.idle and self._preface_sent) or self.writer.transport.is_closing():
+            return
+        connection = getattr(self.protocol.protocol, "connection", None)
+        if isinstance(connection, h2.connection.H2Connection):
+            with contextlib.suppress(h2.exceptions.ProtocolError):  # already closed (the client's GOAWAY)
+                connection.close_connection()
+                self.writer.write(connection.data_to_send())
 
     def _next_request_started(self) -> bool:
         """Whether bytes of the next HTTP/1.1 request came with the last one (pipelined, or a lying length)."""
@@ -558,11 +615,19 @@ class _H2Protocol(H2Protocol):
     """Hypercorn's HTTP/2 connection, answering early safely: when the answer (a 413, a 408) went out before the
     whole request body came in, the client's further DATA frames are for a stream Hypercorn has forgotten, which
     raised KeyError and dropped the connection (and the flow-control credit of that data was never returned).
-    Here such data is acknowledged and the stream reset with NO_ERROR, as RFC 9113 section 8.1 describes."""
+    Here such data is acknowledged and the stream reset with NO_ERROR, as RFC 9113 section 8.1 describes.
+
+    And refusing safely once the server is shutting down (`terminated`): Hypercorn resets a new stream with
+    NO_ERROR, which a client cannot tell from "processed, nothing to say"; REFUSED_STREAM tells it the request was
+    not processed, so it may send it again on another connection (RFC 9113 section 8.7; Go's client, the
+    apiserver's, does)."""
 
     async def _handle_events(self, events: list[h2.events.Event]) -> None:
         batch: list[h2.events.Event] = []
         for event in events:
+            if isinstance(event, h2.events.RequestReceived) and self.context.terminated.is_set():
+                self.connection.reset_stream(event.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+                continue  # its other events (StreamEnded, DataReceived) find no stream, as after an early answer
             if isinstance(event, h2.events.DataReceived) and event.stream_id not in self.streams:
                 if batch:  # the stream may be opened by an event before this one
                     await super()._handle_events(batch)
@@ -576,8 +641,24 @@ class _H2Protocol(H2Protocol):
         await super()._handle_events(batch)
 
 
-# ProtocolWrapper looks the class up here when a connection speaks h2.
+class _H11Protocol(H11Protocol):
+    """Hypercorn's HTTP/1.1 connection; while the program drains before it stops, every answer says
+    `Connection: close`, and the connection closes after it (the client makes its next one elsewhere)."""
+
+    async def stream_send(self, event: StreamEvent) -> None:
+        if (
+            isinstance(event, Response)
+            and event.status_code >= 200
+            and _draining(self.context)
+            and not any(name.lower() == b"connection" for name, _ in event.headers)
+        ):
+            event = dataclasses.replace(event, headers=[*event.headers, (b"connection", b"close")])
+        await super().stream_send(event)
+
+
+# ProtocolWrapper looks the classes up here when a connection speaks h2 or HTTP/1.1.
 hypercorn.protocol.H2Protocol = _H2Protocol  # type: ignore[attr-defined]  # a re-export hypercorn does not declare
+hypercorn.protocol.H11Protocol = _H11Protocol  # type: ignore[attr-defined]  # as above
 
 
 def hypercorn_config(limits: Limits) -> Config:
@@ -606,12 +687,15 @@ async def serve(
     stop: asyncio.Event,
     limits: Limits | None = None,
     started: asyncio.Event | None = None,
+    *,
+    drain_seconds: float = SHUTDOWN_DRAIN_SECONDS,
 ) -> None:
-    """Serve `app` on host:port over TLS until `stop` is set, then close gracefully."""
+    """Serve `app` on host:port over TLS until `stop` is set, then drain for `drain_seconds` (still serving, clients
+    told to go elsewhere) and close gracefully (busy connections get GRACEFUL_SECONDS more)."""
     limits = limits or Limits()
     config = hypercorn_config(limits)
     asgi = wrap_app(app, config.wsgi_max_body_size, "asgi")
-    context = WorkerContext(None)
+    context = _Context()
     pool = _Pool(limits, app.metrics)
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[Any]] = set()
@@ -637,15 +721,41 @@ async def serve(
         started.set()
     try:
         await stop.wait()
+        # The drain: the listener stays open and everything is served, since a client may still be sending on a
+        # connection it holds, or still be routed here for a moment (a Service's endpoints lag behind a pod's end).
+        context.draining = True
+        for conn in list(pool.open):
+            conn.drain()
+        log.info(
+            "stopping: serving on for %gs while clients move away (HTTP/2: GOAWAY, HTTP/1.1: Connection: close); "
+            "%d connections open",
+            drain_seconds,
+            len(pool.open),
+        )
+        await asyncio.sleep(drain_seconds)
     finally:
+        for conn in list(pool.open):
+            conn.drain_over()
+        log.info(
+            "closing the listener and %d connections; those busy (%d) get up to %gs to answer",
+            len(pool.open),
+            sum(not conn.idle for conn in pool.open),
+            GRACEFUL_SECONDS,
+        )
         server.close()
         await context.terminated.set()  # idle connections close now, busy ones after their answer
         if tasks:
             _, pending = await asyncio.wait(set(tasks), timeout=GRACEFUL_SECONDS)
+            if pending:
+                log.info("dropping %d connections still busy after %gs", len(pending), GRACEFUL_SECONDS)
+                for conn in list(pool.open):
+                    conn.close_soon()  # their requests see the client gone and end
+                _, pending = await asyncio.wait(pending, timeout=1)
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=1)
+        log.info("stopped")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -663,8 +773,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=MAX_CONNECTIONS,
         help=f"open connections at most; at the cap the longest-idle one makes room (default {MAX_CONNECTIONS})",
     )
+    p.add_argument(
+        "--drain-seconds",
+        type=_seconds,
+        default=SHUTDOWN_DRAIN_SECONDS,
+        help="on SIGTERM, serve on this long while telling clients to go elsewhere (HTTP/2 GOAWAY, HTTP/1.1 "
+        f"Connection: close) before closing; busy connections then get {GRACEFUL_SECONDS:g}s more "
+        f"(default {SHUTDOWN_DRAIN_SECONDS:g})",
+    )
     logs.add_arguments(p)
     return p.parse_args(argv)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 3600, got {text!r}")
+    return value
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -675,7 +803,16 @@ async def run(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     started = asyncio.Event()
     task = asyncio.create_task(
-        serve(make_app(), args.host, args.port, ctx, stop, Limits(max_connections=args.max_connections), started)
+        serve(
+            make_app(),
+            args.host,
+            args.port,
+            ctx,
+            stop,
+            Limits(max_connections=args.max_connections),
+            started,
+            drain_seconds=args.drain_seconds,
+        )
     )
     await asyncio.wait({task, asyncio.create_task(started.wait())}, return_when=asyncio.FIRST_COMPLETED)
     if task.done():
