@@ -173,12 +173,13 @@ def test_lease_names_and_labels_are_valid_for_any_node_name():
 
 NODES = ("n1", "n2")
 GPUS = 2
-UIDS = ("p0", "p1", "p2")
+NAMES = ("p0", "p1", "p2")
 
 
 @dataclasses.dataclass
 class ApiPod:
     uid: str
+    name: str
     bound: Hold | None = None  # what the Binding said, once bound
     alive: bool = True
 
@@ -186,33 +187,54 @@ class ApiPod:
 class LedgerMachine(RuleBasedStateMachine):
     """A scheduler's use of the ledger against a model of the API: pods (bound or not, alive or gone) and GPU
     Leases (the lock: a create fails when the Lease exists). Watch events reach the ledger late, in order, one
-    stream each for pods and Leases (they lag each other). API calls may fail; the scheduler may restart."""
+    stream each for pods and Leases (they lag each other). API calls may fail; the scheduler may restart.
+
+    A pod created again under a name gets a new uid, as in Kubernetes, where a uid is never reused: the first pod
+    called p0 has uid "p0", the next "p0.1"."""
 
     @initialize()
     def start(self) -> None:
-        self.pods: dict[str, ApiPod] = {}
+        self.pods: dict[str, ApiPod] = {}  # uid -> pod, gone ones included (a Lease may still name them)
+        self.named: dict[str, str] = {}  # name -> uid of the latest pod of that name
         self.leases: dict[tuple[str, int], tuple[str, tuple[str, ...], int]] = {}  # key -> (excl, holders, rv)
         self.rv = 0
         self.restart()
 
     def restart(self) -> None:
-        """A new process: the ledger is rebuilt from fresh lists of the API, which lag each other."""
+        """A new process: the ledger is rebuilt from fresh lists of the API, the Leases' and then the pods', both
+        taken in before the first decision or release, as Scheduler.watch waits for every informer's `synced` (set
+        once its list went through the handlers) before `lead` starts the workers and the release worker. Events
+        from then on lag as usual. A pod that is gone is simply not in the list: the ledger learns nothing of it."""
         self.ledger = Ledger()
-        self.pod_events: list[tuple[str, ApiPod | None]] = []
+        self.pod_events: list[tuple[str, ApiPod]] = []
         self.lease_events: list[tuple[tuple[str, int], tuple[str, tuple[str, ...], int] | None]] = []
-        self.in_flight: dict[str, Hold] = {}  # our placements between assume and their end
+        self.in_flight: dict[str, Hold] = {}  # uid -> our placement, between assume and its end
         self.acquired: set[str] = set()  # in-flight claims whose Leases were all created
+        self.unanswered: set[str] = set()  # in-flight pods whose bind timed out: the worker is done, a retry is due
         for key, value in self.leases.items():
             self.ledger.lease_seen(self._record(key, value))
-        # The pod watch lists later than the Lease watch: the pods arrive as events, after the Leases.
         for pod in self.pods.values():
-            self._pod_event(pod)
+            if pod.alive and pod.bound is not None:
+                self.ledger.pod_bound(pod.bound)
 
     def _record(self, key: tuple[str, int], value: tuple[str, tuple[str, ...], int]) -> LeaseRecord:
         excl, holders, rv = value
-        return LeaseRecord(
-            objects.lease_name(*key), key[0], key[1], excl, holders, {h: f"ns/{h}" for h in holders}, str(rv)
-        )
+        pods = {h: f"ns/{self.pods[h].name}" for h in holders}
+        return LeaseRecord(objects.lease_name(*key), key[0], key[1], excl, holders, pods, str(rv))
+
+    def _live(self, name: str) -> ApiPod | None:
+        """The pod called `name` now, if one is alive."""
+        pod = self.pods.get(self.named.get(name, ""))
+        return pod if pod is not None and pod.alive else None
+
+    def _bound_shown(self, uid: str) -> bool:
+        """The pod watch has delivered the pod bound (its bound event is no longer on the way)."""
+        pod = self.pods[uid]
+        return pod.bound is not None and not any(u == uid and p.bound is not None for u, p in self.pod_events)
+
+    def _attempt(self, name: str) -> str | None:
+        """The oldest placement in flight for a pod called `name` (it may be for an earlier pod of that name)."""
+        return next((uid for uid in self.in_flight if self.pods[uid].name == name), None)
 
     def _write_lease(self, key: tuple[str, int], value: tuple[str, tuple[str, ...]] | None) -> None:
         self.rv += 1
@@ -226,34 +248,106 @@ class LedgerMachine(RuleBasedStateMachine):
     def _end(self, uid: str) -> None:
         self.in_flight.pop(uid, None)
         self.acquired.discard(uid)
+        self.unanswered.discard(uid)
 
     def _pod_event(self, pod: ApiPod) -> None:
         self.pod_events.append((pod.uid, dataclasses.replace(pod)))
 
-    # ---- the world ------------------------------------------------------------------------------------------
-    @rule(uid=st.sampled_from(UIDS))
-    def create_pod(self, uid: str) -> None:
-        if uid not in self.pods or not self.pods[uid].alive:
-            self.pods[uid] = ApiPod(uid)
-            self._pod_event(self.pods[uid])
+    # ---- the rules ------------------------------------------------------------------------------------------
+    # Each picks among the pods it can act on (`pick` indexes that list, oldest first), and the rules that
+    # wipe what is under way (a restart, a settle, a delete) run only when `now` is drawn, one time in five (in
+    # two for a delete), as Hypothesis draws rules evenly. With names drawn blindly and every rule as likely, most
+    # steps did nothing or undid the rest: with `confirm` broken to drop the hold (a claim could then take a map
+    # pod's GPU), no seed of seven found it in 1500 examples; now nine of ten do, seven within 500. The regression
+    # tests below call the name-keyed methods the rules pick for.
 
-    @rule(uid=st.sampled_from(UIDS))
-    def delete_pod(self, uid: str) -> None:
-        pod = self.pods.get(uid)
-        if pod is not None and pod.alive:
+    @precondition(lambda self: any(self._live(name) is None for name in NAMES))
+    @rule(pick=st.integers(0, 2))
+    def new_pod(self, pick: int) -> None:
+        free = [name for name in NAMES if self._live(name) is None]
+        self.create_pod(free[pick % len(free)])
+
+    @precondition(lambda self: any(pod.alive for pod in self.pods.values()))
+    @rule(pick=st.integers(0, 2), now=st.sampled_from([True, False]))
+    def delete_one(self, pick: int, now: bool) -> None:
+        if not now:
+            return
+        live = [pod.name for pod in self.pods.values() if pod.alive]
+        self.delete_pod(live[pick % len(live)])
+
+    @precondition(lambda self: bool(self._placeable()))
+    @rule(
+        pick=st.integers(0, 2),
+        node=st.sampled_from(NODES),
+        count=st.integers(1, 2),
+        shared=st.booleans(),
+        as_map=st.booleans(),
+    )
+    def place_one(self, pick: int, node: str, count: int, shared: bool, as_map: bool) -> None:
+        names = self._placeable()
+        self.place(names[pick % len(names)], node, count, shared, as_map)
+
+    @precondition(lambda self: bool(self._acquirable()))
+    @rule(pick=st.integers(0, 2), fail_at=st.sampled_from([None, None, 0, 1]))
+    def acquire_one(self, pick: int, fail_at: int | None) -> None:
+        uids = self._acquirable()
+        self._acquire(uids[pick % len(uids)], fail_at)
+
+    @precondition(lambda self: bool(self._bindable()))
+    @rule(pick=st.integers(0, 2), outcome=st.sampled_from(["ok", "refused", "timeout"]))
+    def bind_one(self, pick: int, outcome: str) -> None:
+        uids = self._bindable()
+        self._bind(uids[pick % len(uids)], outcome)
+
+    def _placeable(self) -> list[str]:
+        """Names of the pods the scheduler would place now: alive and unbound, not being placed (or due a retry)."""
+        return [
+            pod.name
+            for pod in self.pods.values()
+            if pod.alive and ((pod.bound is None and pod.uid not in self.in_flight) or self._retry_due(pod.uid))
+        ]
+
+    def _retry_due(self, uid: str) -> bool:
+        """A map pod whose bind timed out while the cache still shows it pending (the bind may have taken effect,
+        its event is on the way): Scheduler._schedule tries it again, reading the same map entry. (A claim pod's
+        retry reuses the hold it assumed, ClaimPath.place: nothing new for the ledger.)"""
+        return uid in self.unanswered and self.in_flight[uid].source == "map" and not self._bound_shown(uid)
+
+    def _acquirable(self) -> list[str]:
+        return [uid for uid in self.in_flight if self.in_flight[uid].source == "claim" and uid not in self.acquired]
+
+    def _bindable(self) -> list[str]:
+        return [uid for uid in self.in_flight if self.in_flight[uid].source == "map" or uid in self.acquired]
+
+    # ---- the world ------------------------------------------------------------------------------------------
+    def create_pod(self, name: str) -> None:
+        if self._live(name) is not None:
+            return
+        # A new uid, never one of a pod that was: the API makes a fresh one for every object it creates.
+        earlier = sum(1 for pod in self.pods.values() if pod.name == name)
+        uid = f"{name}.{earlier}" if earlier else name
+        self.pods[uid] = ApiPod(uid, name)
+        self.named[name] = uid
+        self._pod_event(self.pods[uid])
+
+    def delete_pod(self, name: str) -> None:
+        pod = self._live(name)
+        if pod is not None:
             pod.alive = False
             self._pod_event(pod)
 
+    @precondition(lambda self: bool(self.pod_events))
     @rule()
     def deliver_pod_event(self) -> None:
         if not self.pod_events:
             return
         uid, pod = self.pod_events.pop(0)
-        if pod is None or not pod.alive:
+        if not pod.alive:
             self.ledger.pod_gone(uid)
         elif pod.bound is not None:
             self.ledger.pod_bound(pod.bound)
 
+    @precondition(lambda self: bool(self.lease_events))
     @rule()
     def deliver_lease_event(self) -> None:
         if not self.lease_events:
@@ -264,21 +358,26 @@ class LedgerMachine(RuleBasedStateMachine):
         else:
             self.ledger.lease_seen(self._record(key, value))
 
-    @rule()
-    def restart_scheduler(self) -> None:
-        self.restart()
+    @rule(now=st.sampled_from([True, False, False, False, False]))
+    def restart_scheduler(self, now: bool = True) -> None:
+        if now:
+            self.restart()
 
     # ---- the scheduler's decisions ---------------------------------------------------------------------------
-    @rule(
-        uid=st.sampled_from(UIDS),
-        node=st.sampled_from(NODES),
-        count=st.integers(1, 2),
-        shared=st.booleans(),
-        as_map=st.booleans(),
-    )
-    def place(self, uid: str, node: str, count: int, shared: bool, as_map: bool) -> None:
-        pod = self.pods.get(uid)
-        if pod is None or not pod.alive or pod.bound is not None or uid in self.in_flight:
+    def place(self, name: str, node: str, count: int, shared: bool, as_map: bool) -> None:
+        pod = self._live(name)
+        if pod is None:
+            return
+        uid = pod.uid
+        if uid in self.in_flight:
+            if self._retry_due(uid):  # the same map entry, so the same hold, assumed again
+                # It may conflict with a Lease the ledger saw since the first try (a failed claim's, not released
+                # yet): the scheduler then reports the pod waiting and the hold stays as it was. Never with a pod's
+                # hold: the first try's hold is still there, so no other pod can have been given those GPUs.
+                conflicts = self.ledger.assume(self.in_flight[uid])
+                assert all(c.holder.startswith("Lease ") for c in conflicts), conflicts
+            return
+        if pod.bound is not None:
             return
         if self.ledger.releasing(uid):
             return
@@ -288,19 +387,23 @@ class LedgerMachine(RuleBasedStateMachine):
         if isinstance(outcome, allocator.NoFit):
             return
         hold = (
-            Hold(uid, f"ns/{uid}", node, outcome.gpu_ids, "Shared", "map")
+            Hold(uid, f"ns/{name}", node, outcome.gpu_ids, "Shared", "map")
             if as_map
-            else Hold(uid, f"ns/{uid}", node, outcome.gpu_ids, excl, "claim", "c")
+            else Hold(uid, f"ns/{name}", node, outcome.gpu_ids, excl, "claim", "c")
         )
         assert self.ledger.assume(hold) == [], "the allocator chose GPUs the ledger says are held"
         self.in_flight[uid] = hold
 
-    @rule(uid=st.sampled_from(UIDS), fail_at=st.sampled_from([None, None, 0, 1]))
-    def acquire_leases(self, uid: str, fail_at: int | None) -> None:
+    def acquire_leases(self, name: str, fail_at: int | None) -> None:
+        uid = self._attempt(name)
+        if uid is not None:
+            self._acquire(uid, fail_at)
+
+    def _acquire(self, uid: str, fail_at: int | None) -> None:
         """Create the Leases of an in-flight claim (the API refuses a taken GPU); the call at `fail_at` fails
         (the Leases created before it stay in the API), and a failure or refusal ends the attempt."""
-        hold = self.in_flight.get(uid)
-        if hold is None or hold.source != "claim" or uid in self.acquired:
+        hold = self.in_flight[uid]
+        if hold.source != "claim" or uid in self.acquired:
             return
         for i, gpu in enumerate(hold.gpu_ids):
             key = (hold.node, gpu)
@@ -314,13 +417,16 @@ class LedgerMachine(RuleBasedStateMachine):
             self._write_lease(key, (hold.exclusivity, (current[1] if current else ()) + (uid,)))
         self.acquired.add(uid)  # every Lease was created: the placer goes on to bind, whatever happens next
 
-    @rule(uid=st.sampled_from(UIDS), outcome=st.sampled_from(["ok", "refused", "timeout"]))
-    def bind(self, uid: str, outcome: str) -> None:
+    def bind(self, name: str, outcome: str) -> None:
+        uid = self._attempt(name)
+        if uid is not None:
+            self._bind(uid, outcome)
+
+    def _bind(self, uid: str, outcome: str) -> None:
         """Bind an in-flight pod whose Leases all exist: bound, refused (the attempt ends), or a timeout after
-        which the outcome is unknown (the hold stays assumed; the API may or may not have bound it)."""
-        hold = self.in_flight.get(uid)
-        if hold is None:
-            return
+        which the outcome is unknown (the hold stays assumed; the API may or may not have bound it). The Binding
+        names the pod's uid, so one for a pod since deleted (and perhaps created again) binds nothing."""
+        hold = self.in_flight[uid]
         if hold.source == "claim" and uid not in self.acquired:
             return
         pod = self.pods[uid]
@@ -339,7 +445,10 @@ class LedgerMachine(RuleBasedStateMachine):
         if outcome == "ok":
             self._end(uid)
             self.ledger.confirm(uid)
+        else:
+            self.unanswered.add(uid)
 
+    @precondition(lambda self: bool(self.leases))
     @rule()
     def reconcile_one(self) -> None:
         """The release worker on one Lease: read it fresh, verify unknown holders with the API, then remove."""
@@ -378,11 +487,12 @@ class LedgerMachine(RuleBasedStateMachine):
             if len(holds) > 1:
                 assert all(h.exclusivity == "Shared" for h in holds), (key, holds)
 
-    @precondition(lambda self: True)
-    @rule()
-    def settle_and_check_no_release_is_lost(self) -> None:
+    @rule(now=st.sampled_from([True, False, False, False, False]))
+    def settle_and_check_no_release_is_lost(self, now: bool = True) -> None:
         """Deliver every event, finish every placement as failed, reconcile until quiet: then no Lease may name a
         pod that is gone or holds nothing, and every Exclusive Lease names one live holder."""
+        if not now:
+            return
         for uid in list(self.in_flight):
             self._end(uid)
             if self.pods[uid].bound is None:
@@ -403,25 +513,42 @@ class LedgerMachine(RuleBasedStateMachine):
                 )
 
 
-def test_machine_regression_a_lease_is_not_released_before_the_lagging_pod_watch_shows_its_holder():
-    """After a restart the Lease watch may list before the pod watch: a Lease naming a pod the ledger has not
-    seen yet must be verified with the API, never released on the ledger's silence."""
+def schedule_one_gpu(m: LedgerMachine, name: str) -> None:
+    m.create_pod(name)
+    m.place(name, "n1", 1, False, False)
+    m.acquire_leases(name, None)
+    m.bind(name, "ok")
 
-    def schedule_one_gpu(uid: str) -> None:
-        m.create_pod(uid)
-        m.place(uid, "n1", 1, False, False)
-        m.acquire_leases(uid, None)
-        m.bind(uid, "ok")
 
+def test_machine_regression_after_a_restart_the_lease_of_a_bound_pod_is_kept():
+    """After a restart the release worker must not release the Lease of a pod bound before it. (Written when the
+    model delivered the pod list after the release worker had run; the scheduler never does that, see
+    LedgerMachine.restart, so now the ledger knows the holder from the list. The sequence is kept.)"""
     m = LedgerMachine()
     m.start()
-    schedule_one_gpu("p0")
+    schedule_one_gpu(m, "p0")
     m.restart_scheduler()
     m.reconcile_one()
     while m.lease_events:
         m.deliver_lease_event()
-    schedule_one_gpu("p1")
+    schedule_one_gpu(m, "p1")
     m.no_exclusive_gpu_has_two_live_holders()
+    m.settle_and_check_no_release_is_lost()
+
+
+def test_machine_a_lease_of_a_pod_deleted_while_the_scheduler_was_down_is_verified_then_released():
+    """The list after a restart does not show a deleted pod, so the ledger knows nothing of its Lease's holder:
+    the release worker asks the API before it releases the GPU, never on the ledger's silence alone."""
+    m = LedgerMachine()
+    m.start()
+    schedule_one_gpu(m, "p0")
+    m.delete_pod("p0")
+    m.restart_scheduler()
+    record = m._record(("n1", 0), m.leases[("n1", 0)])
+    plan = m.ledger.lease_plan(record)
+    assert plan.verify == {"p0": "ns/p0"} and not plan.remove
+    m.reconcile_one()
+    assert ("n1", 0) not in m.leases
     m.settle_and_check_no_release_is_lost()
 
 
@@ -435,17 +562,120 @@ def test_a_retry_that_finds_the_pod_bound_by_its_timed_out_attempt_keeps_the_hol
     instead let a claim take the GPU until the lagging pod event brought the hold back."""
     state = LedgerMachine()
     state.start()
-    state.create_pod(uid="p0")
+    state.create_pod(name="p0")
     state.deliver_pod_event()
-    state.create_pod(uid="p2")
-    state.place(as_map=True, count=1, node="n2", shared=False, uid="p2")
+    state.create_pod(name="p2")
+    state.place(as_map=True, count=1, node="n2", shared=False, name="p2")
     state.deliver_pod_event()
-    state.bind(outcome="timeout", uid="p2")
-    state.bind(outcome="ok", uid="p2")
-    state.place(as_map=False, count=1, node="n2", shared=False, uid="p0")
+    state.bind(outcome="timeout", name="p2")
+    state.bind(outcome="ok", name="p2")
+    state.place(as_map=False, count=1, node="n2", shared=False, name="p0")
     state.deliver_pod_event()
     state.ledger_is_consistent()
     state.no_exclusive_gpu_has_two_live_holders()
     assert state.ledger.hold("p2") is not None and state.ledger.hold("p2").node == "n2"
     assert state.in_flight.get("p0") is None or 0 not in state.in_flight["p0"].gpu_ids
+    state.teardown()
+
+
+def test_after_a_restart_a_claim_never_takes_the_gpu_of_a_map_pod_bound_before_it():
+    """Found by the state machine: a map pod bound on n2 GPU 0, the scheduler restarts, a claim pod is placed
+    on n2. The model used to deliver the pod list as lagging events after the restart, so the claim took GPU 0
+    before the ledger saw the map pod (which has no Lease to stop it). The scheduler cannot do that: `lead`
+    starts only after `watch` has seen every informer's list; the model's restart now does the same."""
+    state = LedgerMachine()
+    state.start()
+    state.create_pod(name="p1")
+    state.place(as_map=True, count=1, node="n2", shared=False, name="p1")
+    state.create_pod(name="p0")
+    state.bind(outcome="ok", name="p1")
+    state.restart_scheduler()
+    state.place(as_map=False, count=1, node="n2", shared=False, name="p0")
+    state.deliver_pod_event()
+    state.ledger_is_consistent()
+    state.no_exclusive_gpu_has_two_live_holders()
+    assert state.in_flight["p0"].gpu_ids == (1,)
+    state.settle_and_check_no_release_is_lost()
+    state.teardown()
+
+
+def test_a_pod_created_again_under_a_deleted_pods_name_is_another_pod():
+    """Found by the state machine: the model gave a pod created again under the name of a deleted one the same
+    uid, which Kubernetes never does (a uid is unique for ever). With its own uid the new pod is another holder:
+    while the old pod's delete event lags, its map hold keeps GPU 0 and the claim of the new pod takes GPU 1."""
+    state = LedgerMachine()
+    state.start()
+    state.create_pod(name="p0")
+    state.place(as_map=True, count=1, node="n1", shared=False, name="p0")
+    state.bind(outcome="ok", name="p0")
+    state.delete_pod(name="p0")
+    state.create_pod(name="p0")
+    state.place(as_map=False, count=1, node="n1", shared=False, name="p0")
+    state.ledger_is_consistent()
+    assert state.in_flight["p0.1"].gpu_ids == (1,)
+    assert state.ledger.hold("p0") is not None  # the API has not said yet that the old pod is gone
+    state.deliver_pod_event()  # p0 created
+    state.deliver_pod_event()  # p0 bound
+    state.deliver_pod_event()  # p0 deleted
+    assert state.ledger.hold("p0") is None and state.ledger.holdings("n1") == (allocator.Holding("n1", (1,)),)
+    state.ledger_is_consistent()
+    state.settle_and_check_no_release_is_lost()
+    state.teardown()
+
+
+def test_a_pod_holds_one_set_of_gpus_however_often_it_is_recorded():
+    """Recording a hold for a pod that holds something already replaces it: the same hold assumed again (the retry
+    of a map pod whose bind timed out) is counted once, other GPUs move it. `_put` used to overwrite the hold in
+    place, leaving the GPU and node indexes counting the old GPUs for ever."""
+    ledger = Ledger()
+    assert ledger.assume(map_hold("a", gpus=(0,))) == []
+    assert ledger.assume(map_hold("a", gpus=(0,))) == []
+    ledger.check()
+    assert ledger.assume(claim("a", gpus=(1,))) == []
+    ledger.check()
+    assert ledger.holdings("n1") == (allocator.Holding("n1", (1,)),)
+    assert ledger.holders_of(("n1", 0)) == []
+    ledger.pod_gone("a")
+    ledger.check()
+    assert ledger.holdings("n1") == ()
+
+
+def test_the_retry_of_a_map_pod_whose_bind_timed_out_leaves_the_indexes_right():
+    """Found by the state machine once it retried map pods as the scheduler does: after a bind that timed out,
+    Scheduler._schedule assumes the same map hold again. `assume` put it a second time, counting its GPUs twice in
+    the node index, so they stayed referenced after the pod was gone."""
+    state = LedgerMachine()
+    state.start()
+    state.create_pod(name="p1")
+    state.place(as_map=True, count=1, node="n1", shared=False, name="p1")
+    state.bind(outcome="timeout", name="p1")
+    state.place(as_map=True, count=1, node="n1", shared=False, name="p1")
+    state.ledger_is_consistent()
+    state.delete_pod(name="p1")
+    state.settle_and_check_no_release_is_lost()
+    state.ledger_is_consistent()
+    assert state.ledger.holdings("n1") == ()
+    state.teardown()
+
+
+def test_the_retry_of_a_map_pod_may_wait_for_a_lease_seen_since_its_first_try():
+    """Found by the state machine: a claim's Leases are created, its pod is deleted and the attempt fails; a map pod
+    is placed on GPU 0 before the Lease watch shows that Lease, its bind times out, and its retry finds the Lease
+    (of a released pod, not deleted yet). The retry waits for it; its first hold stays; nothing is held twice."""
+    state = LedgerMachine()
+    state.start()
+    state.create_pod("p0")
+    state.create_pod("p1")
+    state.place("p0", "n1", 2, False, False)
+    state.acquire_leases("p0", None)
+    state.delete_pod("p0")
+    state.bind("p0", "ok")  # the pod is gone: the attempt fails, its Leases are to be released
+    state.place("p1", "n1", 1, False, True)
+    state.deliver_lease_event()
+    state.bind("p1", "timeout")
+    state.place("p1", "n1", 1, False, False)  # the retry
+    state.ledger_is_consistent()
+    state.no_exclusive_gpu_has_two_live_holders()
+    assert state.ledger.hold("p1") is not None and state.ledger.hold("p1").gpu_ids == (0,)
+    state.settle_and_check_no_release_is_lost()
     state.teardown()

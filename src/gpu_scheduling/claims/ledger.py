@@ -187,11 +187,14 @@ class Ledger:
 
     # ---- the scheduler's decisions ----------------------------------------------------------------------------
     def assume(self, hold: Hold) -> list[Conflict]:
-        """Record `hold` (not yet bound) unless someone else holds its GPUs in a way it cannot share."""
+        """Record `hold` (not yet bound) unless someone else holds its GPUs in a way it cannot share. Assuming
+        again for the same pod (a map pod's retry after a bind that got no answer) replaces what it held."""
         conflicts = self.conflicts(hold.node, hold.gpu_ids, hold.exclusivity, hold.uid)
         if conflicts:
             return conflicts
-        self._put(dataclasses.replace(hold, bound=False))
+        hold = dataclasses.replace(hold, bound=False)
+        if self._holds.get(hold.uid) != hold:  # the same hold again changes nothing (and frees nothing)
+            self._put(hold)
         return []
 
     def confirm(self, uid: str) -> None:
@@ -210,11 +213,8 @@ class Ledger:
     def pod_bound(self, hold: Hold) -> set[GpuKey]:
         """The API shows the pod bound, holding `hold`'s GPUs (from its allocation annotation or map entry).
         Returns the Leases that name the pod for GPUs it does not hold (to reconcile)."""
-        current = self._holds.get(hold.uid)
         hold = dataclasses.replace(hold, bound=True)
-        if current != hold:
-            if current is not None:
-                self._drop(hold.uid)
+        if self._holds.get(hold.uid) != hold:
             self._put(hold)
         self._released.discard(hold.uid)
         return {key for key in self._uid_leases.get(hold.uid, ()) if key not in set(hold.gpus)}
@@ -278,6 +278,10 @@ class Ledger:
 
     # ---- internals ---------------------------------------------------------------------------------------------
     def _put(self, hold: Hold) -> None:
+        # A pod holds one set of GPUs: whatever it held before is unindexed first, or the GPU and node indexes
+        # would keep the old GPUs busy for ever (a stale entry no event ever removes).
+        if hold.uid in self._holds:
+            self._drop(hold.uid)
         self._holds[hold.uid] = hold
         self._released.discard(hold.uid)
         for key in hold.gpus:
