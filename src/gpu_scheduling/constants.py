@@ -53,6 +53,24 @@ GPU_CLAIM_PLURAL: Final = "gpuclaims"
 GPU_NODE_STATUS_KIND: Final = "GpuNodeStatus"
 GPU_NODE_STATUS_PLURAL: Final = "gpunodestatuses"
 
+#: The cluster-scoped GpuSchedulingPolicy: the strategy and queue order the scheduler applies from its next decision.
+#: Only the one named POLICY_NAME is read (its CRD refuses any other name).
+GPU_SCHEDULING_POLICY_KIND: Final = "GpuSchedulingPolicy"
+GPU_SCHEDULING_POLICY_PLURAL: Final = "gpuschedulingpolicies"
+POLICY_NAME: Final = "default"
+
+#: Node strategies for GpuClaims (`spec.strategy`, the policy's `defaultStrategy`, `--strategy`): BestFit packs
+#: (the default), LeastUtilized spreads, RoundRobin takes the next feasible node after the last one it chose.
+STRATEGIES: Final = ("BestFit", "LeastUtilized", "RoundRobin")
+DEFAULT_STRATEGY: Final = "BestFit"
+#: Environment variable that sets the scheduler's `--strategy` (the reference's name).
+STRATEGY_ENV: Final = "SCHEDULING_STRATEGY"
+
+#: Order pending claim pods are served in (the policy's `queueOrder`): Priority (pod priority, then age) or FIFO
+#: (age alone).
+QUEUE_ORDERS: Final = ("Priority", "FIFO")
+DEFAULT_QUEUE_ORDER: Final = "Priority"
+
 #: Pod annotation naming the pod's GpuClaim (same namespace), set by the user.
 CLAIM_ANNOTATION: Final = "gpu.scheduling/claim"
 

@@ -161,7 +161,7 @@ def test_the_exceptions_are_still_needed():
 def test_the_crds_use_the_api_of_the_constants():
     names = {}
     crds = manifests.crds()
-    assert len(crds) == len(list(manifests.CRD_DIR.glob("*.yaml"))) == 2
+    assert len(crds) == len(list(manifests.CRD_DIR.glob("*.yaml"))) == 3
     for crd in crds:
         spec = crd["spec"]
         name = crd["metadata"]["name"]
@@ -173,6 +173,7 @@ def test_the_crds_use_the_api_of_the_constants():
     assert names == {
         constants.GPU_CLAIM_KIND: constants.GPU_CLAIM_PLURAL,
         constants.GPU_NODE_STATUS_KIND: constants.GPU_NODE_STATUS_PLURAL,
+        constants.GPU_SCHEDULING_POLICY_KIND: constants.GPU_SCHEDULING_POLICY_PLURAL,
     }
 
 
@@ -341,7 +342,14 @@ def test_scheduler_rbac_is_least_privilege():
         ("gpunodestatuses", "list"),
         ("gpunodestatuses", "watch"),
         ("gpuclaims/status", "patch"),
+        ("gpuschedulingpolicies", "get"),
+        ("gpuschedulingpolicies", "list"),
+        ("gpuschedulingpolicies", "watch"),
+        ("gpuschedulingpolicies/status", "patch"),
     }
+    # The policy's status: the one policy the scheduler reads, no other.
+    (status_rule,) = [r for r in role["rules"] if "gpuschedulingpolicies/status" in r["resources"]]
+    assert status_rule["resourceNames"] == [constants.POLICY_NAME]
     assert one("ClusterRoleBinding", SCHEDULER)["subjects"] == [
         {"kind": "ServiceAccount", "name": SCHEDULER, "namespace": SYSTEM_NAMESPACE}
     ]

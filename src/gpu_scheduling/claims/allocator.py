@@ -27,6 +27,7 @@ from typing import Literal
 Policy = Literal["contiguous", "spread", "preferIds"]
 Exclusivity = Literal["Exclusive", "Shared", "MIG"]
 TopologyMode = Literal["Required", "Preferred", "Ignore"]
+Strategy = Literal["BestFit", "LeastUtilized", "RoundRobin"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,15 @@ class Device:
     island: str = "default"
     bandwidth_gbps: int = 0
     healthy: bool = True
+    memory_total_mib: int = 0
+    """0: not reported."""
+    memory_used_mib: int = 0
+    utilization_percent: int | None = None
+    """None: not reported."""
+
+    @property
+    def memory_free_mib(self) -> int:
+        return max(0, self.memory_total_mib - self.memory_used_mib)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +72,8 @@ class Request:
     match_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     topology: TopologyMode = "Ignore"
     min_bandwidth_gbps: int = 0
+    strategy: Strategy = "BestFit"
+    min_memory_mib: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

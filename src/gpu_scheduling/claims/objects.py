@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_scheduling import constants, gpumap
-from gpu_scheduling.claims.allocator import Device, Node, Request
+from gpu_scheduling.claims.allocator import Device, Node, Request, Strategy
 from gpu_scheduling.claims.ledger import Hold, LeaseRecord
 
 _NAME_MAX = 253  # a Lease name is a DNS subdomain
@@ -40,8 +40,11 @@ def lease_name(node: str, gpu: int) -> str:
     return f"gpu-{node[:keep].rstrip('.-')}-{_digest(node)}-{gpu}"
 
 
-def request_from_claim(claim: Mapping[str, Any]) -> Request:
+def request_from_claim(claim: Mapping[str, Any], default_strategy: Strategy = "BestFit") -> Request:
+    """The allocator's request for `claim`; its strategy is the claim's `spec.strategy`, else `default_strategy`
+    (the policy's, else the scheduler's flag)."""
     spec = claim.get("spec") or {}
+    strategy = spec.get("strategy") or default_strategy
     devices = spec.get("devices") or {}
     topology = spec.get("topology") or {}
     return Request(
@@ -52,6 +55,8 @@ def request_from_claim(claim: Mapping[str, Any]) -> Request:
         match_labels=dict((spec.get("selector") or {}).get("matchLabels") or {}),
         topology=topology.get("mode", "Ignore"),
         min_bandwidth_gbps=int(topology.get("minBandwidthGBps", 0)),
+        strategy=strategy,
+        min_memory_mib=int(devices.get("minMemoryMiB", 0)),
     )
 
 
@@ -92,6 +97,9 @@ def node_from_status(status_obj: Mapping[str, Any], labels: Mapping[str, str]) -
             d.get("island", "default"),
             int(d.get("bandwidthGBps", 0)),
             d.get("health", "Healthy") == "Healthy",
+            int(d.get("memoryTotalMiB", 0)),
+            int(d.get("memoryUsedMiB", 0)),
+            int(d["utilizationPercent"]) if d.get("utilizationPercent") is not None else None,
         )
         for d in sorted(status.get("devices") or [], key=lambda d: d["id"])
     )

@@ -25,6 +25,16 @@ ALL_PODS: Final = f"{CORE_API}/pods"
 ALL_GPU_CLAIMS: Final = f"{GPU_API}/{constants.GPU_CLAIM_PLURAL}"
 #: Every GpuNodeStatus (cluster-scoped, one per node, named after it).
 NODE_STATUSES: Final = f"{GPU_API}/{constants.GPU_NODE_STATUS_PLURAL}"
+#: Every GpuSchedulingPolicy (cluster-scoped; only constants.POLICY_NAME is read).
+SCHEDULING_POLICIES: Final = f"{GPU_API}/{constants.GPU_SCHEDULING_POLICY_PLURAL}"
+
+
+def scheduling_policy(name: str = constants.POLICY_NAME) -> str:
+    return f"{SCHEDULING_POLICIES}/{name}"
+
+
+def scheduling_policy_status(name: str = constants.POLICY_NAME) -> str:
+    return f"{scheduling_policy(name)}/status"
 
 
 def node(name: str) -> str:
