@@ -166,7 +166,7 @@ class Scheduler:
                     self._ledger_changed()
             return
         if kind == "ADDED":
-            self.metrics.pods_seen += 1
+            self.metrics.pod_seen()
         elif old is not None and _scheduling_view(old) == _scheduling_view(pod):
             return  # only its status changed (our own condition, say): nothing a decision reads
         if decision.is_schedulable_pod(pod, self.config.name):
@@ -401,19 +401,19 @@ class Scheduler:
             await self.client.post(paths.pod_binding(meta["namespace"], meta["name"]), body)
         except NotFound as exc:
             log.info("not binding %s: %s", key, exc.message)
-            self.metrics.bind_conflicts += 1
+            self.metrics.bind_conflict()
             return False
         except Conflict:  # bound already: by us (a retry after a lost answer), or by someone else
-            self.metrics.bind_conflicts += 1
+            self.metrics.bind_conflict()
             return await self._bound_where(key, path, meta["uid"], node)
         except ApiError as exc:
             log.warning("binding %s to %s failed: %s; will retry", key, node, exc)
-            self.metrics.bind_errors += 1
+            self.metrics.bind_error()
             self.queue.add_rate_limited(key)
             return None
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("binding %s to %s: no answer (%s); will retry", key, node, exc)
-            self.metrics.bind_errors += 1
+            self.metrics.bind_error()
             self.queue.add_rate_limited(key)
             return None
         self.metrics.observe_bind(time.monotonic() - started)
@@ -458,7 +458,7 @@ class Scheduler:
         if current.get("status") == "False" and current.get("message") == message:
             return  # said already (by us before a restart, or by the previous leader)
         meta = pod["metadata"]
-        self.metrics.unschedulable += 1
+        self.metrics.unschedulable_reported()
         log.info("cannot schedule %s: %s", key, message)
         condition = {
             "type": "PodScheduled",

@@ -130,16 +130,16 @@ async def schedule(
     watches = await scheduler.watch()
     try:
         if election is None:
-            scheduler.metrics.leader = 1
+            scheduler.metrics.set_leader(True)
             await scheduler.lead()
             return
 
         def transition(leading: bool) -> None:
-            scheduler.metrics.leader = int(leading)
+            scheduler.metrics.set_leader(leading)
 
         await run_on_own_thread(election_client, election, scheduler.lead, on_transition=transition)
     finally:
-        scheduler.metrics.leader = 0
+        scheduler.metrics.set_leader(False)
         for task in watches:
             task.cancel()
 

@@ -20,6 +20,21 @@ class Metrics:
     leader: int = 0
     """1 while this replica holds the leader lease and schedules (or runs without leader election), else 0."""
 
+    def pod_seen(self) -> None:
+        self.pods_seen += 1
+
+    def bind_conflict(self) -> None:
+        self.bind_conflicts += 1
+
+    def bind_error(self) -> None:
+        self.bind_errors += 1
+
+    def unschedulable_reported(self) -> None:
+        self.unschedulable += 1
+
+    def set_leader(self, leading: bool) -> None:
+        self.leader = int(leading)
+
     def observe_bind(self, seconds: float) -> None:
         self.binds += 1
         self.bind_seconds_sum += seconds
