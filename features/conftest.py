@@ -330,6 +330,12 @@ def refused_also(world: World, fragment: str) -> None:
 # ---- the scheduler's binds -------------------------------------------------------------------------------------
 
 
+@when("the scheduler is stopped")
+def stop_scheduler(world: World) -> None:
+    assert world.cluster.components is not None
+    world.cluster.components.scheduler.stop()
+
+
 @when("the scheduler is started again", target_fixture="restarted_at")
 def restart_scheduler(world: World) -> float:
     assert world.cluster.components is not None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from pytest_bdd import given, scenarios, then, when
+from pytest_bdd import given, scenarios, then
 
 from features.support import World, claim_status, on_node, running_on, step
 from gpu_scheduling import constants
@@ -60,12 +60,6 @@ def unhealthy_gpu(world: World, gpu: int, node: str) -> None:
     status["devices"][gpu]["health"] = "Unhealthy"
     status["unhealthy"], status["free"] = 1, status["free"] - 1
     publish(world.cluster.kubeconfig, {node: status})
-
-
-@when("the scheduler is stopped")
-def stop_scheduler(world: World) -> None:
-    assert world.cluster.components is not None
-    world.cluster.components.scheduler.stop()
 
 
 @then(step('the GpuClaim "{name:q}" is {phase} with a message containing "{fragment:q}"'))

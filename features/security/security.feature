@@ -20,6 +20,7 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
       | kube-system:gpu-scheduler | watch  | gpuclaims              | all namespaces | yes    |
       | kube-system:gpu-scheduler | patch  | gpuclaims/status       | all namespaces | yes    |
       | kube-system:gpu-scheduler | watch  | gpunodestatuses        | the cluster    | yes    |
+      | kube-system:gpu-scheduler | watch  | gpuschedulingpolicies  | the cluster    | yes    |
       | kube-system:gpu-scheduler | create | leases                 | gpu-scheduling | yes    |
       | kube-system:gpu-scheduler | update | leases                 | gpu-scheduling | yes    |
       | kube-system:gpu-scheduler | delete | leases                 | gpu-scheduling | yes    |
@@ -39,6 +40,8 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
       | kube-system:gpu-scheduler | update | gpuclaims              | all namespaces | no     |
       | kube-system:gpu-scheduler | create | gpunodestatuses        | the cluster    | no     |
       | kube-system:gpu-scheduler | patch  | gpunodestatuses/status | the cluster    | no     |
+      | kube-system:gpu-scheduler | patch  | gpuschedulingpolicies  | the cluster    | no     |
+      | kube-system:gpu-scheduler | create | gpuschedulingpolicies  | the cluster    | no     |
       | kube-system:gpu-scheduler | get    | secrets                | kube-system    | no     |
       | kube-system:gpu-scheduler | list   | configmaps             | all namespaces | no     |
 

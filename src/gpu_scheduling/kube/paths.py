@@ -157,3 +157,10 @@ def persistent_volume_claims(namespace_: str) -> str:
 
 def persistent_volume_claim(namespace_: str, name: str) -> str:
     return f"{persistent_volume_claims(namespace_)}/{name}"
+
+
+PRIORITY_CLASSES: Final = "/apis/scheduling.k8s.io/v1/priorityclasses"
+
+
+def priority_class(name: str) -> str:
+    return f"{PRIORITY_CLASSES}/{name}"

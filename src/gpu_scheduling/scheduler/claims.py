@@ -1,7 +1,7 @@
 """The scheduler's GpuClaim path: choose GPUs with the pure allocator over the GPU ledger, lock them with one Lease
 per GPU, and make sure a pod that holds nothing is named by no Lease, even if it went away while we were down.
 
-Watches (no polling): GpuClaims, GpuNodeStatuses and the GPU Leases of LEASE_NAMESPACE. The pods themselves come
+Watches (no polling): GpuClaims, GpuNodeStatuses, the GpuSchedulingPolicy and the GPU Leases of LEASE_NAMESPACE. The pods themselves come
 from the scheduler's one pod watch (scheduler.controller), which feeds the ledger with what bound pods hold.
 
 Placing a claim pod: the allocator reads the ledger (`Ledger.holdings`, cached per node), the chosen GPUs are
@@ -14,6 +14,13 @@ puts the Leases that name it on a keyed queue; a worker reads the Lease fresh, a
 ledger cannot vouch for, and deletes (or rewrites) it with the resourceVersion as precondition, retrying with
 backoff until the API agrees. A sweep compares the ledger with a fresh list of the Leases, so nothing a watch
 missed stays locked. Only the leader writes; followers keep their caches and ledger warm.
+
+Choosing a node: the claim's `spec.strategy`, else the GpuSchedulingPolicy's `defaultStrategy`, else the
+scheduler's `--strategy` (claims.allocator has the rules). RoundRobin resumes after the node of the newest
+RoundRobin allocation among the claims (`status.allocatedAt`), so its cursor survives a restart with no object of
+its own. Order: with queueOrder Priority a claim pod that waits for busy GPUs keeps every node it could use from
+pods of lower priority (claims.priority); there is no preemption. A policy change applies from the next decision;
+the leader then writes the policy's `status.observedGeneration` and an Event, reconciled until the API agrees.
 """
 
 from __future__ import annotations
@@ -21,15 +28,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import json
 import logging
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 
 from gpu_scheduling import constants
-from gpu_scheduling.claims import allocator, objects
+from gpu_scheduling.claims import allocator, objects, priority
 from gpu_scheduling.claims.ledger import GpuKey, Hold, LeaseRecord, Ledger
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
@@ -45,11 +53,26 @@ log = logging.getLogger(__name__)
 TRANSIENT = (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
+#: Reason of the Event the leader records on the GpuSchedulingPolicy when it applies a generation.
+EVENT_POLICY_APPLIED = "PolicyApplied"
+#: Namespace of Events about cluster-scoped objects (as kubectl and the controllers put them).
+CLUSTER_EVENTS_NAMESPACE = "default"
+
+EventSink = Callable[[dict[str, Any], str, str, str, str], Awaitable[None]]
+"""(involvedObject, namespace, type, reason, message): records an Event (the controller's)."""
+
+
+def _micro_now() -> str:
+    """RFC 3339 with microseconds: `allocatedAt` orders allocations made within one second."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 @dataclasses.dataclass(frozen=True)
 class Placed:
     claim: dict[str, Any]
     hold: Hold
     message: str
+    strategy: str = constants.DEFAULT_STRATEGY
 
     @property
     def annotations(self) -> dict[str, str]:
@@ -75,6 +98,9 @@ class ClaimPath:
         scheduler_name: str,
         sweep_seconds: float = 60.0,
         workers: int = 4,
+        strategy: str = constants.DEFAULT_STRATEGY,
+        event: EventSink | None = None,
+        queue_changed: Callable[[], None] | None = None,
     ):
         self.client = client
         self.ledger = ledger
@@ -83,6 +109,16 @@ class ClaimPath:
         self._inventory_changed = inventory_changed
         self._cached_pod = cached_pod  # uid -> the pod in the scheduler's cache, if any
         self.scheduler_name = scheduler_name
+        self.flag_strategy = strategy
+        self._event = event
+        self._queue_changed = queue_changed or (lambda: None)
+        # What the next decision applies: the policy's, else the flag's (see `_apply_policy`).
+        self.strategy: allocator.Strategy = cast("allocator.Strategy", strategy)
+        self.queue_order: str = constants.DEFAULT_QUEUE_ORDER
+        self.policy_enabled = False
+        self._policy_dirty = asyncio.Event()
+        self._cursor: tuple[str, str] = ("", "")  # (allocatedAt, node) of the newest RoundRobin allocation
+        self.reservations = priority.Reservations()
         self.sweep_seconds = sweep_seconds
         self.workers = workers
         self.enabled = False
@@ -95,6 +131,13 @@ class ClaimPath:
             self._on_lease,
             params={"labelSelector": constants.GPU_LEASE_SELECTOR},
             name="gpu-leases",
+        )
+        self.policy = Informer(
+            client,
+            paths.SCHEDULING_POLICIES,
+            self._on_policy,
+            params={"fieldSelector": f"metadata.name={constants.POLICY_NAME}"},
+            name=constants.GPU_SCHEDULING_POLICY_PLURAL,
         )
         self.releases: WorkQueue[GpuKey] = WorkQueue(base_delay=0.5, max_delay=30.0)
         # The allocator's inventory, rebuilt only when what it is made of changes: each GpuNodeStatus as a Node,
@@ -116,11 +159,21 @@ class ClaimPath:
     async def watch(self) -> list[asyncio.Task[Any]]:
         """Watch what the claim path needs when the CRDs are installed; otherwise stay disabled."""
         try:
-            await self.client.get(paths.GPU_API)
+            api = await self.client.get(paths.GPU_API)
         except NotFound:
             log.info("GpuClaim CRDs are not installed: claim pods will be reported unschedulable")
             return []
-        informers = (self.claims, self.statuses, self.leases)
+        informers: tuple[Informer, ...] = (self.claims, self.statuses, self.leases)
+        served = {r.get("name") for r in api.get("resources") or []}
+        if constants.GPU_SCHEDULING_POLICY_PLURAL in served:
+            informers += (self.policy,)
+            self.policy_enabled = True
+        else:
+            log.info(
+                "the GpuSchedulingPolicy CRD is not installed: strategy %s from the flag, queue order %s",
+                self.strategy,
+                self.queue_order,
+            )
         tasks = [asyncio.create_task(i.run(), name=f"{i.name}-informer") for i in informers]
         for i in informers:
             await i.synced.wait()
@@ -132,14 +185,20 @@ class ClaimPath:
         if not self.enabled:
             await asyncio.Event().wait()
         self.leading = True
+        self._policy_dirty.set()  # say what this leader applies
         try:
-            await asyncio.gather(self._sweep_loop(), *(self._release_worker() for _ in range(self.workers)))
+            await asyncio.gather(
+                self._sweep_loop(), self._policy_loop(), *(self._release_worker() for _ in range(self.workers))
+            )
         finally:
             self.leading = False
 
     # ---- watch handlers ---------------------------------------------------------------------------------------
     def _on_claim(self, kind: str, claim: dict[str, Any], old: dict[str, Any] | None) -> None:
         meta = claim["metadata"]
+        status = claim.get("status") or {}
+        if status.get("strategy") == "RoundRobin" and status.get("nodeName"):
+            self._advance_cursor(str(status.get("allocatedAt") or ""), status["nodeName"])
         if kind == "DELETED":
             self._written.pop(meta.get("uid", ""), None)
             return
@@ -155,6 +214,84 @@ class ClaimPath:
             self._nodes.pop(status["metadata"]["name"], None)
         if kind != "MODIFIED" or old is None or _allocator_view(status) != _allocator_view(old):
             self._inventory_changed()
+
+    def _advance_cursor(self, at: str, node: str) -> None:
+        if at >= self._cursor[0]:
+            self._cursor = (at, node)
+
+    @property
+    def cursor(self) -> str | None:
+        """The node RoundRobin chose last (None: none yet)."""
+        return self._cursor[1] or None
+
+    # ---- the runtime policy -----------------------------------------------------------------------------------
+    def _on_policy(self, kind: str, policy: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        spec = {} if kind == "DELETED" else policy.get("spec") or {}
+        strategy = spec.get("defaultStrategy") or self.flag_strategy
+        queue_order = spec.get("queueOrder") or constants.DEFAULT_QUEUE_ORDER
+        if strategy not in constants.STRATEGIES or queue_order not in constants.QUEUE_ORDERS:
+            # The CRD's enums refuse these; an older CRD might not: keep what applies and say why.
+            log.warning("GpuSchedulingPolicy %s: unknown strategy or queue order in %s; ignored", kind, spec)
+            return
+        if (strategy, queue_order) != (self.strategy, self.queue_order):
+            log.info(
+                "policy: strategy %s, queue order %s (generation %s)",
+                strategy,
+                queue_order,
+                policy["metadata"].get("generation"),
+            )
+            order_changed = queue_order != self.queue_order
+            self.strategy, self.queue_order = cast("allocator.Strategy", strategy), queue_order
+            if order_changed:
+                self._queue_changed()
+        self._policy_dirty.set()
+
+    def policy_status(self, policy: Mapping[str, Any]) -> dict[str, Any]:
+        """The status that says what this scheduler applies from `policy`."""
+        generation = policy["metadata"].get("generation")
+        source = "the policy" if (policy.get("spec") or {}).get("defaultStrategy") else "the scheduler's --strategy"
+        return {
+            "observedGeneration": generation,
+            "strategy": self.strategy,
+            "queueOrder": self.queue_order,
+            "message": f"applying strategy {self.strategy} (from {source}) and queue order {self.queue_order} "
+            f"from generation {generation}",
+        }
+
+    async def _policy_loop(self) -> None:
+        """Make the policy's status say what is applied (leader only): desired state, retried until it sticks."""
+        delay = 0.5
+        while True:
+            await self._policy_dirty.wait()
+            self._policy_dirty.clear()
+            policy = self.policy.cache.get(constants.POLICY_NAME)
+            if policy is None:
+                continue
+            want = self.policy_status(policy)
+            current = policy.get("status") or {}
+            if all(current.get(k) == v for k, v in want.items()):
+                delay = 0.5
+                continue
+            try:
+                await self.client.patch(paths.scheduling_policy_status(), {"status": want})
+            except NotFound:
+                continue  # deleted meanwhile: the watch says so
+            except TRANSIENT as exc:
+                log.warning("could not write the GpuSchedulingPolicy status: %s; retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                self._policy_dirty.set()
+                continue
+            delay = 0.5
+            if current.get("observedGeneration") != want["observedGeneration"] and self._event is not None:
+                meta = policy["metadata"]
+                involved = {
+                    "apiVersion": constants.API_VERSION,
+                    "kind": constants.GPU_SCHEDULING_POLICY_KIND,
+                    "name": meta["name"],
+                    "uid": meta.get("uid", ""),
+                }
+                await self._event(involved, CLUSTER_EVENTS_NAMESPACE, "Normal", EVENT_POLICY_APPLIED, want["message"])
 
     def nodes_changed(self) -> None:
         """A Node or a GpuNodeStatus changed: the usable inventory must be worked out again."""
@@ -187,13 +324,15 @@ class ClaimPath:
         uid = meta["uid"]
         claim = self.claims.cache.get(f"{meta['namespace']}/{claim_name}")
         if claim is None:
+            self.released(f"{meta['namespace']}/{meta['name']}")
             return decision.Unschedulable(f"GpuClaim {claim_name!r} not found in namespace {meta['namespace']}")
         if self.ledger.releasing(uid):
             return decision.Unschedulable(
                 f"GpuClaim {claim_name}: the GPUs of an earlier attempt are still being "
                 "released; retrying once the API agrees"
             )
-        request = objects.request_from_claim(claim)
+        request = objects.request_from_claim(claim, self.strategy)
+        key = f"{meta['namespace']}/{meta['name']}"
         hold = self.ledger.hold(uid)
         if hold is not None and not hold.bound:
             message = f"allocated {hold.node}:{','.join(map(str, hold.gpu_ids))} (retrying an earlier attempt)"
@@ -201,13 +340,28 @@ class ClaimPath:
             tolerations = (pod.get("spec") or {}).get("tolerations") or []
             inventory = self._usable_inventory(nodes, tolerations)
             if not inventory:
+                self.released(key)
                 why = self._no_inventory(nodes, tolerations)
                 await self.set_claim_status(claim, {"phase": "Pending", "message": why})
                 return decision.Unschedulable(f"GpuClaim {claim_name}: {why}")
-            outcome = allocator.allocate(request, inventory, held=self.ledger.holdings)
+            rank = priority.pod_priority(pod)
+            outcome = allocator.allocate(
+                request,
+                inventory,
+                held=self.ledger.holdings,
+                cursor=self.cursor if request.strategy == "RoundRobin" else None,
+                reserved=self.reservations.reserved_for(rank, self.queue_order) or None,
+            )
             if isinstance(outcome, allocator.NoFit):
+                if outcome.phase == "Pending" and self.queue_order == "Priority":
+                    created = str(meta.get("creationTimestamp") or "")
+                    could_use = priority.usable_nodes(request, inventory)
+                    self.reservations.wait(priority.Waiter(key, rank, created, could_use))
+                else:
+                    self.released(key)
                 await self.set_claim_status(claim, {"phase": outcome.phase, "message": outcome.message})
                 return decision.Unschedulable(f"GpuClaim {claim_name}: {outcome.message}")
+            self.released(key)
             hold = Hold(
                 uid,
                 f"{meta['namespace']}/{meta['name']}",
@@ -232,7 +386,13 @@ class ClaimPath:
                 f"GpuClaim {claim_name}: GPUs {hold.node}:"
                 f"{','.join(map(str, hold.gpu_ids))} were taken meanwhile; retrying"
             )
-        return Placed(claim, hold, message)
+        return Placed(claim, hold, message, request.strategy)
+
+    def released(self, key: str) -> None:
+        """Pod `key` waits no more (placed, gone, or can never fit): the nodes it kept are free for lower
+        priorities, which are tried again."""
+        if self.reservations.done(key):
+            self._queue_changed()
 
     def failed(self, uid: str) -> None:
         """The attempt for `uid` is over without a binding: it holds nothing (its Leases are released)."""
@@ -244,6 +404,9 @@ class ClaimPath:
     async def bound(self, placed: Placed) -> None:
         self.ledger.confirm(placed.hold.uid)
         hold = placed.hold
+        at = _micro_now()
+        if placed.strategy == "RoundRobin":
+            self._advance_cursor(at, hold.node)
         await self.set_claim_status(
             placed.claim,
             {
@@ -251,6 +414,8 @@ class ClaimPath:
                 "nodeName": hold.node,
                 "gpuIds": list(hold.gpu_ids),
                 "allocated": f"{hold.node}:{','.join(map(str, hold.gpu_ids))}",
+                "strategy": placed.strategy,
+                "allocatedAt": at,
                 "message": placed.message,
             },
         )

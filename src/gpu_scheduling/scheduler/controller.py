@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from gpu_scheduling import constants, gpumap, podrequest
-from gpu_scheduling.claims import objects
+from gpu_scheduling.claims import objects, priority
 from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
@@ -66,6 +66,9 @@ class SchedulerConfig:
     sweep_seconds: float = 60.0
     """Every this many seconds the GPU Leases are listed fresh and compared with the ledger."""
 
+    strategy: str = constants.DEFAULT_STRATEGY
+    """Node strategy of the GpuClaims that name none while the GpuSchedulingPolicy sets no defaultStrategy."""
+
 
 STOP_GRACE = 2.0
 """Seconds a stopping leader gives the binds in flight to finish, well inside the margin between the renew
@@ -74,6 +77,12 @@ deadline and the lease duration, so no new leader can be acting yet; then as lon
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _placeholder(key: str) -> dict[str, Any]:
+    """A pod the cache no longer has, for ordering: it sorts by its name alone."""
+    namespace, _, name = key.partition("/")
+    return {"metadata": {"namespace": namespace, "name": name}}
 
 
 def _key(pod: dict[str, Any]) -> str:
@@ -133,6 +142,9 @@ class Scheduler:
             cached_pod=self._cached_pod,
             scheduler_name=config.name,
             sweep_seconds=config.sweep_seconds,
+            strategy=config.strategy,
+            event=self._post_event,
+            queue_changed=self._wake_claim_pods,
         )
 
     # ---- readiness -------------------------------------------------------------------------------------------
@@ -195,10 +207,13 @@ class Scheduler:
             self._retry(key)
 
     def _wake_claim_pods(self) -> None:
-        for keys in self._claim_pods.values():
-            for key in keys:
-                if key in self._unschedulable:
-                    self._retry(key)
+        """Retry the waiting claim pods, in the order they are served (priority, then age; or age alone)."""
+        waiting = [key for keys in self._claim_pods.values() for key in keys if key in self._unschedulable]
+        if len(waiting) > 1:
+            order = self.claim_path.queue_order
+            waiting.sort(key=lambda k: priority.order_key(self.pods.cache.get(k) or _placeholder(k), order))
+        for key in waiting:
+            self._retry(key)
 
     def _retry(self, key: str) -> None:
         """Try `key` again once its backoff allows."""
@@ -221,6 +236,7 @@ class Scheduler:
         self.queue.discard(key)
         self._unwait(key)
         claim = self._pod_claim.pop(key, None)
+        self.claim_path.released(key)
         if claim is not None:
             self._claim_pods[claim].discard(key)
             if not self._claim_pods[claim]:
@@ -489,18 +505,22 @@ class Scheduler:
 
     async def _event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
         meta = pod["metadata"]
+        involved = {
+            "apiVersion": constants.CORE_API_VERSION,
+            "kind": "Pod",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+        }
+        await self._post_event(involved, meta["namespace"], type_, reason, message)
+
+    async def _post_event(self, involved: dict[str, Any], namespace: str, type_: str, reason: str, message: str) -> None:
         now = _now()
         event = {
             "apiVersion": constants.CORE_API_VERSION,
             "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": constants.CORE_API_VERSION,
-                "kind": "Pod",
-                "namespace": meta["namespace"],
-                "name": meta["name"],
-                "uid": meta["uid"],
-            },
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "involvedObject": involved,
             "type": type_,
             "reason": reason,
             "message": message,
@@ -512,7 +532,7 @@ class Scheduler:
             "count": 1,
         }
         try:
-            await self.client.post(paths.events(meta["namespace"]), event)
+            await self.client.post(paths.events(namespace), event)
         except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
             # An event is a courtesy: losing one (the apiserver busy or going away) must not disturb scheduling.
-            log.warning("could not record %s event for %s/%s: %s", reason, meta["namespace"], meta["name"], exc)
+            log.warning("could not record %s event for %s %s: %s", reason, involved["kind"], involved["name"], exc)

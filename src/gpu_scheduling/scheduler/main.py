@@ -31,6 +31,15 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds such as 15 or 15s, got {text!r}") from None
 
 
+def _strategy(text: str) -> str:
+    """A strategy as the CRD names it, from that name or its snake_case/kebab-case spelling (`least_utilized`)."""
+    wanted = text.replace("_", "").replace("-", "").lower()
+    for name in constants.STRATEGIES:
+        if name.lower() == wanted:
+            return name
+    raise argparse.ArgumentTypeError(f"expected one of {', '.join(constants.STRATEGIES)}, got {text!r}")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="gpu-scheduler",
@@ -45,6 +54,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--health-port", type=int, default=8080, help="port of /healthz, /readyz, /metrics (default 8080)")
     p.add_argument("--health-host", default="0.0.0.0", help="address of the health server (default 0.0.0.0)")
     p.add_argument("--workers", type=int, default=SchedulerConfig.workers, help="concurrent bind workers")
+    p.add_argument(
+        "--strategy",
+        type=_strategy,
+        default=os.environ.get(constants.STRATEGY_ENV, constants.DEFAULT_STRATEGY),
+        help=f"node strategy of the GpuClaims that name none while the GpuSchedulingPolicy "
+        f"{constants.POLICY_NAME!r} sets no defaultStrategy: {', '.join(constants.STRATEGIES)} "
+        f"(also snake_case, as the reference's least_utilized; default: ${constants.STRATEGY_ENV} "
+        f"or {constants.DEFAULT_STRATEGY})",
+    )
     p.add_argument("--qps", type=float, default=0, help="client-side API rate limit, requests/s (0: none)")
     p.add_argument("--burst", type=int, default=100, help="client-side API burst (with --qps)")
     logs.add_arguments(p)
@@ -94,6 +112,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="this replica's holder identity (default: <hostname>_<random uuid>, new at every start)",
     )
     args = p.parse_args(argv)
+    try:  # the environment's value is not checked by argparse
+        args.strategy = _strategy(args.strategy)
+    except argparse.ArgumentTypeError as exc:
+        p.error(f"{constants.STRATEGY_ENV}: {exc}")
     if args.leader_elect:
         problems = election_config(args).problems()
         if problems:
@@ -156,9 +178,9 @@ async def run(args: argparse.Namespace) -> None:
     async with Client(
         cfg, qps=args.qps, burst=args.burst, connections=max(64, args.workers * 2), user_agent=agent
     ) as client:
-        scheduler = Scheduler(client, SchedulerConfig(name=args.scheduler_name, workers=args.workers))
+        scheduler = Scheduler(client, SchedulerConfig(name=args.scheduler_name, workers=args.workers, strategy=args.strategy))
         app = web.Application()
-        health.add_probes(app, scheduler.ready, scheduler.metrics.render)
+        health.add_probes(app, scheduler.ready, scheduler.metrics.registry)
         runner = await health.serve(app, args.health_host, args.health_port)
         log.info(
             "gpu-scheduler %s serving health on %s:%d%s",
