@@ -1,6 +1,12 @@
-"""harness.inventory.publish, the one GpuNodeStatus writer of the tests and the benchmark, against a small local
-HTTPS server that answers as the apiserver does (not Kubernetes): the resource unknown for a moment after its CRD
-is Established (404), objects that exist already (409 AlreadyExists), and refusals."""
+"""The GpuNodeStatus writers.
+
+harness.inventory.publish, the one writer of the tests and the benchmark, against a small local HTTPS server that
+answers as the apiserver does (not Kubernetes): the resource unknown for a moment after its CRD is Established
+(404), objects that exist already (409 AlreadyExists), and refusals.
+
+The real gpu-inventory-agent process against a real kube-apiserver and etcd (harness.controlplane): it writes the
+memory and utilization its node's annotation declares, and its health server's /readyz and /metrics say how its
+syncs go."""
 
 from __future__ import annotations
 
@@ -9,18 +15,27 @@ import json
 import pathlib
 import socket
 import ssl
+import sys
 import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from gpu_scheduling import constants
 from gpu_scheduling.agent.inventory import simulated_status
 from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import Forbidden, NotFound
-from harness import inventory, pki
-from harness.controlplane import kubeconfig
-from harness.processes import free_port
+from harness import inventory, manifests, pki
+from harness.controlplane import ControlPlane, kubeconfig, node_body
+from harness.processes import Process, free_port
+from harness.wait import wait_for
+
+SCRIPTS = pathlib.Path(sys.executable).parent  # console scripts of the installed package
 
 
 class FakeApiserver(http.server.ThreadingHTTPServer):
@@ -132,3 +147,153 @@ def test_publish_raises_any_other_refusal_at_once(apiserver):
     with pytest.raises(Forbidden):
         inventory.publish(apiserver.kubeconfig, {f"node{i}": simulated_status() for i in range(1, 6)}, timeout=60)
     assert sum(r == ("POST", paths.NODE_STATUSES) for r in apiserver.requests) <= 5  # node3 was not retried
+
+
+# ---- the real agent against the real apiserver ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """etcd and kube-apiserver (with the controller manager and kwok that harness.controlplane starts beside them),
+    without the project's CRDs: the test installs them while the agent runs."""
+    cp = ControlPlane(tmp_path_factory.mktemp("controlplane"))
+    try:
+        yield cp.start()
+    finally:
+        cp.stop()
+
+
+def install_crds(cp: ControlPlane) -> None:
+    """The chart's CRDs, each Established (as harness.components does for the scenarios)."""
+    api = cp.api
+    assert api is not None
+    for crd in manifests.crds():
+        api.apply_or_replace(paths.CRDS, crd)
+        name = crd["metadata"]["name"]
+        wait_for(
+            f"CRD {name} Established",
+            lambda n=name: any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in api.get(f"{paths.CRDS}/{n}").get("status", {}).get("conditions") or []
+            ),
+        )
+
+
+def http_get(url: str, accept: str | None = None) -> tuple[int, str, str]:
+    """Status, Content-Type and body of a GET (an HTTP error status is an answer too)."""
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status, resp.headers.get("Content-Type", ""), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode()
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """/metrics as series (name, sorted labels) -> value."""
+    status, _, body = http_get(url)
+    assert status == 200, body
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+
+
+def per_gpu(series: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str) -> dict[str, float]:
+    return {dict(labels)["gpu"]: value for (n, labels), value in series.items() if n == name}
+
+
+DECLARED = "count=4,islands=2,bandwidth=600/64,unhealthy=3,memory=40960/81920,used=1024/2048/0,utilization=10/55/90"
+
+
+def test_the_agent_writes_memory_and_utilization_and_serves_its_health_and_metrics(control_plane, tmp_path):
+    cp = control_plane
+    api = cp.api
+    assert api is not None
+    node = "gpu-node-1"
+    body = node_body(node)
+    body["metadata"]["annotations"][constants.SIMULATED_ANNOTATION] = DECLARED
+    api.create(paths.NODES, body)
+    port = free_port()
+    agent = Process(
+        "gpu-inventory-agent",
+        [
+            str(SCRIPTS / "gpu-inventory-agent"),
+            f"--kubeconfig={cp.kubeconfig}",
+            f"--node-name={node}",
+            "--source=simulated",
+            "--interval=0.5",
+            "--health-host=127.0.0.1",
+            f"--health-port={port}",
+        ],
+        tmp_path,
+    ).start()
+    base = f"http://127.0.0.1:{port}"
+    node_label = ("node", node)
+    try:
+        # No CRD yet: every sync fails (the resource is not served), the agent lives on, unready, counting them.
+        agent.wait_http(f"{base}/healthz")
+        errors = ("gpu_inventory_agent_syncs_total", (("result", "error"),))
+        wait_for("a failed sync counted", lambda: scrape(f"{base}/metrics").get(errors, 0) >= 1)
+        assert http_get(f"{base}/readyz")[0] == 503
+        first = scrape(f"{base}/metrics")
+        assert first[("gpu_inventory_agent_syncs_total", (("result", "ok"),))] == 0
+        assert not per_gpu(first, "gpu_inventory_agent_gpu_memory_total_bytes")
+
+        install_crds(cp)
+        agent.wait_http(f"{base}/readyz", timeout=60)
+        written = api.get(paths.gpu_node_status(node))["status"]
+        assert [
+            (d["id"], d["health"], d["memoryTotalMiB"], d["memoryUsedMiB"], d["utilizationPercent"])
+            for d in written["devices"]
+        ] == [
+            (0, "Healthy", 40960, 1024, 10),
+            (1, "Healthy", 81920, 2048, 55),
+            (2, "Healthy", 81920, 0, 90),
+            (3, "Unhealthy", 81920, 0, 0),
+        ]
+
+        series = scrape(f"{base}/metrics")
+        assert series[("gpu_inventory_agent_syncs_total", (("result", "ok"),))] >= 1
+        assert series[("gpu_inventory_agent_last_sync_timestamp_seconds", ())] > 0
+        assert series[("gpu_inventory_agent_sync_duration_seconds_count", ())] >= 2
+        assert series[("gpu_inventory_agent_info", (node_label, ("source", "simulated")))] == 1
+        assert {
+            state: series[("gpu_inventory_agent_gpus", (node_label, ("state", state)))]
+            for state in ("healthy", "unhealthy", "in_use")
+        } == {"healthy": 3, "unhealthy": 1, "in_use": 0}
+        mib = 1024 * 1024
+        assert per_gpu(series, "gpu_inventory_agent_gpu_memory_total_bytes") == {
+            "0": 40960 * mib,
+            "1": 81920 * mib,
+            "2": 81920 * mib,
+            "3": 81920 * mib,
+        }
+        assert per_gpu(series, "gpu_inventory_agent_gpu_memory_used_bytes") == {
+            "0": 1024 * mib,
+            "1": 2048 * mib,
+            "2": 0,
+            "3": 0,
+        }
+        assert per_gpu(series, "gpu_inventory_agent_gpu_utilization_ratio") == {"0": 0.1, "1": 0.55, "2": 0.9, "3": 0}
+        status, content_type, text = http_get(f"{base}/metrics", accept="application/openmetrics-text; version=1.0.0")
+        assert status == 200 and content_type.startswith("application/openmetrics-text"), content_type
+        assert text.rstrip().endswith("# EOF")
+
+        # The node shrinks to two GPUs: the status and /metrics follow, GPUs 2 and 3 lose their series.
+        api.patch(paths.node(node), {"metadata": {"annotations": {constants.SIMULATED_ANNOTATION: "count=2"}}})
+        wait_for(
+            "GPUs 2 and 3 gone from /metrics",
+            lambda: (
+                per_gpu(scrape(f"{base}/metrics"), "gpu_inventory_agent_gpu_memory_total_bytes")
+                == {"0": 81920 * mib, "1": 81920 * mib}
+            ),
+        )
+        assert len(api.get(paths.gpu_node_status(node))["status"]["devices"]) == 2
+        series = scrape(f"{base}/metrics")
+        assert set(per_gpu(series, "gpu_inventory_agent_gpu_utilization_ratio")) == {"0", "1"}
+        assert set(per_gpu(series, "gpu_inventory_agent_gpu_memory_used_bytes")) == {"0", "1"}
+    finally:
+        agent.stop()
+    assert agent.proc is not None and agent.proc.returncode == 0, agent.tail()

@@ -1,6 +1,7 @@
 """`gpu-inventory-agent`: every few seconds, write this node's GpuNodeStatus from NVML (or the simulated
 declaration), the node's GPU leases and the map pods bound to it. Touches only the GpuNodeStatus named after its
-node."""
+node. Serves /healthz, /readyz (ready once a sync has written the status) and /metrics (agent.metrics) on
+--health-port."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from typing import Any
 
-from gpu_scheduling import constants, logs
+from aiohttp import web
+
+from gpu_scheduling import constants, health, logs
 from gpu_scheduling.agent import inventory, nvml
+from gpu_scheduling.agent.metrics import AgentMetrics
 from gpu_scheduling.agent.publish import write_node_status
 from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import config as kubeconfig
@@ -37,14 +42,16 @@ def read_inventory(source: str, node: dict[str, Any], default_simulated: str) ->
     return inventory.simulated_status(declared), "simulated"
 
 
-async def sync(client: Client, node_name: str, source: str, default_simulated: str) -> str:
+async def sync(client: Client, node_name: str, source: str, default_simulated: str) -> tuple[dict[str, Any], str]:
+    """Write the node's GpuNodeStatus once: the status written, and where its inventory came from."""
     node = await client.get(paths.node(node_name))
     status, used = read_inventory(source, node, default_simulated)
     leases = (await client.get(paths.GPU_LEASES, labelSelector=objects.node_lease_selector(node_name)))["items"]
     # Map pods hold GPUs without a Lease: read them from the pods bound to this node.
     pods = (await client.get(paths.ALL_PODS, fieldSelector=f"spec.nodeName={node_name}"))["items"]
-    await write_node_status(client, node_name, inventory.node_status(status["devices"], leases, pods))
-    return used
+    written = inventory.node_status(status["devices"], leases, pods)
+    await write_node_status(client, node_name, written)
+    return written, used
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -53,20 +60,46 @@ async def run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with Client(kubeconfig.load(args.kubeconfig), user_agent="gpu-inventory-agent") as client:
-        last = ""
-        while not stop.is_set():
-            if args.once:
-                await sync(client, args.node_name, args.source, args.simulated)
-                return
-            try:
-                used = await sync(client, args.node_name, args.source, args.simulated)
-                if used != last:
-                    log.info("GpuNodeStatus %s kept from %s inventory", args.node_name, used)
-                    last = used
-            except (ApiError, inventory.InventoryError, OSError) as exc:
-                log.warning("could not update GpuNodeStatus %s: %s", args.node_name, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), args.interval)
+        if args.once:
+            await sync(client, args.node_name, args.source, args.simulated)
+            return
+        metrics = AgentMetrics(args.node_name)
+        ready = False
+        runner = None
+        if args.health_port:
+            app = web.Application()
+            # Ready once the status is written: until then the scheduler may know nothing of this node's GPUs.
+            # A later failed sync leaves it ready (the written status stands; /metrics counts the errors).
+            health.add_probes(app, lambda: ready, metrics.registry)
+            runner = await health.serve(app, args.health_host, args.health_port)
+            log.info("gpu-inventory-agent serving health and metrics on %s:%d", args.health_host, args.health_port)
+        try:
+            last = ""
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    written, used = await sync(client, args.node_name, args.source, args.simulated)
+                except (ApiError, inventory.InventoryError, OSError) as exc:
+                    metrics.failed(time.monotonic() - started)
+                    log.warning("could not update GpuNodeStatus %s: %s", args.node_name, exc)
+                else:
+                    metrics.synced(written, used, time.monotonic() - started, time.time())
+                    ready = True
+                    if used != last:
+                        log.info("GpuNodeStatus %s kept from %s inventory", args.node_name, used)
+                        last = used
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), args.interval)
+        finally:
+            if runner is not None:
+                await runner.cleanup()
+
+
+def _port(text: str) -> int:
+    """A --health-port: checked here, where the message names the flag, rather than when the server binds."""
+    if not (text.isascii() and text.isdigit() and 0 <= int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a port 1..65535, or 0 for none")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,7 +118,14 @@ def main(argv: list[str] | None = None) -> None:
         help=f"simulated inventory when the node has no {constants.SIMULATED_ANNOTATION} annotation",
     )
     p.add_argument("--interval", type=float, default=10.0, help="seconds between updates (default 10)")
-    p.add_argument("--once", action="store_true", help="write the GpuNodeStatus once and exit")
+    p.add_argument("--once", action="store_true", help="write the GpuNodeStatus once and exit (serves nothing)")
+    p.add_argument(
+        "--health-port",
+        type=_port,
+        default=8080,
+        help="port of /healthz, /readyz and /metrics (default 8080; 0: no health server)",
+    )
+    p.add_argument("--health-host", default="0.0.0.0", help="address of the health server (default 0.0.0.0)")
     p.add_argument("--print", action="store_true", help="print this machine's inventory as JSON and exit")
     logs.add_arguments(p)
     args = p.parse_args(argv)
@@ -93,7 +133,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.print:
         import json
 
-        status, used = read_inventory(args.source, {"metadata": {}}, args.simulated)
+        try:
+            status, used = read_inventory(args.source, {"metadata": {}}, args.simulated)
+        except inventory.InventoryError as exc:
+            raise SystemExit(f"gpu-inventory-agent: --simulated {exc}") from None
         print(json.dumps({"source": used, **status}, indent=2))
         return
     if not args.node_name:
