@@ -549,8 +549,8 @@ def test_idle_connections_up_to_the_cap_do_not_stop_healthz(webhook):
                 assert client.get(f"{webhook.url}/healthz").status_code == 200
                 metrics = client.get(f"{webhook.url}/metrics").text
             assert time.monotonic() - started < HEALTHZ_BOUND
-        assert int(metrics.split("\ngpu_webhook_connections ")[1].split()[0]) <= MAX_CONNECTIONS
-        evicted = int(metrics.split("\ngpu_webhook_connections_evicted_total ")[1].split()[0])
+        assert float(metrics.split("\ngpu_webhook_open_connections ")[1].split()[0]) <= MAX_CONNECTIONS
+        evicted = float(metrics.split("\ngpu_webhook_connections_evicted_total ")[1].split()[0])
         assert evicted >= 16
     finally:
         for sock in socks:

@@ -14,6 +14,8 @@ import sys
 
 import httpx
 import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_scheduling import admission, constants
 from gpu_scheduling.webhook import server
@@ -289,18 +291,50 @@ def test_plain_http_is_refused(webhook):
     assert status != 200, "a TLS-only server answered plain HTTP"
 
 
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
 def test_metrics_count_requests(webhook):
-    status, body = post(webhook, b"", path="/metrics", method="GET")
-    text = body.decode()
-    assert status == 200
-    for name in (
-        "gpu_webhook_requests_total",
-        "gpu_webhook_bad_requests_total",
-        "gpu_webhook_errors_total",
-        'gpu_webhook_request_duration_seconds_bucket{le="0.005"}',
-        "gpu_webhook_connections",
-    ):
-        assert name in text
+    with httpx.Client(verify=webhook.ctx, timeout=10) as client:
+        before = _samples(client.get(f"{webhook.url}/metrics").text)
+        assert post(webhook, review(GOOD_POD))[0] == 200
+        assert post(webhook, b"not json")[0] == 400
+        plain = client.get(f"{webhook.url}/metrics")
+        openmetrics = client.get(
+            f"{webhook.url}/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+        )
+        head = client.head(f"{webhook.url}/metrics")
+    assert plain.status_code == 200
+    assert plain.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    after = _samples(plain.text)
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after[key] - before[key]
+
+    assert delta("gpu_webhook_requests_total") == 1
+    assert delta("gpu_webhook_patched_total") == 1
+    assert delta("gpu_webhook_bad_requests_total") == 1
+    assert delta("gpu_webhook_errors_total") == 0
+    assert delta("gpu_webhook_request_duration_seconds_count") == 1
+    assert delta("gpu_webhook_request_duration_seconds_bucket", le="+Inf") == 1
+    assert ("gpu_webhook_request_duration_seconds_bucket", (("le", "0.005"),)) in after
+    assert after[("gpu_webhook_open_connections", ())] >= 1  # this client's own connection
+    assert after[("gpu_webhook_connections_total", (("protocol", "http/1.1"),))] >= 1
+    assert "# TYPE gpu_webhook_open_connections gauge" in plain.text
+    assert "# TYPE gpu_webhook_connections_total counter" in plain.text
+    assert not [line for line in plain.text.splitlines() if "_created" in line]
+    assert openmetrics.status_code == 200
+    assert openmetrics.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert openmetrics.text.endswith("# EOF\n")
+    names = {family.name for family in openmetrics_families(openmetrics.text)}
+    assert {"gpu_webhook_requests", "gpu_webhook_open_connections", "gpu_webhook_request_duration_seconds"} <= names
+    assert head.status_code == 200 and head.content == b""
 
 
 def test_log_format_json(tmp_path):

@@ -55,8 +55,110 @@ CLUSTER_KINDS = {
     "ValidatingAdmissionPolicyBinding",
     "CustomResourceDefinition",
 }
-#: Values whose value is a map or a list given as a whole (resources, node labels, tolerations): one value each.
-WHOLE_VALUES = {"resources", "nodeSelector", "tolerations"}
+#: Values whose value is a map or a list given as a whole (resources, node labels, tolerations, labels): one value
+#: each.
+WHOLE_VALUES = {"resources", "nodeSelector", "tolerations", "labels"}
+DASHBOARD_FILE = CHART / "dashboards" / "gpu-scheduling.json"
+DASHBOARD = "gpu-scheduling-dashboard"
+SERVICE_MONITOR = "gpu-scheduling"
+METRICS_LABEL = {"gpu-scheduling.io/metrics": "true"}
+#: The RBAC kinds: monitoring adds none (Prometheus and Grafana's sidecar read with their own rights).
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+#: A minimal CustomResourceDefinition of the Prometheus Operator's ServiceMonitor (monitoring.coreos.com/v1): the
+#: fields the chart sets, with their types and forms as the operator's own CRD has them, and unknown fields refused
+#: (the pinned Kubernetes schemas of harness/openapi.py know no ServiceMonitor, and the chart ships no such CRD).
+DURATION = "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+_KEY_REF = {
+    "type": "object",
+    "required": ["key"],
+    "properties": {"name": {"type": "string"}, "key": {"type": "string"}, "optional": {"type": "boolean"}},
+}
+_LABEL_SELECTOR = {
+    "type": "object",
+    "properties": {
+        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchExpressions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["key", "operator"],
+                "properties": {
+                    "key": {"type": "string"},
+                    "operator": {"type": "string"},
+                    "values": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+    },
+}
+SERVICE_MONITOR_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {
+        "group": "monitoring.coreos.com",
+        "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "required": ["spec"],
+                        "properties": {
+                            "apiVersion": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "metadata": {"type": "object"},
+                            "spec": {
+                                "type": "object",
+                                "required": ["selector"],
+                                "properties": {
+                                    "jobLabel": {"type": "string"},
+                                    "namespaceSelector": {
+                                        "type": "object",
+                                        "properties": {
+                                            "any": {"type": "boolean"},
+                                            "matchNames": {"type": "array", "items": {"type": "string"}},
+                                        },
+                                    },
+                                    "selector": _LABEL_SELECTOR,
+                                    "endpoints": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "properties": {
+                                                "port": {"type": "string"},
+                                                "path": {"type": "string"},
+                                                "scheme": {"type": "string", "enum": ["http", "https"]},
+                                                "interval": {"type": "string", "pattern": DURATION},
+                                                "scrapeTimeout": {"type": "string", "pattern": DURATION},
+                                                "honorLabels": {"type": "boolean"},
+                                                "tlsConfig": {
+                                                    "type": "object",
+                                                    "properties": {
+                                                        "ca": {
+                                                            "type": "object",
+                                                            "properties": {"configMap": _KEY_REF, "secret": _KEY_REF},
+                                                        },
+                                                        "serverName": {"type": "string"},
+                                                        "insecureSkipVerify": {"type": "boolean"},
+                                                    },
+                                                },
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
 
 
 @functools.cache
@@ -134,7 +236,7 @@ def test_every_document_is_valid_kubernetes(ci):
     docs = render(ci)
     assert docs
     crds = manifests.crds()
-    assert openapi.validate([*docs, *crds], crds=crds) == []
+    assert openapi.validate([*docs, *crds, SERVICE_MONITOR_CRD], crds=[*crds, SERVICE_MONITOR_CRD]) == []
 
 
 @pytest.mark.parametrize("ci", [None, *CI])
@@ -215,9 +317,16 @@ def check_defaults(docs: list[dict[str, Any]]) -> None:
     assert hook["clientConfig"]["service"] == {"name": WEBHOOK, "namespace": NAMESPACE, "path": "/mutate", "port": 443}
     check_generated_tls(docs, WEBHOOK, cert_days=365, ca_days=3650)
     agent = container(docs, "DaemonSet", AGENT)
-    assert agent["args"][:2] == [f"--simulated={inventory.DEFAULT_SIMULATED}", "--interval=10"]
+    assert agent["args"][:3] == [f"--simulated={inventory.DEFAULT_SIMULATED}", "--interval=10", "--health-port=8080"]
     pod = one(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
     assert "nodeSelector" not in pod and "tolerations" not in pod
+    # Monitoring: the dashboard for Grafana's sidecar; no ServiceMonitor (its CRD may not be there), nothing for it.
+    dashboard = one(docs, "ConfigMap", DASHBOARD)
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1" and "annotations" not in dashboard["metadata"]
+    assert find(docs, "ServiceMonitor") == []
+    assert [d["metadata"]["name"] for d in find(docs, "Service")] == [WEBHOOK]
+    assert not set(METRICS_LABEL) & set(one(docs, "Service", WEBHOOK)["metadata"]["labels"])
+    assert [d["metadata"]["name"] for d in find(docs, "ConfigMap")] == [DASHBOARD]
 
 
 def check_generated_tls(docs: list[dict[str, Any]], service: str, *, cert_days: int, ca_days: int) -> None:
@@ -382,6 +491,91 @@ def check_agent_disabled(docs: list[dict[str, Any]]) -> None:
     }
 
 
+def check_metrics(docs: list[dict[str, Any]]) -> None:
+    """The ServiceMonitor (labelled for the Prometheus that selects it) finds the scheduler, the agent and the webhook
+    through Services whose pods serve /metrics on the ports it names; the dashboard under the other sidecar label,
+    in its folder."""
+    monitor = one(docs, "ServiceMonitor", SERVICE_MONITOR)
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "monitoring"
+    spec = monitor["spec"]
+    assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert spec["selector"] == {"matchLabels": {**METRICS_LABEL, "app.kubernetes.io/instance": manifests.RELEASE}}
+    assert spec["jobLabel"] == "app.kubernetes.io/name"
+    endpoints = {e["port"]: e for e in spec["endpoints"]}
+    assert sorted(endpoints) == ["health", "https"]
+    assert endpoints["health"] == {"port": "health", "path": "/metrics", "scheme": "http", "interval": "15s"}
+    ca = one(docs, "ConfigMap", f"{WEBHOOK}-metrics-ca")
+    assert endpoints["https"] == {
+        "port": "https",
+        "path": "/metrics",
+        "scheme": "https",
+        "interval": "15s",
+        "tlsConfig": {
+            "ca": {"configMap": {"name": ca["metadata"]["name"], "key": "ca.crt"}},
+            "serverName": f"{WEBHOOK}.{NAMESPACE}.svc",
+        },
+    }
+    # The CA Prometheus verifies the webhook with is the one the apiserver trusts, and signed the serving certificate.
+    (hook,) = one(docs, "MutatingWebhookConfiguration", WEBHOOK)["webhooks"]
+    assert ca["data"]["ca.crt"].strip() == base64.b64decode(hook["clientConfig"]["caBundle"]).decode().strip()
+    assert f"{WEBHOOK}.{NAMESPACE}.svc" in str(
+        certificate(one(docs, "Secret", TLS_SECRET), "tls.crt")
+        .extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        .value.get_values_for_type(x509.DNSName)
+    )
+    check_service_monitor_targets(docs, {SCHEDULER: "scheduler", WEBHOOK: "webhook", AGENT: "agent"})
+    dashboard = one(docs, "ConfigMap", DASHBOARD)
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "gpu"
+    assert dashboard["metadata"]["annotations"] == {"k8s-sidecar-target-directory": "GPU"}
+
+
+def check_service_monitor_targets(docs: list[dict[str, Any]], expected: dict[str, str]) -> None:
+    """Each Service the ServiceMonitor selects (in its namespaces) selects the pods of one workload, and each
+    endpoint's port is one of the Service's ports whose target is a named port of those pods' container; the
+    workloads so reached are `expected` (workload name -> component), each through the port its program serves
+    /metrics on: the scheduler's and the agent's health port (8080), the webhook's https port (8443)."""
+    (monitor,) = find(docs, "ServiceMonitor")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    services = [
+        s
+        for s in find(docs, "Service")
+        if s["metadata"]["namespace"] in monitor["spec"]["namespaceSelector"]["matchNames"]
+        and selector.items() <= s["metadata"]["labels"].items()
+    ]
+    workloads = [d for d in docs if d["kind"] in ("Deployment", "DaemonSet")]
+    reached: dict[str, str] = {}
+    for service in services:
+        (workload,) = [
+            w
+            for w in workloads
+            if service["spec"]["selector"].items() <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        (c,) = workload["spec"]["template"]["spec"]["containers"]
+        container_ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+        for endpoint in monitor["spec"]["endpoints"]:
+            for port in service["spec"]["ports"]:
+                if port["name"] == endpoint["port"]:
+                    name = workload["metadata"]["name"]
+                    assert name not in reached, f"{name} scraped twice"
+                    reached[name] = workload["metadata"]["labels"]["app.kubernetes.io/component"]
+                    target = container_ports[port["targetPort"]]
+                    assert (endpoint["scheme"], target) == (
+                        ("https", 8443) if reached[name] == "webhook" else ("http", 8080)
+                    ), name
+                    assert endpoint["path"] == "/metrics"
+    assert reached == expected
+    # The health port is where the program is told to serve /metrics.
+    for name, component in expected.items():
+        if component != "webhook":
+            kind = "DaemonSet" if component == "agent" else "Deployment"
+            assert "--health-port=8080" in container(docs, kind, name)["args"]
+
+
+def check_dashboard_disabled(docs: list[dict[str, Any]]) -> None:
+    assert find(docs, "ConfigMap") == []
+
+
 def check_lease_namespace_existing(docs: list[dict[str, Any]]) -> None:
     assert find(docs, "Namespace") == []
     assert {d["metadata"]["namespace"] for d in find(docs, "Role")} == {constants.LEASE_NAMESPACE}
@@ -401,6 +595,8 @@ CHECKS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
     "agent-values.yaml": check_agent,
     "agent-disabled-values.yaml": check_agent_disabled,
     "lease-namespace-existing-values.yaml": check_lease_namespace_existing,
+    "metrics-values.yaml": check_metrics,
+    "dashboard-disabled-values.yaml": check_dashboard_disabled,
 }
 
 
@@ -469,6 +665,169 @@ def test_the_agent_accepts_its_args(ci):
     assert len(json.loads(done.stdout)["devices"]) == len(inventory.parse_simulated(simulated))
 
 
+# ---- monitoring: the dashboard, the ServiceMonitor, the agent's health port ---------------------------------------
+
+#: What each panel of the dashboard must show, as (title, the metric names its queries must read).
+DASHBOARD_PANELS = {
+    "Scheduling attempts by result and strategy": {"gpu_scheduler_scheduling_attempts_total"},
+    "Scheduling attempt latency p50 / p99": {"gpu_scheduler_scheduling_attempt_duration_seconds_bucket"},
+    "End-to-end scheduling latency p99": {"gpu_scheduler_e2e_scheduling_duration_seconds_bucket"},
+    "Pending pods by kind": {"gpu_scheduler_pending_pods"},
+    "GPUs by state per node": {"gpu_scheduler_node_gpus"},
+    "Allocated GPUs per NVLink island": {"gpu_scheduler_island_allocated_gpus"},
+    "GPU lease reconciles by outcome": {"gpu_scheduler_lease_reconciles_total"},
+    "Active strategy": {"gpu_scheduler_strategy_info"},
+    "Leader": {"gpu_scheduler_leader"},
+    "Webhook requests": {
+        "gpu_webhook_requests_total",
+        "gpu_webhook_patched_total",
+        "gpu_webhook_denied_total",
+        "gpu_webhook_bad_requests_total",
+        "gpu_webhook_errors_total",
+    },
+    "Webhook latency p99": {"gpu_webhook_request_duration_seconds_bucket"},
+    "GPU utilization": {"gpu_inventory_agent_gpu_utilization_ratio"},
+    "GPU memory used / total": {
+        "gpu_inventory_agent_gpu_memory_used_bytes",
+        "gpu_inventory_agent_gpu_memory_total_bytes",
+    },
+    "Inventory agent syncs by result": {"gpu_inventory_agent_syncs_total"},
+    "Time since the last inventory sync": {"gpu_inventory_agent_last_sync_timestamp_seconds"},
+}
+
+
+def dashboard() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(DASHBOARD_FILE.read_text())
+    return loaded
+
+
+def exposed_series_names() -> set[str]:
+    """Every sample name the three programs expose (tests/unit/test_metrics.py's registries, with state, a written
+    status and an observation each, so that every family shows)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpu_scheduling import health
+    from tests.unit.test_metrics import _registries
+
+    return {
+        sample.name
+        for _, registry in _registries()
+        for family in text_string_to_metric_families(health.render_metrics(registry, None)[0].decode())
+        for sample in family.samples
+    }
+
+
+def test_the_dashboard_configmap_holds_the_dashboard_file():
+    configmap = one(render(), "ConfigMap", DASHBOARD)
+    assert set(configmap["data"]) == {"gpu-scheduling.json"}
+    assert json.loads(configmap["data"]["gpu-scheduling.json"]) == dashboard()
+    assert configmap["data"]["gpu-scheduling.json"] == DASHBOARD_FILE.read_text().rstrip("\n")
+
+
+def test_the_dashboard_is_stable_and_asks_for_its_data_source():
+    board = dashboard()
+    assert board["uid"] == "gpu-scheduling" and board["title"] == "GPU scheduling"
+    assert board["schemaVersion"] >= 39 and board["id"] is None
+    (variable,) = board["templating"]["list"]
+    assert (variable["name"], variable["type"], variable["query"]) == ("datasource", "datasource", "prometheus")
+    source = {"type": "prometheus", "uid": "${datasource}"}
+    panels = board["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    for panel in panels:
+        assert panel["datasource"] == source, panel["title"]
+        assert panel["targets"], panel["title"]
+        for t in panel["targets"]:
+            assert t["datasource"] == source, panel["title"]
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24 and grid["h"] > 0, panel["title"]
+    # No two panels overlap.
+    cells = [
+        (x, y)
+        for p in panels
+        for x in range(p["gridPos"]["x"], p["gridPos"]["x"] + p["gridPos"]["w"])
+        for y in range(p["gridPos"]["y"], p["gridPos"]["y"] + p["gridPos"]["h"])
+    ]
+    assert len(cells) == len(set(cells))
+
+
+def test_the_dashboard_queries_read_only_series_the_programs_expose():
+    """Each panel of DASHBOARD_PANELS reads its metrics, every metric any query names is one a program exposes, and
+    no query needs a template variable other than Grafana's $__rate_interval (so it runs as written)."""
+    exposed = exposed_series_names()
+    panels = {p["title"]: p for p in dashboard()["panels"]}
+    assert sorted(panels) == sorted(DASHBOARD_PANELS)
+    for title, wanted in DASHBOARD_PANELS.items():
+        exprs = [t["expr"] for t in panels[title]["targets"]]
+        named = {m for e in exprs for m in re.findall(r"\b(gpu_[a-z0-9_]+)", e)}
+        assert named == wanted, title
+        assert named <= exposed, (title, named - exposed)
+        for expr in exprs:
+            assert set(re.findall(r"\$\{?(\w+)", expr)) <= {"__rate_interval"}, expr
+            assert expr.count("(") == expr.count(")") and expr.count("[") == expr.count("]"), expr
+            # A rate() of a counter or of histogram buckets only: of series that are there, at 0, from the start.
+            for rated in re.findall(r"rate\((\w+)\[", expr):
+                assert rated.endswith(("_total", "_bucket")), expr
+
+
+def _with(ci: str, extra: dict[str, Any]) -> list[dict[str, Any]]:
+    values = yaml.safe_load((CI_DIR / ci).read_text())
+    return manifests.render({**values, **extra}, namespace=NAMESPACE)
+
+
+def test_the_service_monitor_without_the_webhook_or_the_agent():
+    """webhook.url: no webhook in the cluster, so no https endpoint and no CA; no agent: no agent Service."""
+    on = {"metrics": {"serviceMonitor": {"enabled": True}}}
+    docs = _with("webhook-url-values.yaml", on)
+    (monitor,) = find(docs, "ServiceMonitor")
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["health"]
+    assert monitor["spec"]["endpoints"][0]["interval"] == "30s" and set(monitor["metadata"]["labels"]) == set(
+        one(docs, "Deployment", SCHEDULER)["metadata"]["labels"]
+    )
+    assert not find(docs, "ConfigMap", f"{WEBHOOK}-metrics-ca")
+    check_service_monitor_targets(docs, {SCHEDULER: "scheduler", AGENT: "agent"})
+    docs = _with("agent-disabled-values.yaml", on)
+    assert not find(docs, "Service", f"{AGENT}-metrics")
+    check_service_monitor_targets(docs, {SCHEDULER: "scheduler", WEBHOOK: "webhook"})
+    crds = [SERVICE_MONITOR_CRD]
+    assert openapi.validate([d for d in docs if d["kind"] == "ServiceMonitor"], crds=crds) == []
+
+
+def test_the_service_monitor_trusts_an_existing_secret_s_ca():
+    values = yaml.safe_load((CI_DIR / "webhook-existing-secret-values.yaml").read_text())
+    docs = _with("webhook-existing-secret-values.yaml", {"metrics": {"serviceMonitor": {"enabled": True}}})
+    ca = one(docs, "ConfigMap", f"{WEBHOOK}-metrics-ca")
+    assert ca["data"]["ca.crt"].strip() == base64.b64decode(values["webhook"]["tls"]["caBundle"]).decode().strip()
+    check_service_monitor_targets(docs, {SCHEDULER: "scheduler", WEBHOOK: "webhook", AGENT: "agent"})
+
+
+def test_the_service_monitor_follows_renamed_components():
+    docs = _with("scheduler-values.yaml", {"metrics": {"serviceMonitor": {"enabled": True}}})
+    check_service_monitor_targets(docs, {"other-scheduler": "scheduler", WEBHOOK: "webhook", AGENT: "agent"})
+    docs = _with("agent-values.yaml", {"metrics": {"serviceMonitor": {"enabled": True}}})
+    check_service_monitor_targets(docs, {SCHEDULER: "scheduler", WEBHOOK: "webhook", "gpu-agent": "agent"})
+
+
+def test_the_agent_serves_probes_and_metrics_on_its_health_port():
+    """As the scheduler: --health-port 8080, the container port named health, /healthz and /readyz probed there."""
+    docs = render()
+    agent, scheduler = container(docs, "DaemonSet", AGENT), container(docs, "Deployment", SCHEDULER)
+    assert agent["ports"] == scheduler["ports"] == [{"name": "health", "containerPort": 8080}]
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert "--health-port=8080" in agent["args"]  # test_the_agent_accepts_its_args runs the agent with them
+
+
+@pytest.mark.parametrize("ci", ["metrics-values.yaml", "dashboard-disabled-values.yaml"])
+def test_monitoring_adds_no_rbac(ci):
+    """The ServiceMonitor and the dashboard need no rights of the programs: the RBAC objects are the defaults'."""
+
+    def rbac(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted((d for d in docs if d["kind"] in RBAC_KINDS), key=lambda d: (d["kind"], d["metadata"]["name"]))
+
+    assert rbac(render(ci)) == rbac(render())
+    assert rbac(render()) != []
+
+
 # ---- refused values ---------------------------------------------------------------------------------------------
 
 
@@ -501,6 +860,10 @@ def test_the_agent_accepts_its_args(ci):
         ("leaseNamespace.create=yes", "/leaseNamespace/create"),
         ("logLevel=TRACE", "/logLevel"),
         ("logFormat=xml", "/logFormat"),
+        ("metrics.dashboard.enabled=maybe", "/metrics/dashboard/enabled"),
+        ("metrics.dashboard.folderAnnotation=bad annotation", "/metrics/dashboard/folderAnnotation"),
+        ("metrics.serviceMonitor.enabled=yes", "/metrics/serviceMonitor/enabled"),
+        ("metrics.serviceMonitor.interval=soon", "/metrics/serviceMonitor/interval"),
         ("scheduler.replica=3", "additional properties 'replica' not allowed"),
         ("unknown=1", "additional properties 'unknown' not allowed"),
     ],
@@ -588,12 +951,14 @@ def test_the_package_holds_what_the_templates_read(tmp_path):
     with tarfile.open(package) as tar:
         names = {name.removeprefix("gpu-scheduler/") for name in tar.getnames()}
     assert {"Chart.yaml", "values.yaml", "values.schema.json", "keys.yaml", "README.md", "templates/NOTES.txt"} <= names
+    assert "dashboards/gpu-scheduling.json" in names  # the dashboard ConfigMap reads it
     assert {f"crds/{p.name}" for p in manifests.CRD_DIR.glob("*.yaml")} <= names
     assert not [n for n in names if n.startswith("ci/")]
 
 
 NOTES_CASES = [
     "default-values.yaml",
+    "metrics-values.yaml",
     "webhook-existing-secret-values.yaml",
     "webhook-url-values.yaml",
     "agent-disabled-values.yaml",
@@ -621,6 +986,8 @@ def test_the_notes_render(ci, tmp_path):
     assert ("not deployed" in rendered) == (ci == "webhook-url-values.yaml")
     assert ("DaemonSet" in rendered) == (ci != "agent-disabled-values.yaml")
     assert "<no value>" not in rendered
+    assert ("ServiceMonitor" in rendered) == (ci == "metrics-values.yaml")
+    assert "the Grafana dashboard" in rendered
 
 
 # ---- documentation ----------------------------------------------------------------------------------------------

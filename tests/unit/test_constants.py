@@ -83,6 +83,10 @@ LITERAL_FILES = {
 # (file, value) pairs where a value equals a constant by coincidence, with the reason.
 LITERAL_VALUES = {
     (
+        "charts/gpu-scheduler/dashboards/gpu-scheduling.json",
+        "gpu-scheduling",
+    ): "the dashboard's uid names the project, not the Lease namespace",
+    (
         "roles/app_images/defaults/main.yml",
         "gpu-scheduler",
     ): "the scheduler image's name (images/README.md), not the schedulerName",

@@ -240,3 +240,12 @@ Use: $tls := include "gpu-scheduler.webhook.tls" . | fromYaml
 {{- end -}}
 {{- index $values "__rendered" | toYaml -}}
 {{- end -}}
+
+{{/*
+gpu-scheduler.metricsLabel: the label of the Services whose pods the ServiceMonitor scrapes (the scheduler's and the
+agent's metrics Services, the webhook's Service).
+Use: include "gpu-scheduler.metricsLabel" $
+*/}}
+{{- define "gpu-scheduler.metricsLabel" -}}
+gpu-scheduling.io/metrics: "true"
+{{- end -}}

@@ -1,8 +1,9 @@
 """The scheduler's GpuClaim path: choose GPUs with the pure allocator over the GPU ledger, lock them with one Lease
 per GPU, and make sure a pod that holds nothing is named by no Lease, even if it went away while we were down.
 
-Watches (no polling): GpuClaims, GpuNodeStatuses, the GpuSchedulingPolicy and the GPU Leases of LEASE_NAMESPACE. The pods themselves come
-from the scheduler's one pod watch (scheduler.controller), which feeds the ledger with what bound pods hold.
+Watches (no polling): GpuClaims, GpuNodeStatuses, the GpuSchedulingPolicy and the GPU Leases of LEASE_NAMESPACE.
+The pods themselves come from the scheduler's one pod watch (scheduler.controller), which feeds the ledger with
+what bound pods hold.
 
 Placing a claim pod: the allocator reads the ledger (`Ledger.holdings`, cached per node), the chosen GPUs are
 *assumed* in the ledger before the first await (so the next claim never picks them from a view the watch has not
@@ -44,6 +45,7 @@ from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
 from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.kube.workqueue import WorkQueue
 from gpu_scheduling.scheduler import decision
+from gpu_scheduling.scheduler.metrics import Metrics
 
 if TYPE_CHECKING:
     from gpu_scheduling.kube.client import Client
@@ -101,6 +103,7 @@ class ClaimPath:
         strategy: str = constants.DEFAULT_STRATEGY,
         event: EventSink | None = None,
         queue_changed: Callable[[], None] | None = None,
+        metrics: Metrics | None = None,
     ):
         self.client = client
         self.ledger = ledger
@@ -110,6 +113,7 @@ class ClaimPath:
         self._cached_pod = cached_pod  # uid -> the pod in the scheduler's cache, if any
         self.scheduler_name = scheduler_name
         self.flag_strategy = strategy
+        self.metrics = metrics or Metrics()
         self._event = event
         self._queue_changed = queue_changed or (lambda: None)
         # What the next decision applies: the policy's, else the flag's (see `_apply_policy`).
@@ -119,6 +123,7 @@ class ClaimPath:
         self._policy_dirty = asyncio.Event()
         self._cursor: tuple[str, str] = ("", "")  # (allocatedAt, node) of the newest RoundRobin allocation
         self.reservations = priority.Reservations()
+        self.metrics.set_policy(self.strategy, self.queue_order)
         self.sweep_seconds = sweep_seconds
         self.workers = workers
         self.enabled = False
@@ -219,6 +224,13 @@ class ClaimPath:
         if at >= self._cursor[0]:
             self._cursor = (at, node)
 
+    def strategy_of(self, claim_key: str) -> str:
+        """The strategy that places the claim `namespace/name` now ("" when the claim is unknown)."""
+        claim = self.claims.cache.get(claim_key)
+        if claim is None:
+            return ""
+        return str((claim.get("spec") or {}).get("strategy") or self.strategy)
+
     @property
     def cursor(self) -> str | None:
         """The node RoundRobin chose last (None: none yet)."""
@@ -242,6 +254,7 @@ class ClaimPath:
             )
             order_changed = queue_order != self.queue_order
             self.strategy, self.queue_order = cast("allocator.Strategy", strategy), queue_order
+            self.metrics.set_policy(strategy, queue_order)
             if order_changed:
                 self._queue_changed()
         self._policy_dirty.set()
@@ -547,6 +560,7 @@ class ClaimPath:
                 self.releases.forget(key)
             else:
                 self.stats["release_retries"] += 1
+                self.metrics.lease_reconciled("retried")
                 self.releases.add_rate_limited(key)
 
     async def _reconcile_lease(self, key: GpuKey) -> bool:
@@ -579,6 +593,7 @@ class ClaimPath:
             if record is None:
                 await self.client.post(paths.GPU_LEASES, body)
                 self.stats["lease_creates"] += 1
+                self.metrics.lease_reconciled("recreated")
                 log.warning("re-created lease %s for %s", name, ", ".join(h.pod for h in missing))
                 return False
         log.error(
@@ -601,6 +616,7 @@ class ClaimPath:
                 lease.setdefault("spec", {})["holderIdentity"] = keep[0]
                 await self.client.request("PUT", path, body=lease)
                 self.stats["lease_updates"] += 1
+                self.metrics.lease_reconciled("updated")
             else:
                 await self.client.request(
                     "DELETE",
@@ -612,6 +628,7 @@ class ClaimPath:
                     },
                 )
                 self.stats["lease_deletes"] += 1
+                self.metrics.lease_reconciled("released")
             log.info("released lease %s (kept: %s)", record.name, ",".join(keep) or "nobody")
             return True
         except NotFound:  # gone already

@@ -37,7 +37,7 @@ from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.kube.workqueue import Backoff, WorkQueue
 from gpu_scheduling.scheduler import decision
 from gpu_scheduling.scheduler.claims import ClaimPath, Placed
-from gpu_scheduling.scheduler.metrics import Metrics
+from gpu_scheduling.scheduler.metrics import Metrics, SchedulerState
 
 if TYPE_CHECKING:
     from gpu_scheduling.kube.client import Client
@@ -77,6 +77,21 @@ deadline and the lease duration, so no new leader can be acting yet; then as lon
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _result(bound: bool | None) -> str:
+    """A bind's outcome as an attempt's result: bound, not bound (gone or bound elsewhere), or unknown."""
+    return "scheduled" if bound is True else "unschedulable" if bound is False else "error"
+
+
+def _parse_time(stamp: Any) -> float | None:
+    """Seconds since the epoch of an RFC 3339 timestamp as the apiserver writes them; None if absent or unreadable."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
 
 
 def _placeholder(key: str) -> dict[str, Any]:
@@ -145,11 +160,40 @@ class Scheduler:
             strategy=config.strategy,
             event=self._post_event,
             queue_changed=self._wake_claim_pods,
+            metrics=self.metrics,
         )
+        self.metrics.state_source = self.state
 
-    # ---- readiness -------------------------------------------------------------------------------------------
+    # ---- readiness and metrics -------------------------------------------------------------------------------
     def ready(self) -> bool:
         return self._watching
+
+    def state(self) -> SchedulerState:
+        """What the metrics' gauges show, read from the caches and the ledger when Prometheus scrapes: O(pods +
+        GPUs), nothing per event."""
+        pending = {"map": 0, "claim": 0}
+        for pod in self.pods.cache.values():
+            if not (pod.get("spec") or {}).get("nodeName"):
+                pending["claim" if decision.is_claim_pod(pod) else "map"] += 1
+        node_gpus: dict[str, dict[str, int]] = {}
+        islands: dict[tuple[str, str], int] = {}
+        for status in self.claim_path.statuses.cache.values():
+            node = objects.inventory_node(status)
+            if node is None:
+                continue
+            held = {gpu for h in self.ledger.holdings(node) for gpu in h.gpu_ids}
+            counts = node_gpus.setdefault(node, {"free": 0, "allocated": 0, "unhealthy": 0})
+            for device in objects.node_from_status(status, {}).devices:
+                island = (node, device.island)
+                islands.setdefault(island, 0)
+                if not device.healthy:
+                    counts["unhealthy"] += 1
+                elif device.id in held:
+                    counts["allocated"] += 1
+                    islands[island] += 1
+                else:
+                    counts["free"] += 1
+        return SchedulerState(pending, node_gpus, islands)
 
     # ---- informer handlers (must not block) ------------------------------------------------------------------
     def _cached_pod(self, uid: str) -> dict[str, Any] | None:
@@ -341,16 +385,25 @@ class Scheduler:
             return
         self.backoff.attempted(key)
         self._unwait(key)
-        if decision.is_claim_pod(pod):
-            await self._schedule_claim_pod(key, pod)
-            return
+        started = time.monotonic()
+        kind, result, strategy = ("claim", "error", "") if decision.is_claim_pod(pod) else ("map", "error", "")
+        try:
+            if kind == "claim":
+                result, strategy = await self._schedule_claim_pod(key, pod)
+            else:
+                result = await self._schedule_map_pod(key, pod)
+        finally:
+            self.metrics.attempt(kind, result, strategy, time.monotonic() - started)
+
+    async def _schedule_map_pod(self, key: str, pod: dict[str, Any]) -> str:
+        """Place a map pod; the attempt's result for the metrics."""
         verdict = decision.decide(pod, self.nodes.cache)  # cluster-scoped: key == node name
         if isinstance(verdict, decision.Unschedulable):
             if verdict.node:
                 self._waiting[verdict.node].add(key)
                 self._waits_on[key] = verdict.node
             await self._report_unschedulable(key, pod, verdict.message)
-            return
+            return "unschedulable"
         meta = pod["metadata"]
         hold = Hold(meta["uid"], key, verdict.node, verdict.entry.gpu_ids, "Shared", "map")
         conflicts = self.ledger.assume(hold) if hold.gpu_ids else []
@@ -366,37 +419,40 @@ class Scheduler:
                     f"{c.holder}; waiting for it to be released"
                 ),
             )
-            return
+            return "unschedulable"
         outcome = await self._bind(key, pod, verdict.node)
         if outcome is True:
             self.ledger.confirm(meta["uid"])
         elif outcome is False:
             self.ledger.forget(meta["uid"])
             self._ledger_changed()
+        return _result(outcome)
 
-    async def _schedule_claim_pod(self, key: str, pod: dict[str, Any]) -> None:
+    async def _schedule_claim_pod(self, key: str, pod: dict[str, Any]) -> tuple[str, str]:
+        """Place a claim pod; the attempt's result and strategy for the metrics."""
         meta = pod["metadata"]
         try:  # the same reading as the webhook's: a pod it would refuse is reported once, not retried forever
             claim_name = podrequest.claim_name(meta)
         except gpumap.PodMapError as exc:
             await self._report_unschedulable(key, pod, str(exc))
-            return
+            return "unschedulable", ""
         claim = f"{meta['namespace']}/{claim_name}"
         self._claim_pods[claim].add(key)
         self._pod_claim[key] = claim
         if not self.claim_path.enabled:
             await self._report_unschedulable(key, pod, "pod names a GpuClaim but the GpuClaim CRDs are not installed")
-            return
+            return "unschedulable", ""
         placed = await self.claim_path.place(pod, claim_name, self.nodes.cache)
         if isinstance(placed, decision.Unschedulable):
             await self._report_unschedulable(key, pod, placed.message)
-            return
+            return "unschedulable", self.claim_path.strategy_of(claim)
         outcome = await self._bind(key, pod, placed.hold.node, placed)
         if outcome is True:
             await self.claim_path.bound(placed)
         elif outcome is False:
             self.claim_path.failed(meta["uid"])
         # None: unknown whether the bind took effect; the hold stays assumed and the retry binds the same GPUs.
+        return _result(outcome), placed.strategy
 
     async def _bind(self, key: str, pod: dict[str, Any], node: str, placed: Placed | None = None) -> bool | None:
         """Bind. True: the pod is bound to `node` (now, or already by us); False: it is not and will not be by
@@ -458,6 +514,10 @@ class Scheduler:
         return False
 
     def _bound(self, key: str, pod: dict[str, Any], node: str) -> None:
+        created = _parse_time(pod["metadata"].get("creationTimestamp"))
+        if created is not None:
+            kind = "claim" if decision.is_claim_pod(pod) else "map"
+            self.metrics.scheduled(kind, max(0.0, time.time() - created))
         self._forget(key)
         self._assumed_bound.add(key)
         log.info("bound %s to %s", key, node)
@@ -514,7 +574,9 @@ class Scheduler:
         }
         await self._post_event(involved, meta["namespace"], type_, reason, message)
 
-    async def _post_event(self, involved: dict[str, Any], namespace: str, type_: str, reason: str, message: str) -> None:
+    async def _post_event(
+        self, involved: dict[str, Any], namespace: str, type_: str, reason: str, message: str
+    ) -> None:
         now = _now()
         event = {
             "apiVersion": constants.CORE_API_VERSION,

@@ -178,7 +178,9 @@ async def run(args: argparse.Namespace) -> None:
     async with Client(
         cfg, qps=args.qps, burst=args.burst, connections=max(64, args.workers * 2), user_agent=agent
     ) as client:
-        scheduler = Scheduler(client, SchedulerConfig(name=args.scheduler_name, workers=args.workers, strategy=args.strategy))
+        scheduler = Scheduler(
+            client, SchedulerConfig(name=args.scheduler_name, workers=args.workers, strategy=args.strategy)
+        )
         app = web.Application()
         health.add_probes(app, scheduler.ready, scheduler.metrics.registry)
         runner = await health.serve(app, args.health_host, args.health_port)

@@ -38,6 +38,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import hypercorn.protocol
+import prometheus_client
 from hypercorn.asyncio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.asyncio.worker_context import WorkerContext
 from hypercorn.config import Config
@@ -47,8 +48,10 @@ from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.utils import wrap_app
 from hyperframe.frame import GoAwayFrame
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-from gpu_scheduling import admission, logs
+from gpu_scheduling import admission, health, logs
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -89,6 +92,9 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 @dataclasses.dataclass
 class WebhookMetrics:
+    """What the webhook counts, in plain attributes the server moves as it works; :attr:`registry` renders them
+    through prometheus_client when /metrics is asked for (nothing is kept twice)."""
+
     requests: int = 0
     patched: int = 0
     denied: int = 0
@@ -105,67 +111,79 @@ class WebhookMetrics:
     connections_evicted: int = 0
     largest_response_bytes: int = 0
     bucket_counts: list[int] = dataclasses.field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    registry: prometheus_client.CollectorRegistry = dataclasses.field(
+        init=False, repr=False, compare=False, default_factory=prometheus_client.CollectorRegistry
+    )
+
+    def __post_init__(self) -> None:
+        self.registry.register(_WebhookCollector(self))
 
     def observe(self, seconds: float) -> None:
         self.seconds_sum += seconds
         self.bucket_counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
 
-    def render(self) -> str:
-        rows = [
-            ("gpu_webhook_requests_total", "counter", "Admission requests answered.", self.requests),
-            ("gpu_webhook_patched_total", "counter", "Pods given CUDA_VISIBLE_DEVICES.", self.patched),
-            ("gpu_webhook_denied_total", "counter", "Pods refused with a message.", self.denied),
+
+class _WebhookCollector(Collector):
+    """The families of a WebhookMetrics, read from its attributes at scrape time."""
+
+    def __init__(self, metrics: WebhookMetrics) -> None:
+        self._m = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return self.collect()
+
+    def collect(self) -> Iterable[Metric]:
+        m = self._m
+        counters = [
+            ("gpu_webhook_requests_total", "Admission requests answered.", m.requests),
+            ("gpu_webhook_patched_total", "Pods given CUDA_VISIBLE_DEVICES.", m.patched),
+            ("gpu_webhook_denied_total", "Pods refused with a message.", m.denied),
             (
                 "gpu_webhook_bad_requests_total",
-                "counter",
                 "Bodies that were not AdmissionReviews, too large or too slow (HTTP 4xx).",
-                self.bad_requests,
+                m.bad_requests,
             ),
-            ("gpu_webhook_errors_total", "counter", "Unexpected errors (HTTP 500).", self.errors),
-            ("gpu_webhook_request_seconds_sum", "counter", "Time spent deciding.", round(self.seconds_sum, 6)),
-            (
-                "gpu_webhook_too_large_total",
-                "counter",
-                f"Bodies over {MAX_BODY_BYTES} bytes (HTTP 413).",
-                self.too_large,
-            ),
-            ("gpu_webhook_timeouts_total", "counter", "Bodies not received in time (HTTP 408).", self.timeouts),
-            ("gpu_webhook_client_disconnects_total", "counter", "Clients gone before their answer.", self.disconnects),
-            ("gpu_webhook_connections", "gauge", "Open client connections.", self.connections),
+            ("gpu_webhook_errors_total", "Unexpected errors (HTTP 500).", m.errors),
+            ("gpu_webhook_too_large_total", f"Bodies over {MAX_BODY_BYTES} bytes (HTTP 413).", m.too_large),
+            ("gpu_webhook_timeouts_total", "Bodies not received in time (HTTP 408).", m.timeouts),
+            ("gpu_webhook_client_disconnects_total", "Clients gone before their answer.", m.disconnects),
             (
                 "gpu_webhook_connections_refused_total",
-                "counter",
                 "Connections closed at once because the cap was reached with none idle.",
-                self.connections_refused,
+                m.connections_refused,
             ),
             (
                 "gpu_webhook_connections_evicted_total",
-                "counter",
                 "Idle connections closed to make room under the cap.",
-                self.connections_evicted,
-            ),
-            (
-                "gpu_webhook_largest_response_bytes",
-                "gauge",
-                "Largest /mutate answer so far.",
-                self.largest_response_bytes,
+                m.connections_evicted,
             ),
         ]
-        text = "".join(f"# HELP {n} {h}\n# TYPE {n} {t}\n{n} {v}\n" for n, t, h, v in rows)
-        name = "gpu_webhook_connections_total"
-        text += (
-            f"# HELP {name} Client connections accepted, by protocol (ALPN).\n# TYPE {name} counter\n"
-            f'{name}{{protocol="h2"}} {self.connections_h2}\n'
-            f'{name}{{protocol="http/1.1"}} {self.connections_h1}\n'
+        families: list[Metric] = [CounterMetricFamily(n, h, value=v) for n, h, v in counters]
+        families.append(GaugeMetricFamily("gpu_webhook_open_connections", "Open client connections.", m.connections))
+        families.append(
+            GaugeMetricFamily(
+                "gpu_webhook_largest_response_bytes", "Largest /mutate answer so far.", m.largest_response_bytes
+            )
         )
-        name = "gpu_webhook_request_duration_seconds"
-        text += f"# HELP {name} Time from the start of a /mutate request to its answer.\n# TYPE {name} histogram\n"
-        cumulative = 0
-        for le, count in zip((*LATENCY_BUCKETS, "+Inf"), self.bucket_counts, strict=False):
+        accepted = CounterMetricFamily(
+            "gpu_webhook_connections_total", "Client connections accepted, by protocol (ALPN).", labels=["protocol"]
+        )
+        accepted.add_metric(["h2"], m.connections_h2)
+        accepted.add_metric(["http/1.1"], m.connections_h1)
+        families.append(accepted)
+        cumulative, buckets = 0, []
+        for le, count in zip((*map(str, LATENCY_BUCKETS), "+Inf"), m.bucket_counts, strict=True):
             cumulative += count
-            text += f'{name}_bucket{{le="{le}"}} {cumulative}\n'
-        text += f"{name}_sum {round(self.seconds_sum, 6)}\n{name}_count {cumulative}\n"
-        return text
+            buckets.append((le, cumulative))
+        families.append(
+            HistogramMetricFamily(
+                "gpu_webhook_request_duration_seconds",
+                "Time from the start of a /mutate request to its answer.",
+                buckets=buckets,
+                sum_value=m.seconds_sum,
+            )
+        )
+        return families
 
 
 class _BodyBudget:
@@ -271,8 +289,11 @@ class WebhookApp:
         if path == "/mutate":
             await self._mutate(scope, receive, send)
             return
-        text = (self.metrics.render() if path == "/metrics" else "ok\n").encode()
-        ctype = "text/plain; version=0.0.4; charset=utf-8" if path == "/metrics" else "text/plain; charset=utf-8"
+        if path == "/metrics":
+            accept = b", ".join(value for name, value in scope["headers"] if name == b"accept").decode("latin-1")
+            text, ctype = health.render_metrics(self.metrics.registry, accept)
+        else:
+            text, ctype = b"ok\n", "text/plain; charset=utf-8"
         await self._send(send, 200, b"" if method == "HEAD" else text, ctype)
 
     async def _mutate(self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
