@@ -394,6 +394,7 @@ def check_scheduler(docs: list[dict[str, Any]]) -> None:
     assert pod["serviceAccountName"] == name and "priorityClassName" not in pod
     (c,) = pod["containers"]
     assert f"--scheduler-name={name}" in c["args"] and f"--leader-elect-resource-name={name}" in c["args"]
+    assert "--strategy=LeastUtilized" in c["args"]
     assert c["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
     assert one(docs, "PodDisruptionBudget", name)["spec"]["minAvailable"] == 2
     for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
@@ -645,6 +646,7 @@ def test_the_scheduler_and_the_webhook_accept_their_args(ci):
     args = scheduler.parse_args(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
     assert args.leader_elect and args.scheduler_name == deployment["metadata"]["name"]
     assert scheduler.election_config(args).namespace == constants.LEASE_NAMESPACE
+    assert args.strategy == ("LeastUtilized" if ci == "scheduler-values.yaml" else constants.DEFAULT_STRATEGY)
     args = webhook.parse_args(container(docs, "Deployment", WEBHOOK)["args"])
     assert args.port == 8443 and args.tls_cert_file == "/tls/tls.crt"
 
