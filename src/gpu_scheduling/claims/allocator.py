@@ -1,21 +1,35 @@
 """Choose a node and GPU ids for one GpuClaim. Pure: plain data in, a decision out, no Kubernetes client.
 
-Inputs are the claim's request, every node's inventory (GPU ids, health, NVLink island, bandwidth) and the GPUs
-already held by other claims. The output is an :class:`Allocation`, or a :class:`NoFit` whose phase says whether
-waiting can help (`Pending`: GPUs are busy now) or not (`Failed`: no node could ever satisfy the request).
+Inputs are the claim's request, every node's inventory (GPU ids, health, NVLink island, bandwidth, memory,
+utilization), the GPUs already held by other claims and the nodes kept for higher-priority waiters. The output is
+an :class:`Allocation`, or a :class:`NoFit` whose phase says whether waiting can help (`Pending`: GPUs are busy
+now) or not (`Failed`: no node could ever satisfy the request).
 
 Rules
   * Unhealthy GPUs are never allocated; `selector.matchLabels` filters the nodes.
   * Exclusive GPUs are never shared; Shared GPUs are shared only with other Shared claims; MIG is refused.
+  * `minMemoryMiB`: only GPUs that report their memory and have at least that much free now are offered. A node
+    whose GPUs are all too small in total (or report no memory) can never serve the request, so it fails rather
+    than waits.
   * Topology `Required`: all GPUs in one island whose bandwidth meets `minBandwidthGBps`. `Preferred`: such an
     allocation wins over any other; failing that, one island below the bandwidth; failing that, any GPUs.
     `Ignore`: islands play no part.
   * Within a node, `contiguous` takes the lowest run of adjacent ids (inside one island when it can),
     `spread` takes GPUs round-robin across islands, `preferIds` takes the preferred ids that are free and fills
     up like `contiguous` (the message says so).
-  * Among feasible nodes the allocator packs, to keep whole nodes and whole islands free for large claims:
-    it picks the node that satisfies the topology preference, then the one left with the fewest free GPUs, then
-    the one whose chosen island is left with the fewest free GPUs, then the node name (deterministic).
+  * Among feasible nodes, one that satisfies the topology preference always wins; then the strategy decides:
+    - `BestFit` (the default) packs, to keep whole nodes and whole islands free for large claims: the node left
+      with the fewest free GPUs, then the one whose chosen island is left with the fewest free GPUs, then (with
+      `minMemoryMiB`) the GPUs with the least free memory beyond it, then the node name. With `minMemoryMiB` the
+      same "just enough" choice is made among the GPUs a policy could take within the node, so large GPUs stay
+      free for large models.
+    - `LeastUtilized` spreads: the node with the smallest share of its healthy GPUs already held, then the lowest
+      mean measured utilization (unreported counts as idle), then the node name.
+    - `RoundRobin` rotates: the first node whose name sorts after `cursor` (the last node it chose), wrapping
+      around to the lowest name.
+  * `reserved` nodes are kept for a waiting pod of higher priority (claims.priority): they are never chosen, but
+    they still count as able to serve the request some day, so it waits (`Pending`, naming the waiter) rather
+    than fails.
 """
 
 from __future__ import annotations
@@ -81,6 +95,8 @@ class Allocation:
     node: str
     gpu_ids: tuple[int, ...]
     message: str = "allocated"
+    strategy: Strategy = "BestFit"
+    """The strategy that chose the node."""
 
     @property
     def allocated(self) -> str:
@@ -96,14 +112,37 @@ class NoFit:
 Decision = Allocation | NoFit
 
 
+def _has_memory(d: Device, request: Request) -> bool:
+    """Does `d` report its memory and have `request.min_memory_mib` free now? (Only asked when that is set.)"""
+    return d.memory_total_mib > 0 and d.memory_free_mib >= request.min_memory_mib
+
+
+def _capable(node: Node, request: Request) -> list[Device]:
+    """Healthy GPUs of `node` large enough for the request if their memory were all free."""
+    if request.min_memory_mib > 0:
+        return [d for d in node.devices if d.healthy and d.memory_total_mib >= request.min_memory_mib]
+    return [d for d in node.devices if d.healthy]
+
+
 def _usable(node: Node, request: Request, holdings: Iterable[Holding]) -> list[Device]:
-    """Healthy GPUs of `node` this request may take now, given the holdings on that node."""
+    """Healthy GPUs of `node` this request may take now, given the holdings on that node and free memory."""
     exclusive: set[int] = set()
     shared: set[int] = set()
     for h in holdings:
         (exclusive if h.exclusivity == "Exclusive" else shared).update(h.gpu_ids)
     blocked = exclusive | (shared if request.exclusivity == "Exclusive" else set())
+    if request.min_memory_mib > 0:
+        return [d for d in node.devices if d.healthy and d.id not in blocked and _has_memory(d, request)]
     return [d for d in node.devices if d.healthy and d.id not in blocked]
+
+
+def _slack(request: Request) -> Callable[[Device], int] | None:
+    """BestFit with `minMemoryMiB` takes the GPUs with the least free memory beyond it (so the large ones stay free
+    for the requests that need them); None otherwise, and the policies take the lowest ids as they always did."""
+    if request.strategy != "BestFit" or request.min_memory_mib <= 0:
+        return None
+    need = request.min_memory_mib
+    return lambda d: d.memory_free_mib - need
 
 
 def _topology_ok(devices: Sequence[Device], request: Request) -> bool:
@@ -121,39 +160,61 @@ def _islands(devices: Iterable[Device], request: Request, qualifying_only: bool)
     return out
 
 
-def _lowest_run(devices: Sequence[Device], count: int) -> list[Device] | None:
-    """The lowest `count` devices with adjacent ids, if any."""
+def _lowest_run(
+    devices: Sequence[Device], count: int, slack: Callable[[Device], int] | None = None
+) -> list[Device] | None:
+    """The lowest `count` devices with adjacent ids, if any; with `slack`, the run with the least total slack (the
+    lowest of those)."""
     ordered = sorted(devices, key=lambda d: d.id)
+    best: tuple[int, list[Device]] | None = None
     for start in range(len(ordered) - count + 1):
         window = ordered[start : start + count]
         if window[-1].id - window[0].id == count - 1:
-            return window
-    return None
+            if slack is None:
+                return window
+            total = sum(map(slack, window))
+            if best is None or total < best[0]:
+                best = (total, window)
+    return best[1] if best else None
+
+
+def _lowest(devices: Sequence[Device], count: int, slack: Callable[[Device], int] | None) -> list[Device]:
+    """The `count` lowest ids, or with `slack` the `count` devices with the least slack; in id order."""
+    if slack is None:
+        return sorted(devices, key=lambda d: d.id)[:count]
+    return sorted(sorted(devices, key=lambda d: (slack(d), d.id))[:count], key=lambda d: d.id)
 
 
 def _contiguous(
-    free: Sequence[Device], request: Request, within_island: bool, qualifying_only: bool = True
+    free: Sequence[Device],
+    request: Request,
+    within_island: bool,
+    qualifying_only: bool = True,
+    slack: Callable[[Device], int] | None = None,
 ) -> list[Device] | None:
     count = request.count
     if within_island:
-        # Prefer the island left fullest afterwards (packing), then the lowest ids.
+        # Prefer the island left fullest afterwards (packing), then the least memory slack, then the lowest ids.
         candidates = []
         for devs in _islands(free, request, qualifying_only=qualifying_only).values():
             if len(devs) >= count:
-                chosen = _lowest_run(devs, count) or devs[:count]
-                candidates.append((len(devs) - count, chosen[0].id, chosen))
+                chosen = _lowest_run(devs, count, slack) or _lowest(devs, count, slack)
+                spare = sum(map(slack, chosen)) if slack is not None else 0
+                candidates.append((len(devs) - count, spare, chosen[0].id, chosen))
         if candidates:
-            return min(candidates, key=lambda c: (c[0], c[1]))[2]
+            return min(candidates, key=lambda c: c[:3])[3]
         return None
     if len(free) < count:
         return None
-    return _lowest_run(free, count) or sorted(free, key=lambda d: d.id)[:count]
+    return _lowest_run(free, count, slack) or _lowest(free, count, slack)
 
 
-def _spread(free: Sequence[Device], request: Request) -> list[Device] | None:
+def _spread(free: Sequence[Device], request: Request, slack: Callable[[Device], int] | None) -> list[Device] | None:
     if len(free) < request.count:
         return None
     islands = sorted(_islands(free, request, qualifying_only=False).values(), key=lambda ds: (-len(ds), ds[0].id))
+    if slack is not None:  # the same islands in the same order; within each, the GPUs with the least slack first
+        islands = [sorted(ds, key=lambda d: (slack(d), d.id)) for ds in islands]
     chosen: list[Device] = []
     depth = 0
     while len(chosen) < request.count:
@@ -167,8 +228,9 @@ def _spread(free: Sequence[Device], request: Request) -> list[Device] | None:
 def _pick(free: Sequence[Device], request: Request) -> tuple[list[Device], str] | None:
     """GPUs of one node for the request, with a note, or None when the node cannot serve it now."""
     want_island = request.topology != "Ignore"
+    slack = _slack(request)
     if request.policy == "spread" and request.topology != "Required":
-        chosen = _spread(free, request)
+        chosen = _spread(free, request, slack)
         return (chosen, "spread across islands") if chosen else None
     if request.policy == "preferIds" and request.prefer_ids:
         by_id = {d.id: d for d in free}
@@ -177,7 +239,12 @@ def _pick(free: Sequence[Device], request: Request) -> tuple[list[Device], str] 
             return preferred, "preferred ids"
         rest = [d for d in free if d not in preferred]
         fill = (
-            _contiguous(rest, dataclasses.replace(request, count=request.count - len(preferred)), within_island=False)
+            _contiguous(
+                rest,
+                dataclasses.replace(request, count=request.count - len(preferred)),
+                within_island=False,
+                slack=slack,
+            )
             if len(preferred) < request.count
             else []
         )
@@ -187,29 +254,34 @@ def _pick(free: Sequence[Device], request: Request) -> tuple[list[Device], str] 
                 taken = [i for i in request.prefer_ids if i not in {d.id for d in preferred}]
                 return chosen, f"preferred ids {taken} were taken; fell back"
     if want_island:
-        chosen = _contiguous(free, request, within_island=True)
+        chosen = _contiguous(free, request, within_island=True, slack=slack)
         if chosen:
             return chosen, "within one island"
         if request.topology == "Required":
             return None
         # Preferred: one slower island still beats crossing islands over PCIe.
-        chosen = _contiguous(free, request, within_island=True, qualifying_only=False)
+        chosen = _contiguous(free, request, within_island=True, qualifying_only=False, slack=slack)
         if chosen:
             return chosen, f"within one island below {request.min_bandwidth_gbps} GB/s (preferred, not required)"
-    chosen = _contiguous(free, request, within_island=False)
-    return (
-        (chosen, "contiguous ids" if chosen and chosen[-1].id - chosen[0].id == len(chosen) - 1 else "lowest free ids")
-        if chosen
-        else None
-    )
+    chosen = _contiguous(free, request, within_island=False, slack=slack)
+    if not chosen:
+        return None
+    if chosen[-1].id - chosen[0].id == len(chosen) - 1:
+        return chosen, "contiguous ids"
+    return chosen, "lowest free ids" if slack is None else "free ids with the least memory to spare"
 
 
-def _ever_fits(node: Node, request: Request) -> bool:
-    """Could this node serve the request if nothing else held a GPU?"""
-    healthy = [d for d in node.devices if d.healthy]
+def ever_fits(node: Node, request: Request) -> bool:
+    """Could this node serve the request if nothing else held a GPU and all GPU memory were free?"""
+    capable = _capable(node, request)
     if request.topology == "Required":
-        return any(len(ds) >= request.count for ds in _islands(healthy, request, qualifying_only=True).values())
-    return len(healthy) >= request.count
+        return any(len(ds) >= request.count for ds in _islands(capable, request, qualifying_only=True).values())
+    return len(capable) >= request.count
+
+
+def _after(name: str, cursor: str | None) -> tuple[bool, str]:
+    """RoundRobin's order: the names after `cursor` first, then the rest (wrapping around), each by name."""
+    return (cursor is not None and name <= cursor, name)
 
 
 def allocate(
@@ -217,9 +289,13 @@ def allocate(
     nodes: Iterable[Node],
     holdings: Iterable[Holding] = (),
     held: Callable[[str], Sequence[Holding]] | None = None,
+    *,
+    cursor: str | None = None,
+    reserved: Mapping[str, str] | None = None,
 ) -> Decision:
     """`holdings`: every GPU held anywhere; or `held(node)`: what is held on one node (the GPU ledger's view,
-    so a claim costs O(nodes) whatever the number of holdings)."""
+    so a claim costs O(nodes) whatever the number of holdings). `cursor`: the node RoundRobin chose last (it need
+    not exist any more). `reserved`: node -> the higher-priority pod it is kept for (priority.Reservations)."""
     if request.exclusivity == "MIG":
         return NoFit("Failed", "MIG is not supported: use Exclusive or Shared")
     if request.count < 1:
@@ -238,47 +314,126 @@ def allocate(
             "Pending",
             f"none of the {len(nodes)} nodes with a GPU inventory matches selector {dict(request.match_labels)}",
         )
+    need = request.min_memory_mib
     what = f"{request.count} {request.exclusivity} GPU(s)"
+    if need > 0:
+        what += f" with >= {need} MiB free"
     if request.topology == "Required":
         what += f" in one NVLink island with >= {request.min_bandwidth_gbps} GB/s"
-    if not any(_ever_fits(n, request) for n in candidates):
-        largest = max(len([d for d in n.devices if d.healthy]) for n in candidates)
-        return NoFit("Failed", f"no node can ever provide {what} (largest node has {largest} healthy GPUs)")
+    if not any(ever_fits(n, request) for n in candidates):
+        largest = max(len(_capable(n, request)) for n in candidates)
+        if need <= 0:
+            return NoFit("Failed", f"no node can ever provide {what} (largest node has {largest} healthy GPUs)")
+        unreported = any(d.healthy and d.memory_total_mib <= 0 for n in candidates for d in n.devices)
+        return NoFit(
+            "Failed",
+            f"no node can ever provide {what} (largest node has {largest} healthy GPUs with >= {need} MiB of memory"
+            + ("; GPUs that report no memory are never offered" if unreported else "")
+            + ")",
+        )
 
     # Nodes with the same devices and the same free ids are alike except for their names, and the name is the
-    # last tie-break: so pick once per distinct state, for its lowest-named node. In a cluster of identical
-    # nodes only a handful of states exist, which keeps a claim at a few microseconds per node.
+    # last tie-break: so pick once per distinct state, for its first node in the strategy's name order (the lowest
+    # name; RoundRobin's: the first after the cursor). In a cluster of identical nodes only a handful of states
+    # exist, which keeps a claim at a few microseconds per node. LeastUtilized also reads how many GPUs are held,
+    # so that is part of its state; utilization and memory are in the devices.
     # (States are told apart by the identity of the devices tuple; callers that share one tuple between nodes
     # with equal devices get the most from this, and different tuples with equal devices are merely not merged.)
-    states: dict[tuple[int, tuple[int, ...]], tuple[str, list[Device]]] = {}
-    healthy: dict[int, list[Device]] = {}
+    strategy = request.strategy
+    cursor = cursor or None
+    spreads = strategy == "LeastUtilized"
+    rotates = strategy == "RoundRobin"
+    kept = reserved or None
+    waiting: list[tuple[str, Node]] = []  # (waiter, node) kept for it: asked only when no other node can serve
+    states: dict[tuple[int, tuple[int, ...], int], tuple[Node, list[Device], int]] = {}
+    healthy: dict[int, tuple[list[Device], tuple[int, ...]]] = {}
+    count = request.count
     for node in candidates:
-        on_node = held(node.name)
+        name = node.name
+        if kept is not None and name in kept:
+            waiting.append((kept[name], node))
+            continue
+        on_node = held(name)
         if on_node:
             free = _usable(node, request, on_node)
+            if len(free) < count:
+                continue
+            ids = tuple(d.id for d in free)
         else:
             cached = healthy.get(id(node.devices))
             if cached is None:
-                cached = healthy[id(node.devices)] = [d for d in node.devices if d.healthy]
-            free = cached
-        if len(free) < request.count:
-            continue
-        state = (id(node.devices), tuple(d.id for d in free))
+                devs = (
+                    [d for d in node.devices if d.healthy and _has_memory(d, request)]
+                    if need > 0
+                    else [d for d in node.devices if d.healthy]
+                )
+                cached = healthy[id(node.devices)] = (devs, tuple(d.id for d in devs))
+            free, ids = cached
+            if len(free) < count:
+                continue
+        allocated = _held_count(node, on_node) if spreads and on_node else 0
+        state = (id(node.devices), ids, allocated)
         seen = states.get(state)
-        if seen is None or node.name < seen[0]:
-            states[state] = (node.name, free)
-    best: tuple[tuple[int, int, int, str], Allocation] | None = None
-    for name, free in states.values():
+        if seen is None or (_after(name, cursor) < _after(seen[0].name, cursor) if rotates else name < seen[0].name):
+            states[state] = (node, free, allocated)
+
+    best: tuple[tuple[object, ...], Node, list[Device], str, int] | None = None
+    for node, free, allocated in states.values():
         picked = _pick(free, request)
         if picked is None:
             continue
         chosen, note = picked
         topology_miss = 0 if request.topology == "Ignore" or _topology_ok(chosen, request) else 1
-        island = chosen[0].island
-        island_left = sum(1 for d in free if d.island == island) - sum(1 for d in chosen if d.island == island)
-        key = (topology_miss, len(free) - len(chosen), island_left, name)
+        key: tuple[object, ...]
+        if rotates:
+            key = (topology_miss, *_after(node.name, cursor))
+        elif spreads:
+            size, utilization, _ = _load(node)
+            key = (topology_miss, allocated / size, utilization, node.name)
+        else:
+            island = chosen[0].island
+            island_left = sum(1 for d in free if d.island == island) - sum(1 for d in chosen if d.island == island)
+            spare = sum(d.memory_free_mib - need for d in chosen) if need > 0 else 0
+            key = (topology_miss, len(free) - len(chosen), island_left, spare, node.name)
         if best is None or key < best[0]:
-            best = (key, Allocation(name, tuple(d.id for d in chosen), f"allocated {what} on {name}: {note}"))
+            best = (key, node, chosen, note, allocated)
     if best is None:
+        named: tuple[str, str] | None = None  # the lowest-named reserved node that could serve it now, its waiter
+        for waiter, node in waiting:
+            if named is not None and node.name >= named[0]:
+                continue
+            free = _usable(node, request, held(node.name))
+            if len(free) >= count and _pick(free, request) is not None:
+                named = (node.name, waiter)
+        if named is not None:
+            return NoFit("Pending", f"waiting for {what}: {named[0]} is kept for {named[1]}, which waits for it")
         return NoFit("Pending", f"waiting for {what}: every matching node is busy")
-    return best[1]
+    _, node, chosen, note, allocated = best
+    where = node.name
+    if rotates:
+        where += (
+            " (RoundRobin: first by name)"
+            if cursor is None
+            else f" (RoundRobin: next after {cursor})"
+            if node.name > cursor
+            else f" (RoundRobin: wrapped around after {cursor})"
+        )
+    elif spreads:
+        size, utilization, reported = _load(node)
+        where += f" (LeastUtilized: {allocated} of {size} GPUs allocated"
+        where += f", {utilization:.0f}% mean utilization)" if reported else ")"
+    return Allocation(node.name, tuple(d.id for d in chosen), f"allocated {what} on {where}: {note}", strategy)
+
+
+def _held_count(node: Node, holdings: Iterable[Holding]) -> int:
+    """How many healthy GPUs of `node` someone holds (Exclusive or Shared)."""
+    held = {i for h in holdings for i in h.gpu_ids}
+    return sum(1 for d in node.devices if d.healthy and d.id in held)
+
+
+def _load(node: Node) -> tuple[int, float, bool]:
+    """LeastUtilized's reading of a node: its healthy GPUs, their mean utilization (unreported counts as idle) and
+    whether any reports one."""
+    healthy = [d for d in node.devices if d.healthy]
+    reported = [d.utilization_percent for d in healthy if d.utilization_percent is not None]
+    return len(healthy), sum(reported) / len(healthy) if healthy else 0.0, bool(reported)
