@@ -11,6 +11,9 @@ PLAYBOOK := $(BIN)/ansible-playbook
 CONTROL_PLANE := etcd kube-apiserver kube-controller-manager kwok
 # What the tests run besides: helm renders, lints and installs the chart (harness/manifests.py, tests/unit).
 TEST_TOOLS := $(CONTROL_PLANE) helm
+# What the control-plane scenarios run besides the control plane: Prometheus scrapes the programs (features/metrics).
+# `make test` starts its build in the background first; the `scenarios` step waits for that build or does it.
+SCENARIO_TOOLS := prometheus
 
 # The test-bed's own builds (the node image's binaries, kind, the registry, the storage provisioner): `make test`
 # builds them in the background while the tests before the test-bed run, so that a cold machine waits less.
@@ -20,7 +23,7 @@ BACKGROUND_LOG := build/toolchain-background.log
 # kube-scheduler is the benchmark's second contender, built at the same Kubernetes version.
 BENCH_TOOLS := $(CONTROL_PLANE) kube-scheduler
 
-.PHONY: help venv toolchain bench-toolchain lint unit scenarios bench bench-smoke testbed idempotence online test demo teardown clean
+.PHONY: help venv toolchain scenario-toolchain bench-toolchain lint unit scenarios bench bench-smoke testbed idempotence online test demo teardown clean
 
 help:
 	@echo "make test   install what is needed, run unit tests, the control-plane scenarios, the KinD test-bed"
@@ -39,6 +42,11 @@ venv: $(STAMP)
 toolchain:
 	$(PYTHON) hack/toolchain.py build $(TEST_TOOLS)
 	@$(PYTHON) hack/toolchain.py source kube-apiserver >/dev/null  # the OpenAPI documents the chart is checked against
+
+# Cached by version; while another build of the same component runs (`make test`'s background build), this one waits
+# for it and then finds the result cached.
+scenario-toolchain:
+	$(PYTHON) hack/toolchain.py build $(SCENARIO_TOOLS)
 
 bench-toolchain:
 	$(PYTHON) hack/toolchain.py build $(BENCH_TOOLS)
@@ -59,8 +67,8 @@ lint: venv
 unit: venv toolchain
 	$(BIN)/python -m pytest tests
 
-# Gherkin scenarios on a real control plane (etcd, kube-apiserver, kube-controller-manager, kwok).
-scenarios: venv toolchain
+# Gherkin scenarios on a real control plane (etcd, kube-apiserver, kube-controller-manager, kwok), and Prometheus.
+scenarios: venv toolchain scenario-toolchain
 	$(BIN)/python -m pytest features --tier controlplane
 
 # The benchmark (about 70 min on 2 cores: W1, W2 with the DRA contender, the pending storm, the webhook):
@@ -85,11 +93,12 @@ idempotence: venv
 	cache-dir)/state/$$($(BIN)/python -c 'import yaml; print(yaml.safe_load(open("inventory/localhost/group_vars/all.yml"))["testbed_cluster_name"])')/kubeconfig" \
 	hack/check-idempotent.sh $(PLAYBOOK) site.yml
 
-# The test-bed's binaries build in the background meanwhile (their log: $(BACKGROUND_LOG), shown if it fails).
+# The scenarios' tools, then the test-bed's binaries, build in the background meanwhile (their log: $(BACKGROUND_LOG),
+# shown if it fails): lint and the unit tests need neither, and the scenarios step waits only for its own.
 test: venv
 	@mkdir -p build
-	@$(PYTHON) hack/toolchain.py build $(TESTBED_TOOLS) >$(BACKGROUND_LOG) 2>&1 & background=$$!; \
-	echo "test: building $(TESTBED_TOOLS) in the background (pid $$background, log $(BACKGROUND_LOG))"; \
+	@$(PYTHON) hack/toolchain.py build $(SCENARIO_TOOLS) $(TESTBED_TOOLS) >$(BACKGROUND_LOG) 2>&1 & background=$$!; \
+	echo "test: building $(SCENARIO_TOOLS) $(TESTBED_TOOLS) in the background (pid $$background, log $(BACKGROUND_LOG))"; \
 	$(MAKE) lint unit scenarios bench-smoke; status=$$?; \
 	if ! wait $$background; then echo "test: the background build failed:"; cat $(BACKGROUND_LOG); exit 1; fi; \
 	grep -h '^toolchain: built' $(BACKGROUND_LOG) || true; \

@@ -126,6 +126,20 @@ class SchedulerProcess(Process):
         self.wait_http(f"http://127.0.0.1:{self.health_port}/readyz", timeout=timeout)
 
 
+class AgentProcess(Process):
+    """One gpu-inventory-agent for one node, with its health server (/healthz, /readyz, /metrics) on
+    `health_port`."""
+
+    def __init__(self, name: str, argv: list[str], log_dir: pathlib.Path, *, node: str, health_port: int):
+        super().__init__(name, argv, log_dir)
+        self.node = node
+        self.health_port = health_port
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        # Ready once its first sync has written the node's GpuNodeStatus.
+        self.wait_http(f"http://127.0.0.1:{self.health_port}/readyz", timeout=timeout)
+
+
 class Components:
     """`fault_proxy`: route the schedulers through a FaultProxy (`self.proxy`), for the fault scenarios; off for
     the benchmark, which must measure the direct path. `restart_on_failure`: a scheduler that exits by itself is
@@ -269,6 +283,23 @@ class Components:
             return proc if proc is not None and (among is None or proc in among) else None
 
         return wait_for("a gpu-scheduler holding the leader Lease", holder, timeout=timeout, interval=0.1)
+
+    def inventory_agent(self, node: str, *, interval: float = 1.0) -> AgentProcess:
+        """A gpu-inventory-agent for the fake node `node` (the simulated inventory: kwok nodes have no NVML),
+        writing its GpuNodeStatus every `interval` seconds and serving its health server on a free loopback port,
+        logging to logs/gpu-inventory-agent-<node>.log. Not started: the caller starts and stops it (it rewrites
+        the node's GpuNodeStatus while it runs)."""
+        health_port = free_port()
+        argv = [
+            str(SCRIPTS / "gpu-inventory-agent"),
+            f"--kubeconfig={self.cp.kubeconfig}",
+            f"--node-name={node}",
+            "--source=simulated",
+            f"--interval={interval:g}",
+            "--health-host=127.0.0.1",
+            f"--health-port={health_port}",
+        ]
+        return AgentProcess(f"gpu-inventory-agent-{node}", argv, self.cp.logs, node=node, health_port=health_port)
 
     def register_webhook(self) -> None:
         assert self.cp.api is not None
