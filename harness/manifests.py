@@ -139,7 +139,8 @@ def _system_namespace() -> str:
 
 
 def crds() -> list[dict[str, Any]]:
-    """The CustomResourceDefinitions of the chart's crds/ (GpuClaim, GpuNodeStatus, GpuSchedulingPolicy), as Helm installs them."""
+    """The CustomResourceDefinitions of the chart's crds/ (GpuClaim, GpuNodeStatus, GpuSchedulingPolicy), as Helm
+    installs them."""
     return [doc for path in sorted(CRD_DIR.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 

@@ -1048,3 +1048,14 @@ def test_values_yaml_comments_every_value():
         if not lines[i - 1].lstrip().startswith("#"):
             uncommented.append(path)
     assert uncommented == []
+
+
+def test_kubectl_gpu_health_finds_the_charts_workloads_by_their_part_of_label():
+    """`kubectl gpu health` looks for the chart's Deployments and DaemonSet by app.kubernetes.io/part-of: the
+    value it looks for is the one the chart writes."""
+    from gpu_scheduling.cli import health
+
+    workloads = [d for d in render("default-values.yaml") if d["kind"] in ("Deployment", "DaemonSet")]
+    assert len(workloads) == 3
+    for doc in workloads:
+        assert doc["metadata"]["labels"][health.PART_OF_LABEL] == health.PART_OF, doc["metadata"]
