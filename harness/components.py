@@ -24,6 +24,7 @@ from typing import Any
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import NotFound
+from gpu_scheduling.kube.sync import SyncClient
 from harness import manifests, pki
 from harness.controlplane import ControlPlane
 from harness.faultproxy import FaultProxy
@@ -138,6 +139,20 @@ class AgentProcess(Process):
     def wait_ready(self, timeout: float = 60) -> None:
         # Ready once its first sync has written the node's GpuNodeStatus.
         self.wait_http(f"http://127.0.0.1:{self.health_port}/readyz", timeout=timeout)
+
+
+def install_crds(api: SyncClient) -> None:
+    """The chart's crds/ (what Helm installs on the test-bed), applied and waited for until each is Established."""
+    for crd in manifests.crds():
+        api.apply_or_replace(paths.CRDS, crd)
+        name = crd["metadata"]["name"]
+        wait_for(
+            f"CRD {name} Established",
+            lambda n=name: any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in api.get(f"{paths.CRDS}/{n}").get("status", {}).get("conditions") or []
+            ),
+        )
 
 
 class Components:
@@ -314,7 +329,7 @@ class Components:
         )
 
     def install_crds(self) -> None:
-        """The GpuClaim and GpuNodeStatus CRDs, the chart's crds/ (what Helm installs on the test-bed)."""
+        """The project's namespace and the chart's CRDs (what Helm installs on the test-bed)."""
         assert self.cp.api is not None
         api = self.cp.api
         # the project's namespace: GPU Leases and the leader-election Lease
@@ -323,16 +338,7 @@ class Components:
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": constants.LEASE_NAMESPACE}},
             exist_ok=True,
         )
-        for crd in manifests.crds():
-            api.apply_or_replace(paths.CRDS, crd)
-            name = crd["metadata"]["name"]
-            wait_for(
-                f"CRD {name} Established",
-                lambda n=name: any(
-                    c["type"] == "Established" and c["status"] == "True"
-                    for c in api.get(f"{paths.CRDS}/{n}").get("status", {}).get("conditions") or []
-                ),
-            )
+        install_crds(api)
 
     def start(self) -> Components:
         try:

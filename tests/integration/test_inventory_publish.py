@@ -30,7 +30,8 @@ from gpu_scheduling.agent.inventory import simulated_status
 from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import Forbidden, NotFound
-from harness import inventory, manifests, pki
+from harness import inventory, pki
+from harness.components import install_crds
 from harness.controlplane import ControlPlane, kubeconfig, node_body
 from harness.processes import Process, free_port
 from harness.wait import wait_for
@@ -163,22 +164,6 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         cp.stop()
 
 
-def install_crds(cp: ControlPlane) -> None:
-    """The chart's CRDs, each Established (as harness.components does for the scenarios)."""
-    api = cp.api
-    assert api is not None
-    for crd in manifests.crds():
-        api.apply_or_replace(paths.CRDS, crd)
-        name = crd["metadata"]["name"]
-        wait_for(
-            f"CRD {name} Established",
-            lambda n=name: any(
-                c["type"] == "Established" and c["status"] == "True"
-                for c in api.get(f"{paths.CRDS}/{n}").get("status", {}).get("conditions") or []
-            ),
-        )
-
-
 def http_get(url: str, accept: str | None = None) -> tuple[int, str, str]:
     """Status, Content-Type and body of a GET (an HTTP error status is an answer too)."""
     request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
@@ -241,7 +226,7 @@ def test_the_agent_writes_memory_and_utilization_and_serves_its_health_and_metri
         assert first[("gpu_inventory_agent_syncs_total", (("result", "ok"),))] == 0
         assert not per_gpu(first, "gpu_inventory_agent_gpu_memory_total_bytes")
 
-        install_crds(cp)
+        install_crds(cp.api)
         agent.wait_http(f"{base}/readyz", timeout=60)
         written = api.get(paths.gpu_node_status(node))["status"]
         assert [
