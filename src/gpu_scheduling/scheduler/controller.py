@@ -314,9 +314,13 @@ class Scheduler:
         being bound when it comes finish (bind and event, at most `STOP_GRACE` seconds), nothing new starts."""
         self.leading = True
         self._stopping = False
-        for key, pod in self.pods.cache.items():
-            if decision.is_schedulable_pod(pod, self.config.name):
-                self.queue.add(key)
+        # In the order they are served, so that a new leader's first pass sees a waiting high-priority claim pod
+        # (and keeps its nodes) before the lower ones it would otherwise race.
+        order = self.claim_path.queue_order
+        pending = [(k, p) for k, p in self.pods.cache.items() if decision.is_schedulable_pod(p, self.config.name)]
+        pending.sort(key=lambda kp: priority.order_key(kp[1], order))
+        for key, _ in pending:
+            self.queue.add(key)
         tasks = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.config.workers)]
         tasks.append(asyncio.create_task(self._flush(), name="flush-unschedulable"))
         tasks.append(asyncio.create_task(self.claim_path.lead(), name="claims-lead"))
