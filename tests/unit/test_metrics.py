@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
+import pathlib
 import re
 
 import prometheus_client
@@ -441,6 +442,7 @@ def _registries() -> list[tuple[str, prometheus_client.CollectorRegistry]]:
     return out
 
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
 
@@ -483,3 +485,18 @@ def test_metric_conventions(prefix, registry):
     ]
     assert {f.name for f in openmetrics_families(om)}  # parses
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(("prefix", "registry"), _registries(), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_readme_lists_every_family(prefix, registry):
+    """README "Metrics and the dashboard" names each family in full, or as `_rest` after its program's first
+    family in the same table row: a family added without a word there fails here."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Metrics and the dashboard") :]
+    section = section[: section.index("\n## ", 1)]
+    names = re.findall(r"^# TYPE (\S+) ", text(registry), re.MULTILINE)
+    assert names
+    missing = [
+        n for n in names if f"`{n}" not in section and f"`_{n.removeprefix(prefix)}" not in section.split(prefix, 1)[-1]
+    ]
+    assert not missing, f"README does not list {missing}"
