@@ -121,3 +121,19 @@ LEASE_API_VERSION: Final = f"{COORDINATION_GROUP}/{COORDINATION_VERSION}"
 
 #: `apiVersion` of the AdmissionReview the webhook reads and answers.
 ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"
+
+# ---- gpu-board ---------------------------------------------------------------------------------------------------
+
+#: The board's program name, and the default name of its image, Deployment, Service and ServiceAccount.
+BOARD_NAME: Final = "gpu-board"
+
+#: Every object the board's create form makes carries `BOARD_CREATED_LABEL: BOARD_NAME` and
+#: `BOARD_WORKLOAD_LABEL: <the workload's name>`; the board deletes only objects carrying both.
+BOARD_CREATED_LABEL: Final = "gpu.scheduling/created-by"
+BOARD_WORKLOAD_LABEL: Final = "gpu.scheduling/board-workload"
+
+#: Topology levels above the node that the board groups by, from node labels (the NVLink island always follows).
+DEFAULT_TOPOLOGY_LABELS: Final = ("topology.kubernetes.io/zone",)
+
+#: `apiVersion` of the board's state document and of every payload of its event stream.
+BOARD_API_VERSION: Final = "board.gpu.scheduling/v1"

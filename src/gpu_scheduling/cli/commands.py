@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from gpu_scheduling import constants
-from gpu_scheduling.cli import documents, output, strategies, template, views
+from gpu_scheduling.claims import strategy_names as strategies
+from gpu_scheduling.cli import documents, output, template, views
 from gpu_scheduling.cli.api import (
     GPU_CLAIMS,
     GPU_NODE_STATUSES,

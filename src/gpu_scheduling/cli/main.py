@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TextIO
 
 from gpu_scheduling import constants
-from gpu_scheduling.cli import commands, health, output, strategies, template, watch
+from gpu_scheduling.claims import strategy_names as strategies
+from gpu_scheduling.cli import commands, health, output, template, watch
 from gpu_scheduling.cli.api import Api, CliError
 from gpu_scheduling.cli.context import Ctx
 from gpu_scheduling.kube.client import Client

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gpu_scheduling import constants, health, logs
+from gpu_scheduling.claims import strategy_names
 from gpu_scheduling.kube import config as kubeconfig
 from gpu_scheduling.kube.client import Client
 from gpu_scheduling.kube.leaderelection import ElectionConfig, LeadershipLost, run_on_own_thread
@@ -32,12 +33,11 @@ def _seconds(text: str) -> float:
 
 
 def _strategy(text: str) -> str:
-    """A strategy as the CRD names it, from that name or its snake_case/kebab-case spelling (`least_utilized`)."""
-    wanted = text.replace("_", "").replace("-", "").lower()
-    for name in constants.STRATEGIES:
-        if name.lower() == wanted:
-            return name
-    raise argparse.ArgumentTypeError(f"expected one of {', '.join(constants.STRATEGIES)}, got {text!r}")
+    """A strategy as the CRD names it, from any spelling `kubectl gpu strategy` accepts (`least_utilized`)."""
+    try:
+        return strategy_names.node_strategy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,6 +1,6 @@
-"""The names `kubectl gpu strategy NAME` accepts: the CRD's (BestFit, LeastUtilized, RoundRobin), kebab-case
-(best-fit, ...) and the reference's snake_case (best_fit, ...), in any case; the reference's `priority` and `fifo`
-choose the queue order instead. Pure."""
+"""The strategy names every program accepts (`kubectl gpu strategy NAME`, `--strategy` of gpu-scheduler and
+gpu-board): the CRD's (BestFit, LeastUtilized, RoundRobin), kebab-case (best-fit, ...) and the reference's
+snake_case (best_fit, ...), in any case; the reference's `priority` and `fifo` choose the queue order instead. Pure."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 import pytest
 
 from gpu_scheduling import constants
-from gpu_scheduling.cli import strategies
+from gpu_scheduling.claims import strategy_names as strategies
 
 
 @pytest.mark.parametrize(
