@@ -1,0 +1,264 @@
+"""`gpu-board` entry point: flags are read here and only here.
+
+One informer per resource feeds `Board.apply` (no polling): nodes, GpuNodeStatuses, the pods of this scheduler
+(all namespaces, field-selected by `spec.schedulerName`), GpuClaims (all namespaces), the GPU Leases (label-selected
+in the project's namespace) and the GpuSchedulingPolicy `default` (field-selected by name). /readyz answers once
+every informer has listed. The event hub publishes the board's changes every `--coalesce` seconds. SIGTERM ends
+the event streams (the pages reconnect by themselves), stops the informers and closes the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import ssl
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpu_scheduling import constants, health, logs
+from gpu_scheduling.board.server import DEFAULT_POD_IMAGE, BoardMetrics, ServerConfig, make_app
+from gpu_scheduling.board.state import Board
+from gpu_scheduling.claims import strategy_names
+from gpu_scheduling.kube import config as kubeconfig
+from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.client import Client
+from gpu_scheduling.kube.informer import Handler, Informer
+
+log = logging.getLogger("gpu_scheduling.board")
+
+
+def _strategy(text: str) -> str:
+    try:
+        return strategy_names.node_strategy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text.removesuffix("s"))
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:  # NaN too
+            raise argparse.ArgumentTypeError(f"expected seconds from {low:g} to {high:g}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to 100000, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    return value
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog=constants.BOARD_NAME,
+        description="Serve the cluster's GPUs as a live board grouped by topology, with a create form.",
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--port", type=_port, default=None, help="port (default 8443 with TLS, 8080 without)")
+    p.add_argument("--tls-cert", help="PEM serving certificate (chain); with --tls-key the board serves HTTPS")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    p.add_argument(
+        "--topology-label",
+        action="append",
+        dest="topology_labels",
+        metavar="LABEL",
+        help="node label of a topology level above the node, outermost first; repeatable (default: "
+        f"{', '.join(constants.DEFAULT_TOPOLOGY_LABELS)}); the node and its NVLink islands always follow",
+    )
+    p.add_argument(
+        "--scheduler-name",
+        default=os.environ.get(constants.SCHEDULER_NAME_ENV, constants.DEFAULT_SCHEDULER_NAME),
+        help="spec.schedulerName of the pods to show and to create (default: $SCHEDULER_NAME or gpu-scheduler)",
+    )
+    p.add_argument(
+        "--strategy",
+        type=_strategy,
+        default=os.environ.get(constants.STRATEGY_ENV, constants.DEFAULT_STRATEGY),
+        help=f"the scheduler's --strategy, shown while the GpuSchedulingPolicy {constants.POLICY_NAME!r} sets none: "
+        f"{', '.join(constants.STRATEGIES)} (default: ${constants.STRATEGY_ENV} or {constants.DEFAULT_STRATEGY})",
+    )
+    p.add_argument(
+        "--allow-create",
+        action="store_true",
+        help="serve the create form's preview, create and delete (default: off, they answer 403)",
+    )
+    p.add_argument(
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        metavar="NAMESPACE",
+        help="a namespace the form may create and delete in; repeatable (default: default)",
+    )
+    p.add_argument(
+        "--pod-image",
+        default=DEFAULT_POD_IMAGE,
+        help=f"image of the pods the form creates (default {DEFAULT_POD_IMAGE})",
+    )
+    p.add_argument(
+        "--coalesce",
+        type=_seconds(0.01, 60),
+        default=ServerConfig.coalesce,
+        metavar="SECONDS",
+        help=f"publish the board's changes at most this often (default {ServerConfig.coalesce:g})",
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=_seconds(0.1, 3600),
+        default=ServerConfig.heartbeat,
+        metavar="SECONDS",
+        help=f"heartbeat comment on an idle event stream this often (default {ServerConfig.heartbeat:g})",
+    )
+    p.add_argument(
+        "--max-clients",
+        type=_count,
+        default=ServerConfig.max_clients,
+        help=f"event streams at once; beyond, 503 (default {ServerConfig.max_clients})",
+    )
+    logs.add_arguments(p)
+    args = p.parse_args(argv)
+    try:  # the environment's value is not checked by argparse
+        args.strategy = _strategy(args.strategy)
+    except argparse.ArgumentTypeError as exc:
+        p.error(f"{constants.STRATEGY_ENV}: {exc}")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        p.error("--tls-cert and --tls-key go together")
+    if args.port is None:
+        args.port = 8443 if args.tls_cert else 8080
+    args.topology_labels = tuple(args.topology_labels or constants.DEFAULT_TOPOLOGY_LABELS)
+    args.namespaces = tuple(dict.fromkeys(args.namespaces or ["default"]))
+    return args
+
+
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    return ServerConfig(
+        allow_create=args.allow_create,
+        namespaces=args.namespaces,
+        scheduler_name=args.scheduler_name,
+        pod_image=args.pod_image,
+        coalesce=args.coalesce,
+        heartbeat=args.heartbeat,
+        max_clients=args.max_clients,
+    )
+
+
+def ssl_context(cert: str, key: str) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def informers(client: Client, board: Board, metrics: BoardMetrics, scheduler_name: str) -> list[Informer]:
+    """One informer per resource the board shows, each handing its events to `board.apply`."""
+
+    def handler(resource: str) -> Handler:
+        counter = metrics.events.labels(resource)
+
+        def apply(event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+            counter.inc()
+            try:
+                board.apply(resource, event, obj, old)
+            except Exception:  # the Board does not raise on any object; a bug must not stop the informer
+                metrics.apply_errors.inc()
+                log.exception("applying %s %s to the board failed", event, resource)
+
+        return apply
+
+    watched = [
+        ("nodes", paths.NODES, {}),
+        ("gpunodestatuses", paths.NODE_STATUSES, {}),
+        ("pods", paths.ALL_PODS, {"fieldSelector": f"spec.schedulerName={scheduler_name}"}),
+        ("gpuclaims", paths.ALL_GPU_CLAIMS, {}),
+        ("leases", paths.GPU_LEASES, {"labelSelector": constants.GPU_LEASE_SELECTOR}),
+        ("policies", paths.SCHEDULING_POLICIES, {"fieldSelector": f"metadata.name={constants.POLICY_NAME}"}),
+    ]
+    made = []
+    for resource, path, params in watched:
+        informer = Informer(client, path, handler(resource), params=params, name=resource)
+        metrics.synced.labels(resource).set_function(informer.synced.is_set)
+        made.append(informer)
+    return made
+
+
+async def run(args: argparse.Namespace) -> None:
+    cfg = kubeconfig.load(args.kubeconfig)
+    tls = ssl_context(args.tls_cert, args.tls_key) if args.tls_cert else None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    board = Board(
+        topology_labels=args.topology_labels, scheduler_name=args.scheduler_name, default_strategy=args.strategy
+    )
+    metrics = BoardMetrics()
+    async with Client(cfg, user_agent=constants.BOARD_NAME) as client:
+        watches = informers(client, board, metrics, args.scheduler_name)
+
+        def ready() -> bool:
+            return all(i.synced.is_set() for i in watches)
+
+        app, server = make_app(board, client, server_config(args), ready=ready, metrics=metrics)
+        runner = await health.serve(app, args.host, args.port, tls)
+        log.info(
+            "gpu-board serving %s on %s:%d for scheduler %s%s",
+            "HTTPS" if tls else "HTTP",
+            args.host,
+            args.port,
+            args.scheduler_name,
+            f"; creation allowed in {', '.join(args.namespaces)}" if args.allow_create else "; creation off",
+        )
+        tasks = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in watches]
+        tasks.append(asyncio.create_task(server.hub.run(), name="event-hub"))
+        stopper: asyncio.Task[Any] = asyncio.create_task(stop.wait(), name="stop")
+        try:
+            done, _ = await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            log.info("gpu-board stopping")
+            await server.hub.close()  # the streams end now; the pages reconnect
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+            await runner.cleanup()  # requests in flight (a create) finish first
+        for task in done:
+            if task is not stopper and not task.cancelled() and (error := task.exception()) is not None:
+                raise error
+        log.info("gpu-board stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    logs.configure(args.log_level, args.log_format)
+    try:
+        asyncio.run(run(args))
+    except kubeconfig.ConfigError as exc:
+        raise SystemExit(f"{constants.BOARD_NAME}: {exc}") from None
+    except (OSError, ssl.SSLError) as exc:
+        raise SystemExit(f"{constants.BOARD_NAME}: cannot start: {exc}") from None
+
+
+if __name__ == "__main__":
+    main()
