@@ -1,10 +1,11 @@
 @kind
 Feature: Least privilege on the KinD test-bed: what each service account may do, and what no one may change
 
-  RBAC gives every service account the test-bed deploys the verbs its program calls and nothing more; two
-  ValidatingAdmissionPolicies hold what RBAC cannot express: the map, the claim and the allocation annotations of
-  a pod are fixed at its creation, and the inventory agent writes only the GpuNodeStatus of the node its token is
-  bound to. (README "Security"; roles/deploy/templates/admission-policies.yaml.j2.)
+  RBAC gives every service account the test-bed deploys the verbs its program calls and nothing more (the board's
+  create form: only in the namespaces it is given, only what it makes); two ValidatingAdmissionPolicies hold what
+  RBAC cannot express: the map, the claim and the allocation annotations of a pod are fixed at its creation, and
+  the inventory agent writes only the GpuNodeStatus of the node its token is bound to. (README "Security";
+  charts/gpu-scheduler/templates/admission-policies.yaml, templates/board/rbac.yaml.)
 
   Scenario Outline: <account> <answer> <verb> <resource> in <namespace>
     Then "kubectl auth can-i <verb> <resource>" as the service account "<account>" in <namespace> answers <answer>
@@ -66,6 +67,45 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
       | kube-system:gpu-inventory-agent | watch  | gpuclaims              | all namespaces | no     |
       | kube-system:gpu-inventory-agent | get    | secrets                | kube-system    | no     |
 
+    Examples: the board reads what it shows everywhere, and writes only what its create form makes, only in default (the test-bed's board.namespaces)
+      | account               | verb   | resource               | namespace      | answer |
+      | kube-system:gpu-board | watch  | pods                   | all namespaces | yes    |
+      | kube-system:gpu-board | get    | pods                   | all namespaces | yes    |
+      | kube-system:gpu-board | watch  | nodes                  | the cluster    | yes    |
+      | kube-system:gpu-board | watch  | gpuclaims              | all namespaces | yes    |
+      | kube-system:gpu-board | watch  | gpunodestatuses        | the cluster    | yes    |
+      | kube-system:gpu-board | watch  | gpuschedulingpolicies  | the cluster    | yes    |
+      | kube-system:gpu-board | watch  | leases                 | gpu-scheduling | yes    |
+      | kube-system:gpu-board | create | pods                   | default        | yes    |
+      | kube-system:gpu-board | delete | pods                   | default        | yes    |
+      | kube-system:gpu-board | create | gpuclaims              | default        | yes    |
+      | kube-system:gpu-board | delete | gpuclaims              | default        | yes    |
+      | kube-system:gpu-board | create | statefulsets           | default        | yes    |
+      | kube-system:gpu-board | delete | statefulsets           | default        | yes    |
+      | kube-system:gpu-board | create | pods                   | kube-system    | no     |
+      | kube-system:gpu-board | create | pods                   | all namespaces | no     |
+      | kube-system:gpu-board | delete | pods                   | kube-system    | no     |
+      | kube-system:gpu-board | create | gpuclaims              | kube-system    | no     |
+      | kube-system:gpu-board | create | statefulsets           | kube-system    | no     |
+      | kube-system:gpu-board | update | pods                   | default        | no     |
+      | kube-system:gpu-board | patch  | pods                   | default        | no     |
+      | kube-system:gpu-board | patch  | gpuclaims              | default        | no     |
+      | kube-system:gpu-board | patch  | statefulsets           | default        | no     |
+      | kube-system:gpu-board | create | pods/binding           | default        | no     |
+      | kube-system:gpu-board | create | pods/eviction          | default        | no     |
+      | kube-system:gpu-board | create | pods/exec              | default        | no     |
+      | kube-system:gpu-board | patch  | gpuclaims/status       | all namespaces | no     |
+      | kube-system:gpu-board | create | deployments            | default        | no     |
+      | kube-system:gpu-board | create | leases                 | gpu-scheduling | no     |
+      | kube-system:gpu-board | update | leases                 | gpu-scheduling | no     |
+      | kube-system:gpu-board | list   | leases                 | kube-system    | no     |
+      | kube-system:gpu-board | patch  | gpunodestatuses/status | the cluster    | no     |
+      | kube-system:gpu-board | patch  | gpuschedulingpolicies  | the cluster    | no     |
+      | kube-system:gpu-board | patch  | nodes                  | the cluster    | no     |
+      | kube-system:gpu-board | create | events                 | all namespaces | no     |
+      | kube-system:gpu-board | get    | secrets                | default        | no     |
+      | kube-system:gpu-board | get    | secrets                | kube-system    | no     |
+
     Examples: the webhook (kube-system's default account, its token not even mounted) and the check pods (default's) may do nothing of ours
       | account             | verb   | resource        | namespace      | answer |
       | kube-system:default | get    | pods            | kube-system    | no     |
@@ -77,6 +117,10 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
       | default:default     | create | pods            | default        | no     |
       | default:default     | list   | gpuclaims       | all namespaces | no     |
       | default:default     | get    | secrets         | default        | no     |
+
+  Scenario: The board runs locked down like every program of the chart
+    Then every pod of the Deployment "gpu-board" in kube-system is ready, runs as uid 1000 and non-root with the RuntimeDefault seccomp profile, a read-only root filesystem, no privilege escalation and no capabilities
+    And the Service "gpu-board" in kube-system serves HTTPS only, on its port named "https"
 
   Scenario: The map of a pod cannot be added, changed or removed once the pod exists; its other metadata can
     When the pod "fixed-0" is created with the map "0=node1:0"

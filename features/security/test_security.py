@@ -1,7 +1,7 @@
 """Steps of features/security.feature on the KinD test-bed: the RBAC matrix of every service account the test-bed
 deploys (`kubectl auth can-i --as=system:serviceaccount:<ns>:<sa>`, asserted both ways), the
-ValidatingAdmissionPolicies of roles/deploy (annotations fixed at creation, Bindings, the agent's own node), and
-the webhook's replicas, PodDisruptionBudget and priority class.
+ValidatingAdmissionPolicies of roles/deploy (annotations fixed at creation, Bindings, the agent's own node), the
+webhook's replicas, PodDisruptionBudget and priority class, and the board's locked-down pods and HTTPS Service.
 
 KinD tier only (@kind): the service accounts, policies and Deployments are the test-bed's (roles/deploy); on the
 control-plane tier, where the components are processes of the test session, these steps skip. The shared steps
@@ -95,6 +95,52 @@ def can_i(world: World, verb: str, resource: str, account: str, where: str, answ
     assert said in ("yes", "no") and done.returncode == (0 if said == "yes" else 1), (argv, done.stdout, done.stderr)
     assert "Warning" not in done.stderr, (argv, done.stderr)  # e.g. "the server doesn't have a resource type"
     assert said == answer, f"{' '.join(argv[3:])}: {said}, expected {answer}"
+
+
+# ---- the board's pods and Service ------------------------------------------------------------------------------
+
+
+@then(
+    parsers.parse(
+        'every pod of the Deployment "{name}" in {namespace} is ready, runs as uid 1000 and non-root with the '
+        "RuntimeDefault seccomp profile, a read-only root filesystem, no privilege escalation and no capabilities"
+    )
+)
+def deployment_locked_down(world: World, name: str, namespace: str) -> None:
+    """What the apiserver holds for the running pods (not the chart's text): the pod's and every container's
+    security context."""
+    _kind_only(world)
+
+    def ready() -> list[dict[str, Any]] | None:
+        pods = live_pods(world, namespace, name)
+        return pods if pods and all(pod_ready(p) for p in pods) else None
+
+    for pod in wait_for(f"ready {name} pods", ready, timeout=120):
+        spec, pod_name = pod["spec"], pod["metadata"]["name"]
+        sc = spec.get("securityContext") or {}
+        assert sc.get("runAsNonRoot") is True and sc.get("runAsUser") == 1000, (pod_name, sc)
+        assert sc.get("seccompProfile") == {"type": "RuntimeDefault"}, (pod_name, sc)
+        for c in [*spec.get("initContainers", []), *spec["containers"]]:
+            csc = c.get("securityContext") or {}
+            assert csc.get("readOnlyRootFilesystem") is True, (pod_name, c["name"], csc)
+            assert csc.get("allowPrivilegeEscalation") is False, (pod_name, c["name"], csc)
+            assert csc.get("capabilities", {}).get("drop") == ["ALL"], (pod_name, c["name"], csc)
+            assert not csc.get("capabilities", {}).get("add") and not csc.get("privileged"), (pod_name, c["name"])
+
+
+@then(parsers.parse('the Service "{name}" in {namespace} serves HTTPS only, on its port named "{port}"'))
+def service_https_only(world: World, name: str, namespace: str, port: str) -> None:
+    _kind_only(world)
+    # kube.paths has no Service path (no program reads one): the core API's, as features/board reads it too.
+    service = world.api.get(f"{paths.CORE_API}/namespaces/{namespace}/services/{name}")
+    assert [p["name"] for p in service["spec"]["ports"]] == [port], service["spec"]["ports"]
+    # The port it targets is the pods' only one, probed over HTTPS: nothing of the board is served in plain HTTP.
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == [port], service["spec"]["ports"]
+    for pod in live_pods(world, namespace, name):
+        (c,) = pod["spec"]["containers"]
+        assert [p["name"] for p in c["ports"]] == [port], c["ports"]
+        probe = c["readinessProbe"]["httpGet"]
+        assert probe["scheme"] == "HTTPS" and probe["port"] == port, probe
 
 
 # ---- annotations fixed at creation -----------------------------------------------------------------------------

@@ -43,6 +43,7 @@ NAMESPACE = "kube-system"  # where the test-bed installs the chart
 SCHEDULER = constants.DEFAULT_SCHEDULER_NAME
 WEBHOOK = DEFAULTS["webhook"]["name"]
 AGENT = DEFAULTS["agent"]["name"]
+BOARD = constants.BOARD_NAME
 TLS_SECRET = constants.WEBHOOK_TLS_SECRET
 CHECKSUM = "gpu-scheduling.io/tls-checksum"
 #: Kinds that live in no namespace.
@@ -242,12 +243,18 @@ def test_every_document_is_valid_kubernetes(ci):
 @pytest.mark.parametrize("ci", [None, *CI])
 def test_namespaced_objects_go_to_the_release_namespace(ci):
     """Everything namespaced goes to the release's namespace (the defaults also in another than kube-system), but
-    the Roles on the GPU Leases (the programs' namespace); nothing namespaced lacks one."""
+    the Roles on the GPU Leases (the programs' namespace) and the board's create form's Roles (board.namespaces,
+    with board.allowCreate); nothing namespaced lacks one."""
+    values = yaml.safe_load((CI_DIR / ci).read_text()) if ci else None
+    board = {**DEFAULTS["board"], **((values or {}).get("board") or {})}
+    create_role = f"{board['name'] or BOARD}-create"
     for namespace in (NAMESPACE, "gpu-system") if ci is None else (NAMESPACE,):
         for doc in render(ci, namespace):
             where = doc["metadata"].get("namespace")
             if doc["kind"] in CLUSTER_KINDS:
                 assert where is None, doc["metadata"]
+            elif doc["kind"] in ("Role", "RoleBinding") and doc["metadata"]["name"] == create_role:
+                assert board["allowCreate"] and where in board["namespaces"], doc["metadata"]
             elif doc["kind"] in ("Role", "RoleBinding"):
                 assert where == constants.LEASE_NAMESPACE, doc["metadata"]
             else:
@@ -296,6 +303,7 @@ def check_defaults(docs: list[dict[str, Any]]) -> None:
         ("Deployment", SCHEDULER, "gpu-scheduler"),
         ("Deployment", WEBHOOK, "gpu-webhook"),
         ("DaemonSet", AGENT, "gpu-inventory-agent"),
+        ("Deployment", BOARD, "gpu-board"),
     ):
         c = container(docs, kind, name)
         assert c["image"] == f"{repository}:{APP_VERSION}" and c["imagePullPolicy"] == "IfNotPresent"
@@ -324,9 +332,10 @@ def check_defaults(docs: list[dict[str, Any]]) -> None:
     dashboard = one(docs, "ConfigMap", DASHBOARD)
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1" and "annotations" not in dashboard["metadata"]
     assert find(docs, "ServiceMonitor") == []
-    assert [d["metadata"]["name"] for d in find(docs, "Service")] == [WEBHOOK]
+    assert sorted(d["metadata"]["name"] for d in find(docs, "Service")) == sorted([BOARD, WEBHOOK])
     assert not set(METRICS_LABEL) & set(one(docs, "Service", WEBHOOK)["metadata"]["labels"])
     assert [d["metadata"]["name"] for d in find(docs, "ConfigMap")] == [DASHBOARD]
+    check_board_defaults(docs)
 
 
 def check_generated_tls(docs: list[dict[str, Any]], service: str, *, cert_days: int, ca_days: int) -> None:
@@ -359,6 +368,10 @@ def check_generated_tls(docs: list[dict[str, Any]], service: str, *, cert_days: 
     assert pod["spec"]["volumes"] == [{"name": "tls", "secret": {"secretName": TLS_SECRET}}]
 
 
+def webhook_secrets(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in find(docs, "Secret") if d["metadata"]["name"].startswith(TLS_SECRET)]
+
+
 def check_images(docs: list[dict[str, Any]]) -> None:
     scheduler = container(docs, "Deployment", SCHEDULER)
     assert scheduler["image"] == "localhost:5001/gpu-scheduler:sha-0123abcd"
@@ -368,6 +381,9 @@ def check_images(docs: list[dict[str, Any]]) -> None:
     assert webhook["imagePullPolicy"] == "IfNotPresent"
     agent = container(docs, "DaemonSet", AGENT)
     assert agent["image"] == f"localhost:5001/gpu-agent:{APP_VERSION}" and agent["imagePullPolicy"] == "Never"
+    board = container(docs, "Deployment", BOARD)
+    assert board["image"] == "localhost:5001/gpu-board:board-1" and board["imagePullPolicy"] == "Never"
+    assert "--pod-image=localhost:5001/gpu-scheduler-check:check-1" in board["args"]
 
 
 def check_images_per_component(docs: list[dict[str, Any]]) -> None:
@@ -378,10 +394,13 @@ def check_images_per_component(docs: list[dict[str, Any]]) -> None:
     assert webhook["imagePullPolicy"] == "Always"
     agent = container(docs, "DaemonSet", AGENT)
     assert agent["image"] == "localhost:5001/gpu-inventory-agent:agent-7" and agent["imagePullPolicy"] == "IfNotPresent"
+    board = container(docs, "Deployment", BOARD)
+    assert board["image"] == f"localhost:5001/team/gpu-board:{APP_VERSION}"
+    assert f"--pod-image=ghcr.io/example/gpu/check:{APP_VERSION}" in board["args"]
 
 
 def check_logging(docs: list[dict[str, Any]]) -> None:
-    for kind, name in (("Deployment", SCHEDULER), ("Deployment", WEBHOOK), ("DaemonSet", AGENT)):
+    for kind, name in (("Deployment", SCHEDULER), ("Deployment", WEBHOOK), ("DaemonSet", AGENT), ("Deployment", BOARD)):
         assert container(docs, kind, name)["args"][-2:] == ["--log-level=DEBUG", "--log-format=json"]
 
 
@@ -395,6 +414,9 @@ def check_scheduler(docs: list[dict[str, Any]]) -> None:
     (c,) = pod["containers"]
     assert f"--scheduler-name={name}" in c["args"] and f"--leader-elect-resource-name={name}" in c["args"]
     assert "--strategy=LeastUtilized" in c["args"]
+    # The board shows this scheduler's pods and its strategy.
+    board = container(docs, "Deployment", BOARD)["args"]
+    assert f"--scheduler-name={name}" in board and "--strategy=LeastUtilized" in board
     assert c["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
     assert one(docs, "PodDisruptionBudget", name)["spec"]["minAvailable"] == 2
     for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
@@ -441,7 +463,7 @@ def check_webhook_generated_tls(docs: list[dict[str, Any]]) -> None:
 
 def check_webhook_existing_secret(docs: list[dict[str, Any]]) -> None:
     values = yaml.safe_load((CI_DIR / "webhook-existing-secret-values.yaml").read_text())["webhook"]["tls"]
-    assert find(docs, "Secret") == []
+    assert webhook_secrets(docs) == []
     pod = one(docs, "Deployment", WEBHOOK)["spec"]["template"]
     assert pod["spec"]["volumes"] == [{"name": "tls", "secret": {"secretName": "my-webhook-tls"}}]
     digest = hashlib.sha256(f"{values['caBundle']}\n{values['certChecksum']}".encode()).hexdigest()
@@ -456,7 +478,7 @@ def check_webhook_existing_secret(docs: list[dict[str, Any]]) -> None:
 def check_webhook_url(docs: list[dict[str, Any]]) -> None:
     values = yaml.safe_load((CI_DIR / "webhook-url-values.yaml").read_text())["webhook"]
     assert [d for d in docs if d["metadata"]["name"] == WEBHOOK] == [one(docs, "MutatingWebhookConfiguration", WEBHOOK)]
-    assert find(docs, "Secret") == []
+    assert webhook_secrets(docs) == []
     (hook,) = one(docs, "MutatingWebhookConfiguration", WEBHOOK)["webhooks"]
     assert hook["clientConfig"] == {"url": values["url"], "caBundle": values["tls"]["caBundle"]}
     one(docs, "Deployment", SCHEDULER)
@@ -582,6 +604,157 @@ def check_lease_namespace_existing(docs: list[dict[str, Any]]) -> None:
     assert {d["metadata"]["namespace"] for d in find(docs, "Role")} == {constants.LEASE_NAMESPACE}
 
 
+# ---- gpu-board --------------------------------------------------------------------------------------------------
+
+#: Who may do what, as a set of (where, API group, resource, verb): `where` is "cluster" for a ClusterRole's grant
+#: (every namespace, and cluster-scoped resources), else the Role's namespace.
+Grant = tuple[str, str, str, str]
+
+
+def granted(docs: list[dict[str, Any]], account: str, namespace: str = NAMESPACE) -> set[Grant]:
+    """Everything the bindings of `docs` grant the ServiceAccount `namespace/account`, through the roles they bind."""
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": namespace}
+    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in docs}
+    grants: set[Grant] = set()
+    for binding in docs:
+        if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding") or subject not in binding["subjects"]:
+            continue
+        ref = binding["roleRef"]
+        role_ns = None if ref["kind"] == "ClusterRole" else binding["metadata"]["namespace"]
+        role = roles[(ref["kind"], role_ns, ref["name"])]
+        where = "cluster" if binding["kind"] == "ClusterRoleBinding" else binding["metadata"]["namespace"]
+        for rule in role["rules"]:
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule, rule
+            grants |= {(where, g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return grants
+
+
+def board_reads() -> set[Grant]:
+    """What the board's informers read (the contract's RBAC): nodes, pods, GpuClaims, GpuNodeStatuses and the policy
+    everywhere; the GPU Leases in the programs' namespace."""
+    group = constants.CLAIM_GROUP
+    resources = [
+        ("", "nodes"),
+        ("", "pods"),
+        (group, constants.GPU_CLAIM_PLURAL),
+        (group, constants.GPU_NODE_STATUS_PLURAL),
+        (group, constants.GPU_SCHEDULING_POLICY_PLURAL),
+    ]
+    reads = {("cluster", g, r, v) for g, r in resources for v in ("get", "list", "watch")}
+    return reads | {
+        (constants.LEASE_NAMESPACE, constants.COORDINATION_GROUP, "leases", v) for v in ("get", "list", "watch")
+    }
+
+
+def board_creates(namespaces: list[str]) -> set[Grant]:
+    """The create form's rights: create (a dry run is a create), get, list, delete of what it makes, in each
+    namespace it is given."""
+    made = [("", "pods"), (constants.CLAIM_GROUP, constants.GPU_CLAIM_PLURAL), ("apps", "statefulsets")]
+    verbs = ("create", "get", "list", "delete")
+    return {(ns, g, r, v) for ns in namespaces for g, r in made for v in verbs}
+
+
+def board_args(docs: list[dict[str, Any]], name: str = BOARD) -> list[str]:
+    args: list[str] = container(docs, "Deployment", name)["args"]
+    return args
+
+
+def check_board_tls(docs: list[dict[str, Any]], name: str, *, cert_days: int, ca_days: int) -> None:
+    """The chart's CA and certificate for the board: ECDSA P-256, for the Service's DNS names, localhost and
+    127.0.0.1 (a port-forward), signed by the CA in <name>-tls-ca, mounted by the pods, its digest on them."""
+    serving, ca_secret = one(docs, "Secret", f"{name}-tls"), one(docs, "Secret", f"{name}-tls-ca")
+    assert serving["type"] == ca_secret["type"] == "kubernetes.io/tls"
+    assert set(serving["data"]) == {"tls.crt", "tls.key", "ca.crt"} and set(ca_secret["data"]) == {"tls.crt", "tls.key"}
+    cert, ca = certificate(serving, "tls.crt"), certificate(ca_secret, "tls.crt")
+    cert.verify_directly_issued_by(ca)
+    assert serving["data"]["ca.crt"] == ca_secret["data"]["tls.crt"]
+    for c in (cert, ca):
+        key = c.public_key()
+        assert isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1"
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    dns = [name, f"{name}.{NAMESPACE}", f"{name}.{NAMESPACE}.svc", f"{name}.{NAMESPACE}.svc.cluster.local", "localhost"]
+    assert sans.get_values_for_type(x509.DNSName) == dns
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert serving["metadata"]["annotations"]["gpu-scheduling.io/dns-names"] == ",".join([*dns, "127.0.0.1"])
+    assert round(days(cert)) == cert_days and round(days(ca)) == ca_days
+    pod = one(docs, "Deployment", name)["spec"]["template"]
+    digest = hashlib.sha256(cert.public_bytes(serialization.Encoding.PEM)).hexdigest()
+    assert pod["metadata"]["annotations"][CHECKSUM] == digest
+    assert pod["spec"]["volumes"] == [{"name": "tls", "secret": {"secretName": f"{name}-tls"}}]
+    # The webhook's CA is another: trusting the board's does not trust the admission path, nor the other way.
+    if find(docs, "Secret", f"{TLS_SECRET}-ca"):
+        assert one(docs, "Secret", f"{TLS_SECRET}-ca")["data"]["tls.crt"] != ca_secret["data"]["tls.crt"]
+
+
+def check_board_defaults(docs: list[dict[str, Any]]) -> None:
+    """The board reads only: its RBAC is the reads, nothing in any namespace to write; one replica, HTTPS on 8443
+    behind a Service on 443, grouped by zone, showing the default scheduler's pods and strategy."""
+    deployment = one(docs, "Deployment", BOARD)
+    assert deployment["spec"]["replicas"] == 1
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == BOARD and "automountServiceAccountToken" not in pod
+    assert board_args(docs) == [
+        "--port=8443",
+        "--tls-cert=/tls/tls.crt",
+        "--tls-key=/tls/tls.key",
+        *(f"--topology-label={label}" for label in constants.DEFAULT_TOPOLOGY_LABELS),
+        f"--scheduler-name={SCHEDULER}",
+        f"--strategy={constants.DEFAULT_STRATEGY}",
+        f"--pod-image=gpu-scheduler-check:{APP_VERSION}",
+        "--log-level=INFO",
+        "--log-format=text",
+    ]
+    assert granted(docs, BOARD) == board_reads()
+    assert not [d for d in find(docs, "Role") if d["metadata"]["name"] == f"{BOARD}-create"]
+    service = one(docs, "Service", BOARD)
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https"}]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"] == {"app": BOARD}
+    c = container(docs, "Deployment", BOARD)
+    assert c["ports"] == [{"name": "https", "containerPort": 8443}]
+    assert c["resources"] == {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}}
+    check_board_tls(docs, BOARD, cert_days=365, ca_days=3650)
+
+
+def check_board(docs: list[dict[str, Any]]) -> None:
+    name = "gpu-tetris"
+    assert not [d for d in docs if d["metadata"]["name"].startswith(BOARD)]
+    deployment = one(docs, "Deployment", name)
+    assert deployment["spec"]["replicas"] == 2
+    args = board_args(docs, name)
+    labels = [a for a in args if a.startswith("--topology-label=")]
+    assert labels == ["--topology-label=topology.kubernetes.io/region", "--topology-label=topology.kubernetes.io/zone"]
+    assert "--allow-create" in args
+    assert [a for a in args if a.startswith("--namespace=")] == ["--namespace=default", "--namespace=team-a"]
+    assert container(docs, "Deployment", name)["resources"] == {
+        "requests": {"cpu": "50m", "memory": "128Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    service = one(docs, "Service", name)
+    assert service["spec"]["ports"] == [{"name": "https", "port": 8443, "targetPort": "https"}]
+    assert service["spec"]["selector"] == {"app": name}
+    # Reads everywhere, writes in its two namespaces only, and exactly what the form makes there.
+    assert granted(docs, name) == board_reads() | board_creates(["default", "team-a"])
+    for kind in ("Role", "RoleBinding"):
+        assert sorted(d["metadata"]["namespace"] for d in find(docs, kind, f"{name}-create")) == ["default", "team-a"]
+    check_board_tls(docs, name, cert_days=90, ca_days=730)
+
+
+def check_board_existing_secret(docs: list[dict[str, Any]]) -> None:
+    """Your Secret: the chart makes none for the board, its pods mount yours; `helm template` reads no Secret, so the
+    checksum is that of nothing (an install or upgrade digests the Secret's certificate)."""
+    assert not [d for d in find(docs, "Secret") if d["metadata"]["name"].startswith(BOARD)]
+    pod = one(docs, "Deployment", BOARD)["spec"]["template"]
+    assert pod["spec"]["volumes"] == [{"name": "tls", "secret": {"secretName": "my-board-tls"}}]
+    assert pod["metadata"]["annotations"][CHECKSUM] == hashlib.sha256(b"").hexdigest()
+    check_generated_tls(docs, WEBHOOK, cert_days=365, ca_days=3650)  # the webhook's stays as it was
+
+
+def check_board_disabled(docs: list[dict[str, Any]]) -> None:
+    assert not [d for d in docs if d["metadata"]["name"].startswith(BOARD)]
+    assert granted(docs, BOARD) == set()
+    assert [d["metadata"]["name"] for d in find(docs, "Service")] == [WEBHOOK]
+
+
 CHECKS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
     "default-values.yaml": check_defaults,
     "images-values.yaml": check_images,
@@ -598,6 +771,9 @@ CHECKS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
     "lease-namespace-existing-values.yaml": check_lease_namespace_existing,
     "metrics-values.yaml": check_metrics,
     "dashboard-disabled-values.yaml": check_dashboard_disabled,
+    "board-values.yaml": check_board,
+    "board-existing-secret-values.yaml": check_board_existing_secret,
+    "board-disabled-values.yaml": check_board_disabled,
 }
 
 
@@ -866,6 +1042,17 @@ def test_monitoring_adds_no_rbac(ci):
         ("metrics.dashboard.folderAnnotation=bad annotation", "/metrics/dashboard/folderAnnotation"),
         ("metrics.serviceMonitor.enabled=yes", "/metrics/serviceMonitor/enabled"),
         ("metrics.serviceMonitor.interval=soon", "/metrics/serviceMonitor/interval"),
+        ("board.enabled=maybe", "/board/enabled"),
+        ("board.name=Gpu_Board", "/board/name"),
+        ("board.replicas=0", "/board/replicas"),
+        ("board.allowCreate=yes", "/board/allowCreate"),
+        ("board.namespaces={}", "/board/namespaces"),
+        ("board.namespaces[0]=Not_A_Namespace", "/board/namespaces/0"),
+        ("board.topologyLabels[0]=bad label", "/board/topologyLabels/0"),
+        ("board.podImage.repository=Upper", "/board/podImage/repository"),
+        ("board.service.port=0", "/board/service/port"),
+        ("board.tls.secretName=Bad_Secret", "/board/tls/secretName"),
+        ("board.image.pullPolicy=Sometimes", "/board/image/pullPolicy"),
         ("scheduler.replica=3", "additional properties 'replica' not allowed"),
         ("unknown=1", "additional properties 'unknown' not allowed"),
     ],
@@ -910,6 +1097,14 @@ def test_the_schema_refuses_a_bad_value_naming_it(setting, named):
         (
             {"webhook": {"tls": {"certValidityDays": 4000}}},
             "webhook.tls.certValidityDays (4000) must not exceed webhook.tls.caValidityDays (3650)",
+        ),
+        (
+            {"board": {"tls": {"renewBeforeDays": 365}}},
+            "board.tls.renewBeforeDays (365) must be below board.tls.certValidityDays (365)",
+        ),
+        (
+            {"board": {"tls": {"certValidityDays": 4000}}},
+            "board.tls.certValidityDays (4000) must not exceed board.tls.caValidityDays (3650)",
         ),
     ],
 )
@@ -960,6 +1155,8 @@ def test_the_package_holds_what_the_templates_read(tmp_path):
 
 NOTES_CASES = [
     "default-values.yaml",
+    "board-values.yaml",
+    "board-disabled-values.yaml",
     "metrics-values.yaml",
     "webhook-existing-secret-values.yaml",
     "webhook-url-values.yaml",
@@ -990,6 +1187,15 @@ def test_the_notes_render(ci, tmp_path):
     assert "<no value>" not in rendered
     assert ("ServiceMonitor" in rendered) == (ci == "metrics-values.yaml")
     assert "the Grafana dashboard" in rendered
+    board = {"board-values.yaml": "gpu-tetris", "board-disabled-values.yaml": None}.get(ci, BOARD)
+    if board:
+        port = 8443 if ci == "board-values.yaml" else 443
+        assert f"kubectl -n {NAMESPACE} port-forward service/{board} 8443:{port}" in rendered
+        assert "https://localhost:8443/" in rendered
+        created = "allowed in default, team-a" if ci == "board-values.yaml" else "off"
+        assert f"Deployment and Service {NAMESPACE}/{board} (HTTPS), creation {created}" in rendered
+    else:
+        assert "port-forward" not in rendered and "\n  board " not in rendered
 
 
 # ---- documentation ----------------------------------------------------------------------------------------------
@@ -1055,7 +1261,156 @@ def test_kubectl_gpu_health_finds_the_charts_workloads_by_their_part_of_label():
     value it looks for is the one the chart writes."""
     from gpu_scheduling.cli import health
 
-    workloads = [d for d in render("default-values.yaml") if d["kind"] in ("Deployment", "DaemonSet")]
-    assert len(workloads) == 3
-    for doc in workloads:
+    docs = render("default-values.yaml")
+    workloads = [d for d in docs if d["kind"] in ("Deployment", "DaemonSet")]
+    assert len(workloads) == 4
+    # ... and the Services (the board's, the webhook's) carry it too, as every object of the chart does.
+    for doc in [*workloads, *find(docs, "Service")]:
         assert doc["metadata"]["labels"][health.PART_OF_LABEL] == health.PART_OF, doc["metadata"]
+
+
+# ---- gpu-board: security, defaults and the program -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("ci", [None, *CI])
+def test_the_board_runs_locked_down_like_the_other_programs(ci):
+    """The board's pod and container security settings are the scheduler's (uid/gid 1000, non-root, RuntimeDefault
+    seccomp, read-only root filesystem, no privilege escalation, no capabilities)."""
+    docs = render(ci)
+    boards = [d for d in find(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"] == "board"]
+    (scheduler,) = [
+        d for d in find(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"] == "scheduler"
+    ]
+    assert len(boards) == (0 if ci == "board-disabled-values.yaml" else 1)
+    for board in boards:
+        pod, reference = board["spec"]["template"]["spec"], scheduler["spec"]["template"]["spec"]
+        assert pod["securityContext"] == reference["securityContext"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        (c,) = pod["containers"]
+        assert c["securityContext"] == reference["containers"][0]["securityContext"]
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        # Probed over HTTPS on its one port, as the webhook is.
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+
+
+@pytest.mark.parametrize("ci", [None, *CI])
+def test_the_board_gets_exactly_its_rbac(ci):
+    """Whatever the values: the board's ServiceAccount gets the reads, plus the form's rights in board.namespaces
+    exactly when board.allowCreate; no other account is bound to its roles, and it to no other role."""
+    values = yaml.safe_load((CI_DIR / ci).read_text()) if ci else {}
+    board = {**DEFAULTS["board"], **((values or {}).get("board") or {})}
+    docs = render(ci)
+    name = board["name"] or BOARD
+    if not board["enabled"]:
+        assert granted(docs, name) == set()
+        return
+    expected = board_reads() | (board_creates(board["namespaces"]) if board["allowCreate"] else set())
+    assert granted(docs, name) == expected
+    for binding in docs:
+        if binding["kind"] in ("ClusterRoleBinding", "RoleBinding") and binding["roleRef"]["name"].startswith(name):
+            assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
+
+
+def test_the_board_with_creation_in_the_test_bed_s_form():
+    """What the test-bed deploys (roles/deploy: board.allowCreate with board.namespaces [default]): the reads, and
+    create, get, list, delete of pods, GpuClaims and StatefulSets in default only; never update, patch, bind,
+    evict, Secrets, Leases written, or anything in kube-system."""
+    docs = manifests.render({"board": {"allowCreate": True, "namespaces": ["default"]}}, namespace=NAMESPACE)
+    grants = granted(docs, BOARD)
+    assert grants == board_reads() | board_creates(["default"])
+    assert not {v for _, _, _, v in grants} & {"update", "patch", "deletecollection", "*"}
+    assert not {r for _, _, r, _ in grants} & {"secrets", "pods/binding", "pods/eviction", "pods/exec", "configmaps"}
+    assert not [g for g in grants if g[0] == NAMESPACE]
+    args = board_args(docs)
+    assert args[args.index("--allow-create") + 1] == "--namespace=default"
+    assert openapi.validate(docs) == []
+
+
+def test_the_board_defaults_are_the_program_s():
+    """The chart's defaults are the program's own (constants): its name, the topology it groups by."""
+    assert DEFAULTS["board"]["name"] == "" and manifests.keys()["board_name"] == constants.BOARD_NAME
+    assert tuple(DEFAULTS["board"]["topologyLabels"]) == constants.DEFAULT_TOPOLOGY_LABELS
+    assert DEFAULTS["board"]["allowCreate"] is False
+
+
+def test_the_board_certificate_follows_the_release_namespace():
+    docs = render(None, "gpu-system")
+    cert = certificate(one(docs, "Secret", f"{BOARD}-tls"), "tls.crt")
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"{BOARD}.gpu-system.svc" in names.get_values_for_type(x509.DNSName)
+
+
+@pytest.mark.parametrize(
+    "ci", ["default-values.yaml", "board-values.yaml", "scheduler-values.yaml", "logging-values.yaml"]
+)
+def test_the_board_accepts_its_args(ci):
+    """The arguments the Deployment gives gpu-board parse (its main's parse_args) to what the values say."""
+    from gpu_scheduling.board import main as board
+
+    docs = render(ci)
+    (deployment,) = [
+        d for d in find(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"] == "board"
+    ]
+    values = yaml.safe_load((CI_DIR / ci).read_text()) or {}
+    expected = {**DEFAULTS["board"], **(values.get("board") or {})}
+    args = board.parse_args(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert (args.port, args.tls_cert, args.tls_key) == (8443, "/tls/tls.crt", "/tls/tls.key")
+    assert list(args.topology_labels) == expected["topologyLabels"]
+    assert args.allow_create is expected["allowCreate"]
+    if expected["allowCreate"]:
+        assert list(args.namespaces) == expected["namespaces"]
+    assert args.scheduler_name == ("other-scheduler" if ci == "scheduler-values.yaml" else SCHEDULER)
+    assert args.pod_image == f"gpu-scheduler-check:{APP_VERSION}"
+
+
+def _combine(base: dict[str, Any], other: dict[str, Any], recursive: bool = False) -> dict[str, Any]:
+    """Ansible's combine filter (recursive: dicts merged key by key; anything else replaced)."""
+    merged = dict(base)
+    for key, value in other.items():
+        if recursive and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _combine(merged[key], value, recursive=True)
+        else:
+            merged[key] = value
+    return merged
+
+
+def test_the_test_bed_deploys_the_board_with_creation_in_default():
+    """roles/deploy's deploy_values (evaluated as Ansible does, with the images app_images hands over): the board
+    from testbed_registry, --allow-create --namespace default, its pods on the check image; the chart renders it
+    with exactly the reads and the form's rights in default."""
+    import jinja2.nativetypes
+
+    env = jinja2.nativetypes.NativeEnvironment(undefined=jinja2.StrictUndefined)
+    env.filters["combine"] = _combine
+    role = ROOT / "roles" / "deploy"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    variables = yaml.safe_load((role / "vars" / "main.yml").read_text())
+    ca_bundle = yaml.safe_load((CI_DIR / "webhook-existing-secret-values.yaml").read_text())["webhook"]["tls"][
+        "caBundle"
+    ]
+    programs = ("scheduler", "webhook", "check", "agent", "board")
+    context: dict[str, Any] = {
+        **manifests.values(),
+        "testbed_registry": "localhost:5001",
+        "testbed_keys": manifests.keys(),
+        "webhook_tls_ca_bundle": ca_bundle,
+        "webhook_tls_checksum": "0123",
+        "app_images_repositories": {p: f"repo-{p}" for p in programs},
+        "app_images_tags": {p: f"tag-{p}" for p in programs},
+    }
+    for name in ("deploy_image_repositories", "deploy_image_tags", "deploy_scheduler_name", "deploy_board_name"):
+        context[name] = env.from_string(defaults[name]).render(**context)
+    context["deploy_board_namespaces"] = defaults["deploy_board_namespaces"]
+    context["deploy_chart_values"] = defaults["deploy_chart_values"]
+    values = env.from_string(variables["deploy_values"]).render(**context)
+    assert values["board"]["allowCreate"] is True and values["board"]["namespaces"] == ["default"]
+    docs = manifests.render(values, namespace=NAMESPACE)
+    c = container(docs, "Deployment", BOARD)
+    assert c["image"] == "localhost:5001/repo-board:tag-board"
+    args = c["args"]
+    assert args[args.index("--allow-create") + 1 :][:1] == ["--namespace=default"]
+    assert "--pod-image=localhost:5001/repo-check:tag-check" in args
+    assert granted(docs, BOARD) == board_reads() | board_creates(["default"])
+    assert openapi.validate(docs) == []

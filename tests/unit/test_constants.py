@@ -110,6 +110,14 @@ LITERAL_VALUES = {
         "charts/gpu-scheduler/templates/_helpers.tpl",
         "gpu-scheduling",
     ): "app.kubernetes.io/part-of names the project (pyproject.toml), not the Lease namespace",
+    (
+        "charts/gpu-scheduler/values.yaml",
+        "gpu-board",
+    ): "the board image's repository (images/README.md); board.name's default is keys.yaml board_name",
+    (
+        "roles/app_images/defaults/main.yml",
+        "gpu-board",
+    ): "the board image's name (images/README.md), not the name of its Deployment",
 }
 
 
@@ -281,7 +289,7 @@ def _role_template(name: str) -> list[dict]:
         trim_blocks=True,
         keep_trailing_newline=True,
     )
-    images = {"scheduler": "s:1", "webhook": "w:1", "check": "c:1", "agent": "a:1"}
+    images = {"scheduler": "s:1", "webhook": "w:1", "check": "c:1", "agent": "a:1", "board": "b:1"}
     text = env.get_template(name).render(**TESTBED, deploy_images=images, app_images_refs=images)
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
@@ -302,7 +310,13 @@ def _workloads() -> list[tuple[str, dict]]:
 
 def test_workloads_are_locked_down():
     workloads = _workloads()
-    assert {d["metadata"]["name"] for _, d in workloads} == {SCHEDULER, WEBHOOK, AGENT, TESTBED["testbed_check_name"]}
+    assert {d["metadata"]["name"] for _, d in workloads} == {
+        SCHEDULER,
+        WEBHOOK,
+        AGENT,
+        constants.BOARD_NAME,
+        TESTBED["testbed_check_name"],
+    }
     for name, doc in workloads:
         pod = doc["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000, name

@@ -94,3 +94,20 @@ def test_each_play_includes_the_facts_once_per_run(playbook):
         assert include["when"] == "testbed_facts_repo is not defined"
         assert "always" in include["tags"] and include["ansible.builtin.include_role"]["apply"] == {"tags": ["always"]}
         assert play["pre_tasks"][0] is include, "the facts (and input checks) come first"
+
+
+def test_every_program_image_is_a_thin_layer_running_a_console_script():
+    """app_images builds each of app_images_programs from images/<folder>/Dockerfile on the shared environment:
+    that Dockerfile exists, starts FROM ${APP_IMAGE}, runs as uid 1000 and its ENTRYPOINT is a console script of
+    pyproject.toml (so a program added to the package, such as gpu-board, is one the test-bed can build)."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    programs = defaults("app_images")["app_images_programs"]
+    assert {"scheduler", "webhook", "check", "agent", "board"} <= set(programs)
+    for key, program in programs.items():
+        dockerfile = (ROOT / "images" / program["folder"] / "Dockerfile").read_text()
+        assert "FROM ${APP_IMAGE}" in dockerfile and "\nUSER 1000:1000\n" in dockerfile, key
+        (entrypoint,) = re.findall(r"^ENTRYPOINT \[\"/opt/gpu-scheduling/bin/([\w-]+)\"\]$", dockerfile, re.MULTILINE)
+        assert entrypoint in scripts, (key, entrypoint)
+        assert program["image"] == entrypoint, f"{key}: the image is named after its program (images/README.md)"

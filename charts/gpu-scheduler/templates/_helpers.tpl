@@ -21,6 +21,12 @@ Use: $keys := include "gpu-scheduler.keys" . | fromYaml
 {{- .Values.scheduler.name | default $keys.default_scheduler_name -}}
 {{- end -}}
 
+{{/* gpu-scheduler.boardName: board.name, or the program's name (keys.yaml board_name). */}}
+{{- define "gpu-scheduler.boardName" -}}
+{{- $keys := include "gpu-scheduler.keys" . | fromYaml -}}
+{{- .Values.board.name | default $keys.board_name -}}
+{{- end -}}
+
 {{/*
 gpu-scheduler.serviceAccountUser: the username the apiserver gives a service account of the release's namespace.
 Use: include "gpu-scheduler.serviceAccountUser" (dict "root" $ "name" $name)
@@ -159,15 +165,7 @@ three modes:
 {{- else if and $tls.caBundle (not $tls.existingSecret) -}}
 {{- fail "webhook.tls.caBundle is set: give webhook.tls.existingSecret too, the kubernetes.io/tls Secret whose certificate that CA signed, or leave both empty and the chart generates them" -}}
 {{- else if not $tls.existingSecret -}}
-{{- if ge (int $tls.renewBeforeDays) (int $tls.certValidityDays) -}}
-{{- fail (printf "webhook.tls.renewBeforeDays (%d) must be below webhook.tls.certValidityDays (%d), or every upgrade would make a new certificate" (int $tls.renewBeforeDays) (int $tls.certValidityDays)) -}}
-{{- end -}}
-{{- if ge (int $tls.renewBeforeDays) (int $tls.caValidityDays) -}}
-{{- fail (printf "webhook.tls.renewBeforeDays (%d) must be below webhook.tls.caValidityDays (%d), or every upgrade would make a new CA" (int $tls.renewBeforeDays) (int $tls.caValidityDays)) -}}
-{{- end -}}
-{{- if gt (int $tls.certValidityDays) (int $tls.caValidityDays) -}}
-{{- fail (printf "webhook.tls.certValidityDays (%d) must not exceed webhook.tls.caValidityDays (%d): the certificate would outlive the CA that signed it" (int $tls.certValidityDays) (int $tls.caValidityDays)) -}}
-{{- end -}}
+{{- include "gpu-scheduler.tls.checkLifetimes" (dict "values" $tls "key" "webhook.tls") -}}
 {{- end -}}
 {{- if and $tls.caBundle (not (contains "-----BEGIN CERTIFICATE-----" (b64dec $tls.caBundle))) -}}
 {{- fail "webhook.tls.caBundle must be the base64 of a PEM CA certificate (-----BEGIN CERTIFICATE-----...), as in a Secret's ca.crt" -}}
@@ -201,14 +199,86 @@ Use: $tls := include "gpu-scheduler.webhook.tls" . | fromYaml
 {{- $_ := set $result "caBundle" $values.caBundle -}}
 {{- $_ := set $result "checksum" (sha256sum (printf "%s\n%s" $values.caBundle $cert)) -}}
 {{- else -}}
-{{- $ns := .Release.Namespace -}}
-{{- $svc := .Values.webhook.name -}}
-{{- $dnsNames := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
+{{- $result = include "gpu-scheduler.tls.generated" (dict "root" . "values" $values "service" .Values.webhook.name "secret" $keys.webhook_tls_secret "caName" (printf "%s webhook CA" .Values.webhook.name)) | fromYaml -}}
+{{- end -}}
+{{- $_ := set $values "__rendered" $result -}}
+{{- end -}}
+{{- index $values "__rendered" | toYaml -}}
+{{- end -}}
+
+{{/*
+gpu-scheduler.board.tls: the board's TLS material as YAML: secretName (what its pods mount), checksum (a digest of
+the certificate, put on its pods so that a new one rolls them) and, when the chart makes them (no
+board.tls.secretName), generated (see gpu-scheduler.tls.generated: the Secrets <name>-tls-ca and <name>-tls, for
+the Service's DNS names, localhost and 127.0.0.1, so that a port-forward's https://localhost:8443/ matches too).
+Made once per render (kept in .Values.board.tls), since the Secrets and the Deployment are different templates.
+Use: $tls := include "gpu-scheduler.board.tls" . | fromYaml
+*/}}
+{{- define "gpu-scheduler.board.tls" -}}
+{{- $values := .Values.board.tls -}}
+{{- if not (hasKey $values "__rendered") -}}
+{{- $name := include "gpu-scheduler.boardName" . -}}
+{{- $result := dict -}}
+{{- if $values.secretName -}}
+{{- $cert := dig "data" "tls.crt" "" (lookup "v1" "Secret" .Release.Namespace $values.secretName | default dict) -}}
+{{- $_ := set $result "checksum" (sha256sum $cert) -}}
+{{- $_ := set $result "secretName" $values.secretName -}}
+{{- else -}}
+{{- include "gpu-scheduler.tls.checkLifetimes" (dict "values" $values "key" "board.tls") -}}
+{{- $secret := printf "%s-tls" $name -}}
+{{- $result = include "gpu-scheduler.tls.generated" (dict "root" . "values" $values "service" $name "secret" $secret "caName" (printf "%s CA" $name) "extraDNS" (list "localhost") "ips" (list "127.0.0.1")) | fromYaml -}}
+{{- $_ := set $result "secretName" $secret -}}
+{{- end -}}
+{{- $_ := set $values "__rendered" $result -}}
+{{- end -}}
+{{- index $values "__rendered" | toYaml -}}
+{{- end -}}
+
+{{/*
+gpu-scheduler.tls.checkLifetimes: fails with a clear message when a generated CA's and certificate's lifetimes do
+not fit together (`key` names the values in the message, e.g. webhook.tls).
+Use: include "gpu-scheduler.tls.checkLifetimes" (dict "values" .Values.webhook.tls "key" "webhook.tls")
+*/}}
+{{- define "gpu-scheduler.tls.checkLifetimes" -}}
+{{- $v := .values -}}
+{{- if ge (int $v.renewBeforeDays) (int $v.certValidityDays) -}}
+{{- fail (printf "%s.renewBeforeDays (%d) must be below %s.certValidityDays (%d), or every upgrade would make a new certificate" .key (int $v.renewBeforeDays) .key (int $v.certValidityDays)) -}}
+{{- end -}}
+{{- if ge (int $v.renewBeforeDays) (int $v.caValidityDays) -}}
+{{- fail (printf "%s.renewBeforeDays (%d) must be below %s.caValidityDays (%d), or every upgrade would make a new CA" .key (int $v.renewBeforeDays) .key (int $v.caValidityDays)) -}}
+{{- end -}}
+{{- if gt (int $v.certValidityDays) (int $v.caValidityDays) -}}
+{{- fail (printf "%s.certValidityDays (%d) must not exceed %s.caValidityDays (%d): the certificate would outlive the CA that signed it" .key (int $v.certValidityDays) .key (int $v.caValidityDays)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+gpu-scheduler.tls.generated: a CA and a serving certificate made by the chart for a Service, as YAML:
+  caBundle: the base64 PEM CA; checksum: a digest of the serving certificate (put on the pods, so that a new one
+  rolls them); generated: the CA's and the certificate's PEM, keys and expiry (unix seconds), and the DNS names the
+  certificate carries.
+They are kept in the Secrets <secret>-ca (the CA) and <secret> (tls.crt, tls.key, ca.crt). On an upgrade the CA and
+the certificate already in the cluster (lookup) are reused as long as they are valid for more than
+values.renewBeforeDays and the certificate names the current DNS names, so the CA stays the same; `helm template`
+reaches no cluster and makes new ones every time.
+Arguments: root ($), values (caValidityDays, certValidityDays, renewBeforeDays), service (the Service's name: the
+DNS names <service>, <service>.<ns>, <service>.<ns>.svc, <service>.<ns>.svc.cluster.local), secret, caName (the
+CA's common name), and optionally extraDNS and ips (more names the certificate carries, e.g. localhost for a
+port-forward).
+Use: $tls := include "gpu-scheduler.tls.generated" (dict "root" $ "values" ... "service" ... "secret" ... "caName" ...) | fromYaml
+*/}}
+{{- define "gpu-scheduler.tls.generated" -}}
+{{- $values := .values -}}
+{{- $ns := .root.Release.Namespace -}}
+{{- $svc := .service -}}
+{{- $dnsNames := concat (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) (.extraDNS | default list) -}}
+{{- $ips := .ips | default list -}}
+{{- $names := join "," (concat $dnsNames $ips) -}}
 {{- $now := now | unixEpoch | int64 -}}
 {{- $renew := mul (int $values.renewBeforeDays) 86400 -}}
 {{- $notAfterKey := "gpu-scheduling.io/not-after" -}}
 {{- $dnsNamesKey := "gpu-scheduling.io/dns-names" -}}
-{{- $caSecret := lookup "v1" "Secret" $ns (printf "%s-ca" $keys.webhook_tls_secret) | default dict -}}
+{{- $caSecret := lookup "v1" "Secret" $ns (printf "%s-ca" .secret) | default dict -}}
 {{- $caCrt := dig "data" "tls.crt" "" $caSecret -}}
 {{- $caKey := dig "data" "tls.key" "" $caSecret -}}
 {{- $caNotAfter := dig "metadata" "annotations" $notAfterKey "0" $caSecret | int64 -}}
@@ -216,29 +286,26 @@ Use: $tls := include "gpu-scheduler.webhook.tls" . | fromYaml
 {{- if and $caCrt $caKey (gt (sub $caNotAfter $renew) $now) -}}
 {{- $ca = buildCustomCert $caCrt $caKey -}}
 {{- else -}}
-{{- $ca = genCAWithKey (printf "%s webhook CA" $svc) (int $values.caValidityDays) (genPrivateKey "ecdsa") -}}
+{{- $ca = genCAWithKey .caName (int $values.caValidityDays) (genPrivateKey "ecdsa") -}}
 {{- $caNotAfter = add $now (mul (int $values.caValidityDays) 86400) -}}
 {{- end -}}
-{{- $tlsSecret := lookup "v1" "Secret" $ns $keys.webhook_tls_secret | default dict -}}
+{{- $tlsSecret := lookup "v1" "Secret" $ns .secret | default dict -}}
 {{- $crt := dig "data" "tls.crt" "" $tlsSecret -}}
 {{- $key := dig "data" "tls.key" "" $tlsSecret -}}
 {{- $notAfter := dig "metadata" "annotations" $notAfterKey "0" $tlsSecret | int64 -}}
 {{- $sameCA := eq (dig "data" "ca.crt" "" $tlsSecret) (b64enc $ca.Cert) -}}
-{{- $sameNames := eq (dig "metadata" "annotations" $dnsNamesKey "" $tlsSecret) (join "," $dnsNames) -}}
+{{- $sameNames := eq (dig "metadata" "annotations" $dnsNamesKey "" $tlsSecret) $names -}}
 {{- $serving := dict -}}
 {{- if and $crt $key $sameCA $sameNames (gt (sub $notAfter $renew) $now) -}}
 {{- $serving = dict "Cert" (b64dec $crt) "Key" (b64dec $key) -}}
 {{- else -}}
-{{- $serving = genSignedCertWithKey (printf "%s.%s.svc" $svc $ns) nil $dnsNames (int $values.certValidityDays) $ca (genPrivateKey "ecdsa") -}}
+{{- $serving = genSignedCertWithKey (printf "%s.%s.svc" $svc $ns) (empty $ips | ternary nil $ips) $dnsNames (int $values.certValidityDays) $ca (genPrivateKey "ecdsa") -}}
 {{- $notAfter = add $now (mul (int $values.certValidityDays) 86400) -}}
 {{- end -}}
-{{- $_ := set $result "caBundle" (b64enc $ca.Cert) -}}
-{{- $_ := set $result "checksum" (sha256sum $serving.Cert) -}}
-{{- $_ := set $result "generated" (dict "caCert" $ca.Cert "caKey" $ca.Key "caNotAfter" (toString $caNotAfter) "cert" $serving.Cert "key" $serving.Key "notAfter" (toString $notAfter) "dnsNames" (join "," $dnsNames)) -}}
-{{- end -}}
-{{- $_ := set $values "__rendered" $result -}}
-{{- end -}}
-{{- index $values "__rendered" | toYaml -}}
+caBundle: {{ b64enc $ca.Cert | quote }}
+checksum: {{ sha256sum $serving.Cert | quote }}
+generated:
+  {{- toYaml (dict "caCert" $ca.Cert "caKey" $ca.Key "caNotAfter" (toString $caNotAfter) "cert" $serving.Cert "key" $serving.Key "notAfter" (toString $notAfter) "dnsNames" $names) | nindent 2 }}
 {{- end -}}
 
 {{/*
