@@ -14,6 +14,9 @@ TEST_TOOLS := $(CONTROL_PLANE) helm
 # What the control-plane scenarios run besides the control plane: Prometheus scrapes the programs (features/metrics).
 # `make test` starts its build in the background first; the `scenarios` step waits for that build or does it.
 SCENARIO_TOOLS := prometheus
+# The browser the board's scenarios drive (harness/browser.py): Debian's packages chromium and chromium-driver.
+CHROMIUM := /usr/bin/chromium
+CHROMEDRIVER := /usr/bin/chromedriver
 
 # The test-bed's own builds (the node image's binaries, kind, the registry, the storage provisioner): `make test`
 # builds them in the background while the tests before the test-bed run, so that a cold machine waits less.
@@ -23,7 +26,7 @@ BACKGROUND_LOG := build/toolchain-background.log
 # kube-scheduler is the benchmark's second contender, built at the same Kubernetes version.
 BENCH_TOOLS := $(CONTROL_PLANE) kube-scheduler
 
-.PHONY: help venv toolchain scenario-toolchain bench-toolchain lint unit scenarios bench bench-smoke testbed idempotence online test demo teardown clean
+.PHONY: help venv toolchain scenario-toolchain browser bench-toolchain lint unit scenarios bench bench-smoke testbed idempotence online test demo teardown clean
 
 help:
 	@echo "make test   install what is needed, run unit tests, the control-plane scenarios, the KinD test-bed"
@@ -51,6 +54,15 @@ scenario-toolchain:
 bench-toolchain:
 	$(PYTHON) hack/toolchain.py build $(BENCH_TOOLS)
 
+# Debian's chromium and chromedriver, the real browser the board's scenarios drive through Selenium (features/board):
+# installed with apt-get (sudo when not root) only when either is missing; nothing downloads a browser or a driver.
+browser:
+	@if [ ! -x $(CHROMIUM) ] || [ ! -x $(CHROMEDRIVER) ]; then \
+	  sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y --no-install-recommends chromium chromium-driver; \
+	fi
+
 # Every static gate, each clean (exceptions only as a local noqa with its reason): ruff's rules and its formatter,
 # mypy --strict on src/, the import layers (pyproject's [tool.importlinter]), ansible-lint's production profile,
 # go vet and gofmt for the benchmark's load generator.
@@ -67,8 +79,9 @@ lint: venv
 unit: venv toolchain
 	$(BIN)/python -m pytest tests
 
-# Gherkin scenarios on a real control plane (etcd, kube-apiserver, kube-controller-manager, kwok), and Prometheus.
-scenarios: venv toolchain scenario-toolchain
+# Gherkin scenarios on a real control plane (etcd, kube-apiserver, kube-controller-manager, kwok), Prometheus and
+# a headless Chromium (the board's page).
+scenarios: venv toolchain scenario-toolchain browser
 	$(BIN)/python -m pytest features --tier controlplane
 
 # The benchmark (about 70 min on 2 cores: W1, W2 with the DRA contender, the pending storm, the webhook):
@@ -78,7 +91,7 @@ bench: venv bench-toolchain
 
 # The same benchmark with a few nodes and pods (every workload and contender, a 5 s storm), so that it never
 # rots; it asserts that every pod is bound (the storm's: tried) and the report is written, never a timing.
-bench-smoke: venv bench-toolchain
+bench-smoke: venv bench-toolchain browser
 	$(BIN)/python -m bench --smoke
 
 # The KinD test-bed: cluster, TLS, images, deploy, and the acceptance scenarios on it.
