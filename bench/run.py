@@ -2,7 +2,9 @@
 measurements, then the report.
 
     python -m bench                      # the full run `make bench` does (writes docs/benchmarks.md)
-    python -m bench --smoke              # a few nodes and pods, one repetition, into build/bench-smoke
+    python -m bench --smoke              # a few nodes and pods, one repetition, into build/bench-smoke; then the
+                                         # board's smoke pass (bench/board.py)
+    python -m bench --board              # only the board's benchmark (writes docs/board-benchmark.md)
 
 Workloads: w1 (map-pinned pods), w2 (GPU claims), storm (claim pods waiting for GPUs that are all taken: what
 the waiting costs the apiserver and the scheduler once every pod has been tried).
@@ -23,7 +25,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench import contenders, measure, report, workload
+from bench import board, contenders, measure, report, workload
 from bench.plane import SCHEDULER_USER, BenchPlane, build_loadgen
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
@@ -572,9 +574,17 @@ def main(argv: list[str] | None = None) -> None:
         help="py-spy flame graphs of the contenders, the apiserver's CPU profile and request counts, "
         "in the run folders",
     )
+    p.add_argument(
+        "--board",
+        action="store_true",
+        help="only the board's benchmark (bench/board.py; --smoke, --nodes, --pods, --out, --docs apply)",
+    )
     p.add_argument("--out", type=pathlib.Path, help="working and results folder")
     p.add_argument("--docs", type=pathlib.Path, help="the markdown report to write (default docs/benchmarks.md)")
     args = p.parse_args(argv)
+    if args.board:
+        board.main(smoke=args.smoke, nodes=args.nodes, pods=args.pods, out=args.out, docs=args.docs)
+        return
     overrides: dict[str, Any] = dict(SMOKE) if args.smoke else {}
     for key in ("nodes", "pods", "reps", "out", "docs", "storm_pods", "storm_seconds", "storm_baseline_seconds"):
         if getattr(args, key) is not None:
@@ -646,3 +656,5 @@ def main(argv: list[str] | None = None) -> None:
     ]
     if incomplete:
         raise SystemExit("runs that did not complete: " + "; ".join(incomplete))
+    if args.smoke:
+        board.main(smoke=True, loadgen=loadgen)
