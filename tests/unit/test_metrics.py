@@ -1,4 +1,4 @@
-"""The programs' /metrics: what the scheduler exposes, exactly, and the naming conventions of all three registries."""
+"""The programs' /metrics: what the scheduler exposes, exactly, and the naming conventions of every registry."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_scheduling import constants, health
+from gpu_scheduling.board.server import BoardMetrics
 from gpu_scheduling.scheduler.metrics import ATTEMPT_BUCKETS, BUCKETS, E2E_BUCKETS, Metrics, SchedulerState
 from gpu_scheduling.webhook.server import WebhookMetrics
 
@@ -408,7 +409,7 @@ def test_webhook_attributes_are_what_the_registry_shows():
     assert not [k for k in got if k[0] == "gpu_webhook_request_seconds_sum"]
 
 
-# --- conventions, for every family of the three programs ---
+# --- conventions, for every family of every program ---
 
 
 def _agent_registry() -> prometheus_client.CollectorRegistry | None:
@@ -439,6 +440,7 @@ def _registries() -> list[tuple[str, prometheus_client.CollectorRegistry]]:
     agent = _agent_registry()
     if agent is not None:
         out.append(("gpu_inventory_agent_", agent))
+    out.append(("gpu_board_", BoardMetrics().registry))
     return out
 
 
