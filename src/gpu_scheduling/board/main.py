@@ -30,13 +30,6 @@ from gpu_scheduling.kube.informer import Handler, Informer
 log = logging.getLogger("gpu_scheduling.board")
 
 
-def _strategy(text: str) -> str:
-    try:
-        return strategy_names.node_strategy(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _seconds(low: float, high: float) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
@@ -95,7 +88,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--strategy",
-        type=_strategy,
+        type=strategy_names.flag,
         default=os.environ.get(constants.STRATEGY_ENV, constants.DEFAULT_STRATEGY),
         help=f"the scheduler's --strategy, shown while the GpuSchedulingPolicy {constants.POLICY_NAME!r} sets none: "
         f"{', '.join(constants.STRATEGIES)} (default: ${constants.STRATEGY_ENV} or {constants.DEFAULT_STRATEGY})",
@@ -140,7 +133,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     logs.add_arguments(p)
     args = p.parse_args(argv)
     try:  # the environment's value is not checked by argparse
-        args.strategy = _strategy(args.strategy)
+        args.strategy = strategy_names.flag(args.strategy)
     except argparse.ArgumentTypeError as exc:
         p.error(f"{constants.STRATEGY_ENV}: {exc}")
     if bool(args.tls_cert) != bool(args.tls_key):

@@ -4,6 +4,7 @@ snake_case (best_fit, ...), in any case; the reference's `priority` and `fifo` c
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 
@@ -62,3 +63,11 @@ def node_strategy(name: str) -> str:
     if choice.field != STRATEGY_FIELD:
         raise ValueError(f"{name!r} is a queue order, not a node strategy; a claim takes one of {constants.STRATEGIES}")
     return choice.value
+
+
+def flag(text: str) -> str:
+    """`node_strategy` as an argparse type: a program's `--strategy` (gpu-scheduler, gpu-board)."""
+    try:
+        return node_strategy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -32,14 +32,6 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds such as 15 or 15s, got {text!r}") from None
 
 
-def _strategy(text: str) -> str:
-    """A strategy as the CRD names it, from any spelling `kubectl gpu strategy` accepts (`least_utilized`)."""
-    try:
-        return strategy_names.node_strategy(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="gpu-scheduler",
@@ -56,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=SchedulerConfig.workers, help="concurrent bind workers")
     p.add_argument(
         "--strategy",
-        type=_strategy,
+        type=strategy_names.flag,
         default=os.environ.get(constants.STRATEGY_ENV, constants.DEFAULT_STRATEGY),
         help=f"node strategy of the GpuClaims that name none while the GpuSchedulingPolicy "
         f"{constants.POLICY_NAME!r} sets no defaultStrategy: {', '.join(constants.STRATEGIES)} "
@@ -113,7 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     try:  # the environment's value is not checked by argparse
-        args.strategy = _strategy(args.strategy)
+        args.strategy = strategy_names.flag(args.strategy)
     except argparse.ArgumentTypeError as exc:
         p.error(f"{constants.STRATEGY_ENV}: {exc}")
     if args.leader_elect:
