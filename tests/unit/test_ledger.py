@@ -10,6 +10,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from gpu_scheduling import constants
 from gpu_scheduling.claims import allocator, objects
 from gpu_scheduling.claims.ledger import Hold, LeaseRecord, Ledger
 
@@ -167,6 +168,14 @@ def test_lease_names_and_labels_are_valid_for_any_node_name():
     record = objects.lease_record(body)
     assert record is not None and record.node == long_node and record.gpu == 7 and record.pods == {"u": "ns/p"}
     assert objects.lease_name("x" * 200, 1) != objects.lease_name("x" * 199 + "y", 1)
+
+
+def test_a_lease_whose_gpu_label_is_not_ascii_digits_is_not_a_gpu_lease():
+    # str.isdigit() accepts "²" and "٣", which int() then refuses or reads: neither may reach the ledger.
+    for gpu in ("\u00b2", "\u0663", "-1", "1.0", "1234567", ""):
+        body = objects.lease_body("node1", 0, "Exclusive", {"u": "ns/p"})
+        body["metadata"]["labels"][constants.LEASE_GPU_LABEL] = gpu
+        assert objects.lease_record(body) is None, gpu
 
 
 # ---- the state machine ------------------------------------------------------------------------------------------

@@ -121,7 +121,7 @@ def lease_record(lease: Mapping[str, Any]) -> LeaseRecord | None:
     annotations = meta.get("annotations") or {}
     node = annotations.get(constants.LEASE_NODE_ANNOTATION) or labels.get(constants.LEASE_NODE_LABEL)
     gpu = labels.get(constants.LEASE_GPU_LABEL, "")
-    if not node or not gpu.isdigit() or len(gpu) > 6:
+    if not node or not (gpu.isascii() and gpu.isdigit()) or len(gpu) > 6:
         return None
     holders = lease_holders(lease)
     pods = annotations.get(constants.LEASE_HOLDER_PODS_ANNOTATION, "").split(",")
