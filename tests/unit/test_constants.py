@@ -16,6 +16,7 @@ import yaml
 
 from gpu_scheduling import constants, gpumap
 from gpu_scheduling.agent import inventory
+from gpu_scheduling.board import forms
 from harness import manifests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -338,6 +339,18 @@ def test_workloads_are_locked_down():
     check, scheduler = by_name[TESTBED["testbed_check_name"]], by_name[SCHEDULER]
     assert check["securityContext"] == scheduler["securityContext"]
     assert check["containers"][0]["securityContext"] == scheduler["containers"][0]["securityContext"]
+
+
+def test_the_boards_pods_are_locked_down_as_the_charts():
+    """gpu-board's form builds its pods in Python (board/forms.py), a third renderer of the chart's lock-down: its
+    pod security context equals the chart's, and its container's holds every setting of the chart's container (it
+    repeats two pod-level ones besides)."""
+    scheduler = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for _, d in _workloads()}[SCHEDULER]
+    pod = forms.pod_spec(forms.Settings())
+    assert pod["securityContext"] == scheduler["securityContext"]
+    chart_container = scheduler["containers"][0]["securityContext"]
+    form_container = pod["containers"][0]["securityContext"]
+    assert {k: form_container.get(k) for k in chart_container} == chart_container
 
 
 def test_scheduler_rbac_is_least_privilege():
