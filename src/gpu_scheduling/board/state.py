@@ -364,7 +364,7 @@ def _lease(obj: Mapping[str, Any]) -> _Lease | None:
     }
     try:
         record = objects.lease_record(clean)
-    except (ValueError, LookupError, TypeError):  # e.g. a GPU label of non-ASCII digits, which isdigit() accepts
+    except (ValueError, LookupError, TypeError):  # a reader shared with the scheduler: the board outlives its bugs
         record = None
     if record is not None and record.gpu > MAX_GPU_ID:
         record = None
