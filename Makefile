@@ -37,10 +37,17 @@ help:
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,testbed,bench,lint]'
+	$(BIN)/python -m pip install --quiet -e '.[test,testbed,bench,lint,protos]'
 	@touch $@
 
-venv: $(STAMP)
+# The kubelet's gRPC message classes (device plugin v1beta1, PodResources v1) from k8s.io/kubelet's api.proto at the
+# pinned version: build output under src/, git-ignored, regenerated when the pin changes (hack/protos.py).
+PROTOS := src/gpu_scheduling/kubeletapi/SOURCE
+$(PROTOS): $(STAMP) versions.yml hack/protos.py
+	$(BIN)/python hack/protos.py
+	@touch $@
+
+venv: $(STAMP) $(PROTOS)
 
 toolchain:
 	$(PYTHON) hack/toolchain.py build $(TEST_TOOLS)

@@ -137,3 +137,29 @@ DEFAULT_TOPOLOGY_LABELS: Final = ("topology.kubernetes.io/zone",)
 
 #: `apiVersion` of the board's state document and of every payload of its event stream.
 BOARD_API_VERSION: Final = "board.gpu.scheduling/v1"
+
+# ---- The node side: the kubelet device plugin (gpu-device-plugin; see README "The node side") --------------------
+
+#: The extended resource gpu-device-plugin registers with each node's kubelet. One unit is one container's use of
+#: one GPU (a slot: DEVICE_SLOTS_DEFAULT of them per GPU, so a Shared GPU can be given to several containers). Only
+#: pods of this scheduler may request it (the chart's admission policy), so no other scheduler counts its units.
+GPU_RESOURCE: Final = "gpu.scheduling/gpu"
+
+#: Slots a GPU is advertised as (the chart's devicePlugin.slotsPerGpu): how many containers may be given one GPU at
+#: once. An Exclusive allocation leaves the other slots unused: only this scheduler's pods can take them, and it
+#: never gives an Exclusive GPU to a second pod.
+DEVICE_SLOTS_DEFAULT: Final = 8
+
+#: Environment variables the device plugin sets in every container it is asked for: the node's GPU ids the kubelet
+#: gave it (comma-separated, as the map writes them), and their UUIDs for NVIDIA's container runtime.
+DEVICE_GPUS_ENV: Final = "GPU_SCHEDULING_GPUS"
+NVIDIA_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
+
+#: Where a simulated GPU's file (its id, UUID and node) is mounted in a container, one read-only file per GPU
+#: named gpu<id>.
+DEVICE_FILES_DIR: Final = "/run/gpu-scheduling/gpus"
+
+#: The node label NVIDIA's GPU Operator reads to keep its own device plugin off a node (set to "false").
+NVIDIA_DEVICE_PLUGIN_LABEL: Final = "nvidia.com/gpu.deploy.device-plugin"
+#: NVIDIA's device plugin's resource: a node that advertises it hands the same GPUs out a second time.
+NVIDIA_GPU_RESOURCE: Final = "nvidia.com/gpu"

@@ -84,3 +84,28 @@ def from_nvml() -> list[dict[str, Any]]:
         ]
     finally:
         pynvml.nvmlShutdown()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def with_identities() -> tuple[list[dict[str, Any]], dict[int, tuple[str, int | None]]]:
+    """The GPUs as `from_nvml` reads them, and each one's UUID and device minor number (its /dev/nvidia<minor>), for
+    the device plugin. Raises like `from_nvml`: without a working driver there is no inventory to serve."""
+    import pynvml
+
+    gpus = from_nvml()
+    pynvml.nvmlInit()
+    try:
+        ids: dict[int, tuple[str, int | None]] = {}
+        for gpu in gpus:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(gpu["id"])
+            try:
+                minor: int | None = int(pynvml.nvmlDeviceGetMinorNumber(handle))
+            except pynvml.NVMLError_NotSupported:
+                minor = None
+            ids[gpu["id"]] = (_text(pynvml.nvmlDeviceGetUUID(handle)), minor)
+        return gpus, ids
+    finally:
+        pynvml.nvmlShutdown()
