@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import pathlib
+import time
 from typing import Any
 
 import grpc
@@ -54,6 +55,8 @@ class StandinKubelet:
         self.devices: dict[str, str] = {}  # id -> health, from ListAndWatch
         self.updates = 0
         self.pods: list[Admitted] = []
+        #: seconds each Allocate call took, as the kubelet waits for it
+        self.allocate_seconds: list[float] = []
         self.admitting: Admitted | None = None
         self._server: grpc.aio.Server | None = None
         self._channel: grpc.aio.Channel | None = None
@@ -172,6 +175,10 @@ class StandinKubelet:
         )
         return await call(request, timeout=30)
 
+    def forget(self, namespace: str, name: str) -> None:
+        """The pod ended: its containers' devices are free again."""
+        self.pods = [p for p in self.pods if (p.namespace, p.name) != (namespace, name)]
+
     async def admit(self, pod: dict[str, Any]) -> Admitted:
         """Admit one pod as the kubelet does (see the module's docstring); Rejected when the plugin refuses."""
         meta, spec = pod["metadata"], pod["spec"]
@@ -211,11 +218,13 @@ class StandinKubelet:
                                 if i in available and i not in chosen and len(chosen) < needed:
                                     chosen.append(i)
                         chosen.extend([i for i in available if i not in chosen][: needed - len(chosen)])
+                    started = time.perf_counter()
                     response = await self._call(
                         "Allocate",
                         dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=chosen)]),
                         dp.AllocateResponse,
                     )
+                    self.allocate_seconds.append(time.perf_counter() - started)
                     admitted.responses[c["name"]] = response.container_responses[0]
                     if kind == "initContainers":  # not listed by PodResources; its devices are held for reuse
                         reusable = chosen
