@@ -25,9 +25,9 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # harness/, beside src/
 
-from gpu_scheduling import constants, devices  # noqa: E402
-from gpu_scheduling.agent.deviceplugin import DevicePlugin, Inventory, Kubelet  # noqa: E402
-from harness.kubelet_standin import Rejected, StandinKubelet  # noqa: E402
+from gpu_scheduling import constants, devices
+from gpu_scheduling.agent.deviceplugin import DevicePlugin, Inventory, Kubelet
+from harness.kubelet_standin import Rejected, StandinKubelet
 
 NODE = "gpu-node"
 
@@ -90,8 +90,11 @@ async def check(args: argparse.Namespace) -> dict[str, Any]:
         advertised = await kubelet.wait_devices(30)
         report["registered_and_listed_s"] = round(time.perf_counter() - started, 3)
         report["gpus"] = [
-            {**{k: g[k] for k in ("id", "health", "island", "bandwidthGBps") if k in g}, "uuid": inv.identity[g["id"]].uuid,
-             "minor": inv.identity[g["id"]].minor}
+            {
+                **{k: g[k] for k in ("id", "health", "island", "bandwidthGBps") if k in g},
+                "uuid": inv.identity[g["id"]].uuid,
+                "minor": inv.identity[g["id"]].minor,
+            }
             for g in inv.gpus
         ]
         report["control_devices"] = inv.control
@@ -121,13 +124,23 @@ async def check(args: argparse.Namespace) -> dict[str, Any]:
             for container, response in admitted.responses.items():
                 uuids = response.envs.get(constants.NVIDIA_DEVICES_ENV, "")
                 nodes = sorted(d.host_path for d in response.devices)
-                answers.append({"gpus": gpus, "container": container, "NVIDIA_VISIBLE_DEVICES": uuids,
-                                constants.DEVICE_GPUS_ENV: response.envs.get(constants.DEVICE_GPUS_ENV),
-                                "devices": nodes, "mounts": sorted(m.host_path for m in response.mounts)})
-                expect(uuids == ",".join(inv.identity[g].uuid for g in gpus), f"{gpus} {container}: UUIDs of exactly those GPUs")
+                answers.append(
+                    {
+                        "gpus": gpus,
+                        "container": container,
+                        "NVIDIA_VISIBLE_DEVICES": uuids,
+                        constants.DEVICE_GPUS_ENV: response.envs.get(constants.DEVICE_GPUS_ENV),
+                        "devices": nodes,
+                        "mounts": sorted(m.host_path for m in response.mounts),
+                    }
+                )
+                expect(
+                    uuids == ",".join(inv.identity[g].uuid for g in gpus),
+                    f"{gpus} {container}: UUIDs of exactly those GPUs",
+                )
                 if args.source == "nvml":
                     wanted_nodes = {f"/dev/nvidia{inv.identity[g].minor}" for g in gpus}
-                    gpu_nodes = {d for d in nodes if d[len("/dev/nvidia"):].isdigit()}
+                    gpu_nodes = {d for d in nodes if d[len("/dev/nvidia") :].isdigit()}
                     expect(gpu_nodes == wanted_nodes, f"{gpus} {container}: device nodes {sorted(wanted_nodes)} only")
                     expect(set(inv.control) <= set(nodes), f"{gpus} {container}: the control devices")
             kubelet.forget("check", p["metadata"]["name"])

@@ -128,7 +128,7 @@ class StandinKubelet:
                 self.updates += 1
                 self.changed.set()
         except grpc.aio.AioRpcError:  # the plugin went away: as the kubelet, count none of its devices healthy
-            self.devices = {i: devices.UNHEALTHY for i in self.devices}
+            self.devices = dict.fromkeys(self.devices, devices.UNHEALTHY)
 
     def _listed(self) -> list[Admitted]:
         return self.pods + ([self.admitting] if self.admitting is not None else [])

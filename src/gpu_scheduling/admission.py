@@ -204,13 +204,17 @@ def _cuda_from_allocation() -> dict[str, Any]:
     }
 
 
-def review_pod(request: AdmissionRequest) -> AdmissionReview:
+def review_pod(request: AdmissionRequest, gpu_resource: str | None = None) -> AdmissionReview:
     """Decide on one request: patch CUDA_VISIBLE_DEVICES in, deny with a reason, or allow untouched.
 
     Only the CREATE of a Pod is looked at. What the pod asks for is read by :func:`podrequest.read`, the same
     function the scheduler uses. Raises :class:`BadRequest` for a request of the wrong shape (as
     :func:`parse_review` does) and nothing else; every pod, whatever its shape, is answered, and the answer
-    serializes (see :func:`encode_review`) to at most :data:`MAX_RESPONSE_BYTES`."""
+    serializes (see :func:`encode_review`) to at most :data:`MAX_RESPONSE_BYTES`.
+
+    With `gpu_resource` (gpu-webhook's --gpu-resource, set where gpu-device-plugin runs), every container of a map
+    pod also asks for that many units of it as its map entry has GPUs, so that the kubelet gives each container
+    exactly those GPUs and counts them."""
     request = _check_request(request)
     uid = request["uid"]
     kind = request["kind"]
@@ -232,6 +236,8 @@ def review_pod(request: AdmissionRequest) -> AdmissionReview:
             )
         if isinstance(asked, podrequest.MapRequest):
             ops = patches.cuda_patch(pod, asked.entry.cuda_visible_devices)
+            if gpu_resource and asked.entry.gpu_ids:
+                ops += patches.resource_patch(pod, gpu_resource, len(asked.entry.gpu_ids))
         else:
             ops = patches.env_patch(pod, _cuda_from_allocation())
     except gpumap.PodMapError as exc:

@@ -48,6 +48,45 @@ def cuda_patch(pod: Mapping[str, Any], cuda_visible_devices: str) -> list[PatchO
     return env_patch(pod, {"name": constants.CUDA_ENV, "value": cuda_visible_devices})
 
 
+def _pointer(key: str) -> str:
+    """A key as one JSON Pointer token (RFC 6901: `~` as `~0`, `/` as `~1`)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def resource_patch(pod: Mapping[str, Any], resource: str, units: int) -> list[PatchOp]:
+    """Operations that make every container and init container ask for `units` of the extended resource `resource`
+    (its limit and request, which Kubernetes requires equal). A container that already asks for exactly that keeps
+    its value; one that asks for another amount raises :class:`podrequest.PodRequestError` naming it, since a pod's
+    requests cannot change after creation and the kubelet would give it other devices than its GPUs."""
+    ops: list[PatchOp] = []
+    want = str(units)
+    for container in podrequest.iter_containers(pod):
+        raw = (pod["spec"][container.kind][container.position]).get("resources")
+        base = f"/spec/{container.kind}/{container.position}/resources"
+        if raw is None:
+            ops.append({"op": "add", "path": base, "value": {"limits": {resource: want}, "requests": {resource: want}}})
+            continue
+        if not isinstance(raw, Mapping):
+            raise podrequest.PodRequestError(f"spec.{container.kind}[{container.position}].resources is not an object")
+        for field in ("limits", "requests"):
+            amounts = raw.get(field)
+            if amounts is None:
+                ops.append({"op": "add", "path": f"{base}/{field}", "value": {resource: want}})
+            elif not isinstance(amounts, Mapping):
+                raise podrequest.PodRequestError(
+                    f"spec.{container.kind}[{container.position}].resources.{field} is not an object"
+                )
+            elif resource not in amounts:
+                ops.append({"op": "add", "path": f"{base}/{field}/{_pointer(resource)}", "value": want})
+            elif str(amounts[resource]) != want:
+                who = container.name or f"#{container.position}"
+                raise podrequest.PodRequestError(
+                    f"container {who} asks for {resource}: {amounts[resource]!s:.20} in resources.{field}, but its "
+                    f"map entry gives the pod {units} GPU(s): leave it out (the webhook sets it) or write {want}"
+                )
+    return ops
+
+
 def apply(pod: dict[str, Any], ops: Sequence[PatchOp]) -> dict[str, Any]:
     """Apply the subset of JSONPatch produced here to a copy of `pod` (used by tests and the dry-run CLI)."""
     import copy

@@ -22,7 +22,9 @@ from harness.kubelet_standin import Rejected, StandinKubelet
 NODE = "node4"
 
 
-def map_pod(name: str, index: int, gpu_map: str, containers: int = 1, init: bool = False, units: int = 1) -> dict[str, Any]:
+def map_pod(
+    name: str, index: int, gpu_map: str, containers: int = 1, init: bool = False, units: int = 1
+) -> dict[str, Any]:
     limits = {"resources": {"limits": {constants.GPU_RESOURCE: str(units)}}}
     spec: dict[str, Any] = {
         "nodeName": NODE,
@@ -117,7 +119,10 @@ async def test_eight_pods_bound_at_once_each_get_their_own(node: Node) -> None:
         assert given(admitted, "c0") == (str(7 - index), [f"gpu{7 - index}"]), pod["metadata"]["name"]
         assert [devices.gpu_of(i) for i in admitted.devices["c0"]] == [7 - index]
         file = node.plugin.inventory.files_dir + f"/gpu{7 - index}"
-        assert pathlib.Path(file).read_text() == f"id={7 - index}\nuuid={devices.simulated_uuid(NODE, 7 - index)}\nnode=node4\n"
+        assert (
+            pathlib.Path(file).read_text()
+            == f"id={7 - index}\nuuid={devices.simulated_uuid(NODE, 7 - index)}\nnode=node4\n"
+        )
 
 
 @on_node

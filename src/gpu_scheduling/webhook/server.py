@@ -51,7 +51,7 @@ from hyperframe.frame import GoAwayFrame
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpu_scheduling import admission, health, logs
+from gpu_scheduling import admission, constants, health, logs
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -246,8 +246,10 @@ class WebhookApp:
         max_body: int = MAX_BODY_BYTES,
         body_timeout: float = BODY_TIMEOUT,
         body_budget: int = BODY_BUDGET_BYTES,
+        gpu_resource: str | None = None,
     ) -> None:
         self.metrics = metrics or WebhookMetrics()
+        self.gpu_resource = gpu_resource
         self.max_body, self.body_timeout = max_body, body_timeout
         self._budget_bytes = body_budget
         self._budget: _BodyBudget | None = None
@@ -319,9 +321,9 @@ class WebhookApp:
                 # and one at a time, so that their parsed forms do not add up past the memory limit.
                 if self._large is None:
                     self._large = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="decide-large")
-                review = await asyncio.get_running_loop().run_in_executor(self._large, _decide, body)
+                review = await asyncio.get_running_loop().run_in_executor(self._large, _decide, body, self.gpu_resource)
             else:
-                review = _decide(body)
+                review = _decide(body, self.gpu_resource)
         except admission.BadRequest as exc:
             self.metrics.bad_requests += 1
             log.warning("bad admission request from %s: %s", _peer(scope), exc)
@@ -425,8 +427,8 @@ class WebhookApp:
             raise _Gone from exc
 
 
-def _decide(body: bytes) -> admission.AdmissionReview:
-    return admission.review_pod(admission.parse_review(body))
+def _decide(body: bytes, gpu_resource: str | None = None) -> admission.AdmissionReview:
+    return admission.review_pod(admission.parse_review(body), gpu_resource)
 
 
 def _peer(scope: HTTPScope) -> str:
@@ -434,8 +436,8 @@ def _peer(scope: HTTPScope) -> str:
     return f"{client[0]}:{client[1]}" if client else "?"
 
 
-def make_app(metrics: WebhookMetrics | None = None) -> WebhookApp:
-    return WebhookApp(metrics)
+def make_app(metrics: WebhookMetrics | None = None, gpu_resource: str | None = None) -> WebhookApp:
+    return WebhookApp(metrics, gpu_resource=gpu_resource)
 
 
 def ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
@@ -802,6 +804,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"Connection: close) before closing; busy connections then get {GRACEFUL_SECONDS:g}s more "
         f"(default {SHUTDOWN_DRAIN_SECONDS:g})",
     )
+    p.add_argument(
+        "--gpu-resource",
+        default="",
+        help=f"make every container of a map pod ask for this extended resource, one unit per GPU of its entry "
+        f"(where gpu-device-plugin serves it, e.g. {constants.GPU_RESOURCE}; default: none)",
+    )
     logs.add_arguments(p)
     return p.parse_args(argv)
 
@@ -825,7 +833,7 @@ async def run(args: argparse.Namespace) -> None:
     started = asyncio.Event()
     task = asyncio.create_task(
         serve(
-            make_app(),
+            make_app(gpu_resource=args.gpu_resource or None),
             args.host,
             args.port,
             ctx,
