@@ -6,7 +6,8 @@ files at the pinned Kubernetes version (the Go module proxy serves them as sourc
 - the PodResources API `v1` (`pkg/apis/podresources/v1/api.proto`): which devices the kubelet gave each container.
 
 The message classes and their type stubs (`api_pb2.py`, `api_pb2.pyi`; the services are called through grpcio's
-generic handlers by method names read from the same descriptors, so no `_pb2_grpc` module is needed) go to `src/gpu_scheduling/kubeletapi/<api>/`, which git ignores:
+generic handlers by method names read from the same descriptors, so no `_pb2_grpc` module is needed) go to
+`src/gpu_scheduling/kubeletapi/<api>/`, which git ignores:
 they are build output, made by `make venv` (so by `make test` and `make demo`) with grpcio-tools' protoc, and they
 travel into the images inside the project's wheel. A stamp file names the module version they were made from, so a
 second run with the same pin does nothing and a new pin regenerates them.
@@ -39,7 +40,9 @@ APIS = {
 OUT = ROOT / "src" / PACKAGE
 STAMP = OUT / "SOURCE"
 
-_PACKAGE_DOC = '''"""Generated: the kubelet's gRPC APIs ({source}), made by hack/protos.py. Do not edit; git ignores this folder."""
+_PACKAGE_DOC = '''"""Generated: the kubelet's gRPC APIs ({source}), made by hack/protos.py.
+
+Do not edit; git ignores this folder."""
 '''
 
 

@@ -156,8 +156,8 @@ class StandinKubelet:
 
     # ---- what the kubelet calls ------------------------------------------------------------------------------------
 
-    async def wait_devices(self, timeout: float = 10) -> dict[str, str]:
-        async with asyncio.timeout(timeout):
+    async def wait_devices(self, seconds: float = 10) -> dict[str, str]:
+        async with asyncio.timeout(seconds):
             while not self.devices:
                 self.changed.clear()
                 await self.changed.wait()

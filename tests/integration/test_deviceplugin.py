@@ -119,10 +119,8 @@ async def test_eight_pods_bound_at_once_each_get_their_own(node: Node) -> None:
         assert given(admitted, "c0") == (str(7 - index), [f"gpu{7 - index}"]), pod["metadata"]["name"]
         assert [devices.gpu_of(i) for i in admitted.devices["c0"]] == [7 - index]
         file = node.plugin.inventory.files_dir + f"/gpu{7 - index}"
-        assert (
-            pathlib.Path(file).read_text()
-            == f"id={7 - index}\nuuid={devices.simulated_uuid(NODE, 7 - index)}\nnode=node4\n"
-        )
+        text = await asyncio.to_thread(pathlib.Path(file).read_text)
+        assert text == f"id={7 - index}\nuuid={devices.simulated_uuid(NODE, 7 - index)}\nnode=node4\n"
 
 
 @on_node
@@ -178,7 +176,8 @@ async def test_unhealthy_gpu_is_reported_to_the_kubelet(node: Node) -> None:
     node.plugin.inventory.default_simulated = "count=8,islands=2,bandwidth=600/64,unhealthy=6"
     async with asyncio.timeout(10):
         while node.kubelet.devices.get("gpu6-0") != "Unhealthy":
-            await asyncio.sleep(0.05)
+            node.kubelet.changed.clear()
+            await node.kubelet.changed.wait()
     assert {i for i, h in node.kubelet.devices.items() if h == "Unhealthy"} == {f"gpu6-{s}" for s in range(4)}
 
 
@@ -188,8 +187,8 @@ async def test_registers_again_after_the_kubelet_restarts(node: Node, tmp_path: 
     node.bind(pod)
     await node.kubelet.admit(pod)
     await node.kubelet.stop()
-    for sock in tmp_path.glob("*.sock"):  # the kubelet removes every socket of the folder when it starts
-        sock.unlink()
+    # The kubelet removes every socket of the folder when it starts.
+    await asyncio.to_thread(lambda: [sock.unlink() for sock in tmp_path.glob("*.sock")])
     restarted = StandinKubelet(tmp_path)
     restarted.pods = node.kubelet.pods  # its checkpoint
     await restarted.start()

@@ -154,7 +154,7 @@ def test_webhook_refuses_another_amount_naming_the_container() -> None:
 def test_resource_patch_refuses_resources_of_the_wrong_shape() -> None:
     obj = pod("w-0", (0,))
     obj["spec"]["containers"][0]["resources"] = {"limits": ["x"]}
-    with pytest.raises(PodRequestError, match="resources.limits is not an object"):
+    with pytest.raises(PodRequestError, match=r"resources\.limits is not an object"):
         patches.resource_patch(obj, R, 1)
 
 
