@@ -28,7 +28,7 @@ import pathlib
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from aiohttp import web
@@ -44,6 +44,8 @@ from gpu_scheduling.kubeletapi.deviceplugin import api_pb2 as dp
 from gpu_scheduling.kubeletapi.podresources import api_pb2 as pr
 
 log = logging.getLogger("gpu_scheduling.agent.deviceplugin")
+
+_T = TypeVar("_T")
 
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -75,6 +77,20 @@ def _method(package: Any, service: str, method: str) -> str:
     return f"/{package.DESCRIPTOR.services_by_name[service].full_name}/{method}"
 
 
+async def _unary(
+    socket: str, package: Any, service: str, method: str, request: Any, response: type[_T], seconds: float
+) -> _T:
+    """One unary call of the kubelet's `service` on its unix `socket`, on a channel of its own."""
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        call = channel.unary_unary(
+            _method(package, service, method),
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=response.FromString,  # type: ignore[attr-defined]  # every message class has it
+        )
+        answer: _T = await call(request, timeout=seconds)
+        return answer
+
+
 def kubelet_view(response: pr.ListPodResourcesResponse, resource: str) -> dict[tuple[str, str], dict[str, list[str]]]:
     """The PodResources list as `devices.KubeletView`: every pod and container, with its devices of `resource`."""
     view: dict[tuple[str, str], dict[str, list[str]]] = {}
@@ -93,37 +109,20 @@ class Kubelet:
         self.plugin_dir, self.pod_resources_socket = plugin_dir, pod_resources_socket
 
     async def register(self, endpoint: str, resource: str) -> None:
-        async with grpc.aio.insecure_channel(f"unix://{self.plugin_dir}/{KUBELET_SOCKET_NAME}") as channel:
-            call = channel.unary_unary(
-                _method(dp, "Registration", "Register"),
-                request_serializer=dp.RegisterRequest.SerializeToString,
-                response_deserializer=dp.Empty.FromString,
-            )
-            options = dp.DevicePluginOptions(get_preferred_allocation_available=True)
-            await call(
-                dp.RegisterRequest(version=API_VERSION, endpoint=endpoint, resource_name=resource, options=options),
-                timeout=10,
-            )
+        options = dp.DevicePluginOptions(get_preferred_allocation_available=True)
+        request = dp.RegisterRequest(version=API_VERSION, endpoint=endpoint, resource_name=resource, options=options)
+        await _unary(f"{self.plugin_dir}/{KUBELET_SOCKET_NAME}", dp, "Registration", "Register", request, dp.Empty, 10)
 
     async def list(self) -> pr.ListPodResourcesResponse:
-        async with grpc.aio.insecure_channel(f"unix://{self.pod_resources_socket}") as channel:
-            call = channel.unary_unary(
-                _method(pr, "PodResourcesLister", "List"),
-                request_serializer=pr.ListPodResourcesRequest.SerializeToString,
-                response_deserializer=pr.ListPodResourcesResponse.FromString,
-            )
-            response: pr.ListPodResourcesResponse = await call(pr.ListPodResourcesRequest(), timeout=5)
-            return response
+        request = pr.ListPodResourcesRequest()
+        response = pr.ListPodResourcesResponse
+        return await _unary(self.pod_resources_socket, pr, "PodResourcesLister", "List", request, response, 5)
 
     async def allocatable(self) -> pr.AllocatableResourcesResponse:
-        async with grpc.aio.insecure_channel(f"unix://{self.pod_resources_socket}") as channel:
-            call = channel.unary_unary(
-                _method(pr, "PodResourcesLister", "GetAllocatableResources"),
-                request_serializer=pr.AllocatableResourcesRequest.SerializeToString,
-                response_deserializer=pr.AllocatableResourcesResponse.FromString,
-            )
-            response: pr.AllocatableResourcesResponse = await call(pr.AllocatableResourcesRequest(), timeout=5)
-            return response
+        request = pr.AllocatableResourcesRequest()
+        response = pr.AllocatableResourcesResponse
+        method = "GetAllocatableResources"
+        return await _unary(self.pod_resources_socket, pr, "PodResourcesLister", method, request, response, 5)
 
 
 class Inventory:
