@@ -181,8 +181,15 @@ def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return doc
 
 
-def container(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    (c,) = one(docs, kind, name)["spec"]["template"]["spec"]["containers"]
+def container(docs: list[dict[str, Any]], kind: str, name: str, container_name: str | None = None) -> dict[str, Any]:
+    """The workload's one container, or (the agent's pods, which also run gpu-device-plugin) the one named so."""
+    containers = one(docs, kind, name)["spec"]["template"]["spec"]["containers"]
+    if kind == "DaemonSet" and container_name is None:
+        container_name = "agent"
+    if container_name is not None:
+        (c,) = [c for c in containers if c["name"] == container_name]
+        return c
+    (c,) = containers
     return c
 
 
@@ -325,7 +332,12 @@ def check_defaults(docs: list[dict[str, Any]]) -> None:
     assert hook["clientConfig"]["service"] == {"name": WEBHOOK, "namespace": NAMESPACE, "path": "/mutate", "port": 443}
     check_generated_tls(docs, WEBHOOK, cert_days=365, ca_days=3650)
     agent = container(docs, "DaemonSet", AGENT)
-    assert agent["args"][:3] == [f"--simulated={inventory.DEFAULT_SIMULATED}", "--interval=10", "--health-port=8080"]
+    assert agent["args"][:4] == [
+        "--source=nvml",  # the device plugin's: a GPU node's inventory is never silently simulated
+        f"--simulated={inventory.DEFAULT_SIMULATED}",
+        "--interval=10",
+        "--health-port=8080",
+    ]
     pod = one(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
     assert "nodeSelector" not in pod and "tolerations" not in pod
     # Monitoring: the dashboard for Grafana's sidecar; no ServiceMonitor (its CRD may not be there), nothing for it.
@@ -493,8 +505,13 @@ def check_agent(docs: list[dict[str, Any]]) -> None:
     assert pod["serviceAccountName"] == name
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    (c,) = pod["containers"]
-    assert c["args"][:2] == ["--simulated=count=4,islands=1,bandwidth=300,unhealthy=3", "--interval=30"]
+    c = container(docs, "DaemonSet", name)
+    # The device plugin's source (nvml by default) is the agent's too: explicit, never a silent simulation.
+    assert c["args"][:3] == [
+        "--source=nvml",
+        "--simulated=count=4,islands=1,bandwidth=300,unhealthy=3",
+        "--interval=30",
+    ]
     assert c["resources"] == {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "96Mi"}}
     for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
         one(docs, kind, name)
@@ -574,7 +591,8 @@ def check_service_monitor_targets(docs: list[dict[str, Any]], expected: dict[str
             for w in workloads
             if service["spec"]["selector"].items() <= w["spec"]["template"]["metadata"]["labels"].items()
         ]
-        (c,) = workload["spec"]["template"]["spec"]["containers"]
+        # The agent's pods also run gpu-device-plugin, which serves no metrics.
+        (c,) = [c for c in workload["spec"]["template"]["spec"]["containers"] if c["name"] != "device-plugin"]
         container_ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
         for endpoint in monitor["spec"]["endpoints"]:
             for port in service["spec"]["ports"]:
@@ -755,6 +773,29 @@ def check_board_disabled(docs: list[dict[str, Any]]) -> None:
     assert [d["metadata"]["name"] for d in find(docs, "Service")] == [WEBHOOK]
 
 
+def check_device_plugin(docs: list[dict[str, Any]]) -> None:
+    """Simulated GPUs: no RuntimeClass or NVIDIA variables, the files folder mounted, the values passed."""
+    pod = one(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
+    assert "runtimeClassName" not in pod
+    plugin = container(docs, "DaemonSet", AGENT, "device-plugin")
+    assert {"--source=simulated", "--slots=4", "--files-dir=/var/lib/gpu-testbed/devices"} <= set(plugin["args"])
+    assert plugin["resources"] == {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "192Mi"}}
+    assert {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}["device-files"] == "/var/lib/gpu-testbed/devices"
+    for c in pod["containers"]:
+        assert constants.NVIDIA_DEVICES_ENV not in {e["name"] for e in c["env"]}, c["name"]
+    assert "--source=simulated" in container(docs, "DaemonSet", AGENT)["args"]
+
+
+def check_device_plugin_disabled(docs: list[dict[str, Any]]) -> None:
+    """Without the plugin: the agent alone (its source auto again), no resource asked for, no policy, list only."""
+    pod = one(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["agent"] and "volumes" not in pod
+    assert not [a for a in container(docs, "DaemonSet", AGENT)["args"] if a.startswith("--source")]
+    assert not [a for a in container(docs, "Deployment", WEBHOOK)["args"] if a.startswith("--gpu-resource")]
+    assert not find(docs, "ValidatingAdmissionPolicy", "gpu-scheduling-gpu-resource")
+    assert ("pods", "watch") not in granted(docs, AGENT)
+
+
 CHECKS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
     "default-values.yaml": check_defaults,
     "images-values.yaml": check_images,
@@ -774,6 +815,8 @@ CHECKS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
     "board-values.yaml": check_board,
     "board-existing-secret-values.yaml": check_board_existing_secret,
     "board-disabled-values.yaml": check_board_disabled,
+    "device-plugin-values.yaml": check_device_plugin,
+    "device-plugin-disabled-values.yaml": check_device_plugin_disabled,
 }
 
 
@@ -833,7 +876,7 @@ def test_the_agent_accepts_its_args(ci):
     would write)."""
     docs = render(ci)
     (daemonset,) = find(docs, "DaemonSet")
-    (c,) = daemonset["spec"]["template"]["spec"]["containers"]
+    c = container(docs, "DaemonSet", daemonset["metadata"]["name"])
     agent = [sys.executable, "-c", "from gpu_scheduling.agent.main import main; main()"]
     done = subprocess.run(
         [*agent, *c["args"], "--source=simulated", "--print"], capture_output=True, text=True, timeout=60, check=False
@@ -841,6 +884,71 @@ def test_the_agent_accepts_its_args(ci):
     assert done.returncode == 0, done.stderr
     simulated = next(a.removeprefix("--simulated=") for a in c["args"] if a.startswith("--simulated="))
     assert len(json.loads(done.stdout)["devices"]) == len(inventory.parse_simulated(simulated))
+
+
+# ---- gpu-device-plugin: exactly the node access it needs ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("ci", [None, "device-plugin-values.yaml"])
+def test_the_device_plugin_gets_exactly_the_kubelets_sockets(ci):
+    """Root (the kubelet's folders are root's) and nothing else: no capability, no privilege escalation, a read-only
+    root filesystem, no host namespaces; the device plugin folder writable, PodResources read-only, the simulated
+    GPUs' files folder only with the simulated source; the agent's own container unchanged and unprivileged."""
+    docs = render(ci)
+    pod = one(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
+    plugin = container(docs, "DaemonSet", AGENT, "device-plugin")
+    agent = container(docs, "DaemonSet", AGENT)
+    scheduler = container(docs, "Deployment", SCHEDULER)
+    assert plugin["securityContext"] == {
+        "runAsNonRoot": False,
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        **scheduler["securityContext"],
+    }
+    assert scheduler["securityContext"] == {
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert agent["securityContext"] == scheduler["securityContext"] and "volumeMounts" not in agent
+    assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod)
+    simulated = ci is not None
+    mounts = {m["name"]: (m["mountPath"], m.get("readOnly", False)) for m in plugin["volumeMounts"]}
+    hosts = {v["name"]: v["hostPath"] for v in pod["volumes"]}
+    expected = {
+        "device-plugins": ("/var/lib/kubelet/device-plugins", False),
+        "pod-resources": ("/var/lib/kubelet/pod-resources", True),
+    }
+    if simulated:
+        expected["device-files"] = ("/var/lib/gpu-testbed/devices", False)
+    assert mounts == expected
+    assert {n: h["path"] for n, h in hosts.items()} == {n: p for n, (p, _) in expected.items()}
+    assert set(pod["volumes"][0]) == {"name", "hostPath"}  # no other volume kind
+    # NVML (the default): NVIDIA's runtime and its variables, as NVIDIA's device plugin gets the driver.
+    if not simulated:
+        assert pod["runtimeClassName"] == "nvidia"
+        for c in (plugin, agent):
+            env = {e["name"]: e.get("value") for e in c["env"]}
+            assert env[constants.NVIDIA_DEVICES_ENV] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    # The program accepts what it is given, and the webhook asks for the plugin's resource.
+    from gpu_scheduling.agent import deviceplugin
+
+    args = deviceplugin.parse_args(plugin["args"])
+    assert args.resource == constants.GPU_RESOURCE and args.health_port == 8081
+    assert plugin["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "plugin-health"}
+    assert f"--gpu-resource={constants.GPU_RESOURCE}" in container(docs, "Deployment", WEBHOOK)["args"]
+    from gpu_scheduling.webhook import server as webhook
+
+    assert webhook.parse_args(container(docs, "Deployment", WEBHOOK)["args"]).gpu_resource == constants.GPU_RESOURCE
+
+
+def test_only_the_schedulers_pods_may_ask_for_the_gpu_resource():
+    policy = one(render(), "ValidatingAdmissionPolicy", "gpu-scheduling-gpu-resource")
+    (validation,) = policy["spec"]["validations"]
+    assert f"object.spec.schedulerName == '{constants.DEFAULT_SCHEDULER_NAME}'" in validation["expression"]
+    assert f"'{constants.GPU_RESOURCE}' in c.resources.limits" in policy["spec"]["variables"][1]["expression"]
+    binding = one(render(), "ValidatingAdmissionPolicyBinding", "gpu-scheduling-gpu-resource")
+    assert binding["spec"]["validationActions"] == ["Deny"]
 
 
 # ---- monitoring: the dashboard, the ServiceMonitor, the agent's health port ---------------------------------------

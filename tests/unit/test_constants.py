@@ -119,6 +119,10 @@ LITERAL_VALUES = {
         "roles/app_images/defaults/main.yml",
         "gpu-board",
     ): "the board image's name (images/README.md), not the name of its Deployment",
+    (
+        "charts/gpu-scheduler/ci/agent-values.yaml",
+        "nvidia.com/gpu",
+    ): "the key of the NoSchedule taint of GPU node pools, not NVIDIA's resource",
 }
 
 
@@ -436,6 +440,7 @@ def test_the_agent_writes_only_its_own_inventory():
     assert granted == {
         ("nodes", "get"),
         ("pods", "list"),
+        ("pods", "watch"),  # gpu-device-plugin's watch of its node's pods
         ("gpunodestatuses", "create"),
         ("gpunodestatuses/status", "patch"),
     }
@@ -498,6 +503,7 @@ def test_the_annotation_policy_fixes_every_key_the_programs_use():
         "gpu-scheduling-pod-annotations-fixed",
         "gpu-scheduling-binding-annotations",
         "gpu-scheduling-allocation-not-at-creation",
+        "gpu-scheduling-gpu-resource",
         f"{AGENT}-own-node",
     }
     fixed = docs["gpu-scheduling-pod-annotations-fixed"]["spec"]["validations"]
@@ -542,11 +548,14 @@ def test_the_deployed_agent_simulates_what_the_control_plane_tests_write():
     tiers."""
     assert CHART_DEFAULTS["agent"]["simulatedInventory"] == inventory.DEFAULT_SIMULATED
     assert TESTBED["deploy_agent_simulated"] == inventory.DEFAULT_SIMULATED
-    (container,) = one("DaemonSet", AGENT)["spec"]["template"]["spec"]["containers"]
-    assert f"--simulated={inventory.DEFAULT_SIMULATED}" in container["args"]
-    assert container["env"] == [
-        {"name": constants.NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-    ]
+    containers = one("DaemonSet", AGENT)["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["agent", "device-plugin"]
+    for container in containers:
+        assert f"--simulated={inventory.DEFAULT_SIMULATED}" in container["args"]
+        assert container["env"][0] == {
+            "name": constants.NODE_NAME_ENV,
+            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+        }
 
 
 def test_the_scenarios_share_the_test_beds_names():

@@ -531,13 +531,19 @@ async def show_kubelet(args: argparse.Namespace) -> None:
     )
 
 
+def _port(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and 0 <= int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a port 1..65535, or 0 for none")
+    return int(text)
+
+
 def _positive(text: str) -> int:
     if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 1024):
         raise argparse.ArgumentTypeError(f"{text!r}: expected an integer 1..1024")
     return int(text)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gpu-device-plugin", description=__doc__)
     p.add_argument("--kubeconfig")
     p.add_argument("--node-name", default=os.environ.get(constants.NODE_NAME_ENV), help="default: $NODE_NAME")
@@ -560,11 +566,15 @@ def main(argv: list[str] | None = None) -> None:
         help="simulated: host folder of the GPUs' files (mounted at the same path in this container)",
     )
     p.add_argument("--interval", type=float, default=5.0, help="seconds between reads of the GPUs' health")
-    p.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: none)")
+    p.add_argument("--health-port", type=_port, default=8081, help="/healthz and /readyz (0: none)")
     p.add_argument("--health-host", default="0.0.0.0")
     p.add_argument("--show-kubelet", action="store_true", help="print the kubelet's view of the resource and exit")
     logs.add_arguments(p)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     logs.configure(args.log_level, args.log_format)
     if args.show_kubelet:
         asyncio.run(show_kubelet(args))
