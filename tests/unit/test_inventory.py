@@ -369,6 +369,19 @@ def test_the_agent_simulates_with_the_one_simulator():
     )
 
 
+def test_nvml_that_fails_is_an_error_never_a_simulation(tmp_path, monkeypatch):
+    """This machine has no NVIDIA driver: --source nvml is an InventoryError naming NVML, and auto simulates only
+    while no driver is loaded (with /proc/driver/nvidia/version present it fails the same way)."""
+    with pytest.raises(inventory.InventoryError, match="NVML cannot read this node's GPUs"):
+        main.read_inventory("nvml", {"metadata": {}}, inventory.DEFAULT_SIMULATED)
+    assert main.read_inventory("auto", {"metadata": {}}, inventory.DEFAULT_SIMULATED)[1] == "simulated"
+    driver = tmp_path / "version"
+    driver.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module\n")
+    monkeypatch.setattr(main, "DRIVER_VERSION_FILE", str(driver))
+    with pytest.raises(inventory.InventoryError, match="with --source auto and an NVIDIA driver here"):
+        main.read_inventory("auto", {"metadata": {}}, inventory.DEFAULT_SIMULATED)
+
+
 def test_a_gpu_node_status_object_names_its_node():
     assert objects.node_status_body("node1") == {
         "apiVersion": "gpu.scheduling/v1",

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import pathlib
 import signal
 import time
 from typing import Any
@@ -29,14 +30,25 @@ from gpu_scheduling.kube.errors import ApiError
 log = logging.getLogger("gpu_scheduling.agent")
 
 
+#: Present when NVIDIA's kernel driver is loaded: a node with it has real GPUs, which are never simulated.
+DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
+
+
 def read_inventory(source: str, node: dict[str, Any], default_simulated: str) -> tuple[dict[str, Any], str]:
-    """This node's GpuNodeStatus status with no GPU in use yet, and where it came from ("nvml" or "simulated")."""
+    """This node's GpuNodeStatus status with no GPU in use yet, and where it came from ("nvml" or "simulated").
+
+    `nvml` reads the driver's GPUs, and a failure is an InventoryError; `auto` does the same where NVIDIA's driver is
+    loaded (a node with real GPUs is never published as simulated ones), and simulates only where it is not."""
     if source in ("auto", "nvml"):
         try:
             return inventory.node_status(nvml.from_nvml(), ()), "nvml"
         except Exception as exc:  # no library, no driver, no GPU
-            if source == "nvml":
-                raise
+            if source == "nvml" or pathlib.Path(DRIVER_VERSION_FILE).exists():
+                raise inventory.InventoryError(
+                    f"NVML cannot read this node's GPUs ({type(exc).__name__}: {exc}); with --source {source} and "
+                    "an NVIDIA driver here, the agent publishes no simulated inventory instead (give the pod the "
+                    "driver: NVIDIA's RuntimeClass and NVIDIA_VISIBLE_DEVICES=all, as the chart's nvml source does)"
+                ) from exc
             log.debug("NVML unavailable (%s); using the simulated inventory", exc)
     declared = (node["metadata"].get("annotations") or {}).get(constants.SIMULATED_ANNOTATION, default_simulated)
     return inventory.simulated_status(declared), "simulated"
