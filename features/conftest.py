@@ -240,6 +240,11 @@ def create_round_robin_statefulset(world: World, name: str, replicas: int) -> St
     return StatefulSet(name, world.namespace, gpu_map)
 
 
+@given(step('the deployed StatefulSet "{name:q}" in namespace "{namespace:q}"'), target_fixture="statefulset")
+def deployed_statefulset(name: str, namespace: str) -> StatefulSet:
+    return StatefulSet(name, namespace)
+
+
 @then(step("all {replicas:d} pods run on their mapped nodes"))
 def all_n_pods_on_mapped_nodes(world: World, statefulset: StatefulSet, replicas: int) -> None:
     pods_on_mapped_nodes(world, statefulset, replicas)

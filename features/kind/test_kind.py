@@ -45,11 +45,6 @@ _HANDOVER_TIMEOUT = 60
 # ---- the deployed StatefulSet's logs ---------------------------------------------------------------------------
 
 
-@given(step('the deployed StatefulSet "{name:q}" in namespace "{namespace:q}"'), target_fixture="statefulset")
-def deployed_statefulset(name: str, namespace: str) -> StatefulSet:
-    return StatefulSet(name, namespace)
-
-
 @then(step('pod {index:d} logs its node {node} and CUDA_VISIBLE_DEVICES "{devices:q}" at least twice'))
 def pod_logs(world: World, statefulset: StatefulSet, index: int, node: str, devices: str) -> None:
     _logs(world, statefulset.namespace, statefulset.pod(index), node, devices)

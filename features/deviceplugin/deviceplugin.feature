@@ -1,0 +1,37 @@
+@kind @deviceplugin
+Feature: The node gives every container exactly the GPUs gpu-scheduler chose, through the real kubelet
+
+  gpu-device-plugin serves gpu.scheduling/gpu on every worker of the KinD test-bed (simulated GPUs: one read-only
+  file per GPU in the containers given it); gpu-webhook makes every container of a map pod ask for one unit per GPU
+  of its map entry; the kubelet admits the pod and records which devices each container got (PodResources).
+
+  Scenario: Every worker tells its kubelet of its GPUs
+    Then every worker's allocatable gpu.scheduling/gpu is its healthy GPUs times the plugin's slots
+
+  Scenario: The take-home's pods see exactly their GPUs, pods 3 and 4 both node4's GPU 3
+    Given the deployed StatefulSet "gpu-scheduler-check" in namespace "default"
+    Then each of its pods sees exactly the GPUs of its map entry, and the kubelet recorded them
+    And pods 3 and 4 both see GPU 3 of node4
+
+  Scenario: Eight pods bound to one node at once each see only their own GPU
+    Given a StatefulSet "eight" of 8 parallel replicas, replica i mapped to GPU i of node2
+    Then every container of every pod of "eight" sees exactly its GPU, and the kubelet recorded them
+
+  Scenario: A pod of another scheduler cannot ask for these GPUs, and NVIDIA's resource is not on these nodes
+    When a pod "foreign" of the default scheduler asking for 1 gpu.scheduling/gpu is created
+    Then the creation is refused with a message containing "only pods of gpu-scheduler may ask for gpu.scheduling/gpu"
+    When a pod "nvidia" of the default scheduler asking for 1 nvidia.com/gpu is created
+    Then the pod "nvidia" is Pending with reason Unschedulable and a message containing "Insufficient nvidia.com/gpu"
+
+  Scenario: A kubelet restart: the plugin registers again, running pods keep their GPUs, new pods get theirs
+    Given a StatefulSet "before" of 2 parallel replicas, replica i mapped to GPU i of node3
+    And every container of every pod of "before" sees exactly its GPU, and the kubelet recorded them
+    When the kubelet of node3 is restarted
+    Then node3's allocatable gpu.scheduling/gpu comes back
+    And the kubelet still records the GPUs of every pod of "before"
+    Given a StatefulSet "after" of 2 parallel replicas, replica i mapped to GPU i+4 of node3
+    Then every container of every pod of "after" sees exactly its GPU, and the kubelet recorded them
+
+  Scenario: An unhealthy GPU leaves the kubelet's allocatable
+    When node1 declares GPU 7 unhealthy
+    Then node1's allocatable gpu.scheduling/gpu drops by the plugin's slots

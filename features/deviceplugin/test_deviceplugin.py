@@ -1,0 +1,273 @@
+"""gpu-device-plugin through the real kubelets of the KinD test-bed (deviceplugin.feature, KinD tier only): what each
+worker advertises, what every container sees (its GPUs' files and variables, read with `kubectl exec`), what the
+kubelet recorded (the plugin's `--show-kubelet`, the PodResources API), a kubelet restarted inside its node
+container, and a GPU turning unhealthy."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from pytest_bdd import given, parsers, scenarios, then, when
+
+from features.support import (
+    SYSTEM_NAMESPACE,
+    StatefulSet,
+    World,
+    get_pod,
+    pod_body,
+    running_on,
+    statefulset_body,
+    step,
+)
+from gpu_scheduling import constants, devices
+from gpu_scheduling.kube import paths
+from hack import toolchain
+from harness.wait import wait_for
+
+scenarios("deviceplugin.feature")
+
+#: The StatefulSets a scenario created, by name: (the StatefulSet, its replicas).
+Created = dict[str, tuple[StatefulSet, int]]
+
+
+@pytest.fixture
+def created() -> Created:
+    return {}
+
+
+WORKERS = ("node1", "node2", "node3", "node4")
+AGENT_COMPONENT = {"app.kubernetes.io/component": "agent"}
+PLUGIN_CONTAINER = "device-plugin"
+
+
+# ---- reading the node side -------------------------------------------------------------------------------------
+
+
+def kubectl(world: World, *args: str, timeout: float = 60) -> str:
+    done = subprocess.run(
+        [str(toolchain.bindir() / "kubectl"), "--kubeconfig", world.cluster.kubeconfig, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr.strip()}"
+    return done.stdout
+
+
+def agent_pod(world: World, node: str) -> dict[str, Any]:
+    selector = ",".join(f"{k}={v}" for k, v in AGENT_COMPONENT.items())
+    pods = world.api.get(paths.pods(SYSTEM_NAMESPACE), labelSelector=selector, fieldSelector=f"spec.nodeName={node}")
+    (pod,) = pods["items"]
+    return pod
+
+
+def slots(world: World) -> int:
+    pod = agent_pod(world, "node1")
+    (plugin,) = [c for c in pod["spec"]["containers"] if c["name"] == PLUGIN_CONTAINER]
+    (value,) = [a.removeprefix("--slots=") for a in plugin["args"] if a.startswith("--slots=")]
+    return int(value)
+
+
+def kubelet_view(world: World, node: str) -> dict[str, Any]:
+    """The kubelet's PodResources view of the resource on `node`, as the plugin on that node prints it."""
+    name = agent_pod(world, node)["metadata"]["name"]
+    text = kubectl(
+        world, "-n", SYSTEM_NAMESPACE, "exec", name, "-c", PLUGIN_CONTAINER, "--", "gpu-device-plugin", "--show-kubelet"
+    )
+    return json.loads(text)
+
+
+def allocatable(world: World, node: str) -> int:
+    status = world.api.get(paths.node(node))["status"]
+    return int((status.get("allocatable") or {}).get(constants.GPU_RESOURCE, "0"))
+
+
+def healthy_gpus(world: World, node: str) -> int:
+    status = world.api.get(paths.gpu_node_status(node))["status"]
+    return sum(1 for d in status["devices"] if d["health"] == "Healthy")
+
+
+def sees(world: World, namespace: str, pod: str, container: str) -> tuple[list[int], str]:
+    """The GPU ids of the files the container was given (each file's own id line), and its GPU_SCHEDULING_GPUS."""
+    script = f'cat {constants.DEVICE_FILES_DIR}/gpu* 2>/dev/null; echo "env=${constants.DEVICE_GPUS_ENV}"'
+    text = kubectl(world, "-n", namespace, "exec", pod, "-c", container, "--", "sh", "-c", script)
+    ids = sorted(int(m) for m in re.findall(r"^id=(\d+)$", text, flags=re.MULTILINE))
+    (env,) = re.findall(r"^env=(.*)$", text, flags=re.MULTILINE)
+    return ids, env
+
+
+def recorded(view: dict[str, Any], namespace: str, pod: str) -> dict[str, list[int]]:
+    """container -> the GPUs of the devices the kubelet recorded for it."""
+    containers = view["pods"].get(f"{namespace}/{pod}", {})
+    return {c: sorted(devices.gpu_of(i) or -1 for i in ids) for c, ids in containers.items()}
+
+
+def check_pod_gpus(world: World, namespace: str, pod: str, node: str, gpus: list[int]) -> None:
+    body = wait_for(f"pod {pod} Running on {node}", lambda: running_on(world, pod, node, namespace), timeout=180)
+    view = kubelet_view(world, node)
+    for c in body["spec"]["containers"]:
+        ids, env = sees(world, namespace, pod, c["name"])
+        assert ids == sorted(gpus), f"{pod}/{c['name']} sees GPU files {ids}, expected {gpus}"
+        assert env == ",".join(map(str, gpus)), f"{pod}/{c['name']} has {constants.DEVICE_GPUS_ENV}={env!r}"
+        assert recorded(view, namespace, pod).get(c["name"]) == sorted(gpus), (pod, c["name"], view["pods"])
+
+
+def node_container(world: World, node: str) -> str:
+    """The docker container of the KinD node whose InternalIP is `node`'s."""
+    addresses = world.api.get(paths.node(node))["status"]["addresses"]
+    (ip,) = [a["address"] for a in addresses if a["type"] == "InternalIP"]
+    names = subprocess.run(
+        ["docker", "ps", "--filter", "label=io.x-k8s.kind.role", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.split()
+    for name in names:
+        found = subprocess.run(
+            ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.split()
+        if ip in found:
+            return name
+    raise AssertionError(f"no KinD node container has {node}'s address {ip}")
+
+
+# ---- steps -----------------------------------------------------------------------------------------------------
+
+
+@then("every worker's allocatable gpu.scheduling/gpu is its healthy GPUs times the plugin's slots")
+def every_worker(world: World) -> None:
+    per_gpu = slots(world)
+    for node in WORKERS:
+        expected = healthy_gpus(world, node) * per_gpu
+        assert expected > 0
+        wait_for(f"{node} allocatable {expected}", lambda n=node, e=expected: allocatable(world, n) == e or None)
+
+
+@then("each of its pods sees exactly the GPUs of its map entry, and the kubelet recorded them")
+def take_home_pods(world: World, statefulset: StatefulSet) -> None:
+    from gpu_scheduling import gpumap
+
+    for index in range(5):
+        name = statefulset.pod(index)
+        meta = get_pod(world, name, statefulset.namespace)["metadata"]
+        entry = gpumap.entry_for_pod(meta)
+        assert entry is not None
+        check_pod_gpus(world, statefulset.namespace, name, entry.node, list(entry.gpu_ids))
+
+
+@then("pods 3 and 4 both see GPU 3 of node4")
+def shared_gpu(world: World, statefulset: StatefulSet) -> None:
+    view = kubelet_view(world, "node4")
+    held = [recorded(view, statefulset.namespace, statefulset.pod(i)).get("check") for i in (3, 4)]
+    assert held == [[3], [3]], held
+    slots_held = [view["pods"][f"{statefulset.namespace}/{statefulset.pod(i)}"]["check"][0] for i in (3, 4)]
+    assert slots_held[0] != slots_held[1]  # two slots of one GPU
+
+
+@given(
+    parsers.re(
+        r'a StatefulSet "(?P<name>[a-z0-9-]+)" of (?P<replicas>\d+) parallel replicas, replica i mapped to GPU '
+        r"i(\+(?P<offset>\d+))? of (?P<node>node\d)"
+    ),
+    target_fixture="statefulset",
+)
+def parallel_statefulset(
+    world: World, created: Created, name: str, replicas: str, offset: str | None, node: str
+) -> StatefulSet:
+    shift = int(offset or 0)
+    gpu_map = "\n".join(f"{i}={node}:{i + shift}" for i in range(int(replicas)))
+    world.api.create(paths.statefulsets(world.namespace), statefulset_body(name, int(replicas), gpu_map, parallel=True))
+    created[name] = (StatefulSet(name, world.namespace, gpu_map), int(replicas))
+    return StatefulSet(name, world.namespace, gpu_map)
+
+
+@given(step('every container of every pod of "{name:q}" sees exactly its GPU, and the kubelet recorded them'))
+@then(step('every container of every pod of "{name:q}" sees exactly its GPU, and the kubelet recorded them'))
+def every_container(world: World, created: Created, name: str) -> None:
+    from gpu_scheduling import gpumap
+
+    sts, replicas = created[name]
+    parsed = gpumap.parse(sts.gpu_map)
+    for index in range(replicas):
+        entry = parsed.entry_for(index)
+        check_pod_gpus(world, sts.namespace, sts.pod(index), entry.node, list(entry.gpu_ids))
+
+
+@when(step('a pod "{name:q}" of the default scheduler asking for 1 {resource} is created'))
+def foreign_pod(world: World, name: str, resource: str) -> None:
+    body = pod_body(name, gpu_map=None, scheduler="default-scheduler")
+    for c in body["spec"]["containers"]:
+        c["resources"] = {"limits": {resource: "1"}}
+    world.attempt(lambda: world.api.create(paths.pods(world.namespace), body))
+
+
+@when(step("the kubelet of {node} is restarted"), target_fixture="restarted_at")
+def restart_kubelet(world: World, node: str) -> float:
+    container = node_container(world, node)
+    started = time.time()
+    subprocess.run(["docker", "exec", container, "systemctl", "restart", "kubelet"], check=True, timeout=120)
+    return started
+
+
+@then(step("{node}'s allocatable gpu.scheduling/gpu comes back"))
+def allocatable_back(world: World, node: str, restarted_at: float) -> None:
+    name = agent_pod(world, node)["metadata"]["name"]
+
+    def registered_again() -> str | None:
+        log = world.api.text(
+            paths.pod_log(SYSTEM_NAMESPACE, name), container=PLUGIN_CONTAINER, sinceTime=_rfc3339(restarted_at)
+        )
+        lines = [line for line in log.splitlines() if "with the kubelet again" in line]
+        return lines[-1] if lines else None
+
+    line = wait_for(f"the plugin on {node} registers again", registered_again, timeout=120, interval=1)
+    print(f"\n{node}: {line}")
+    expected = healthy_gpus(world, node) * slots(world)
+    wait_for(f"{node} allocatable {expected}", lambda: allocatable(world, node) == expected or None, timeout=120)
+
+
+def _rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t - 1))
+
+
+@then(step('the kubelet still records the GPUs of every pod of "{name:q}"'))
+def still_recorded(world: World, created: Created, name: str) -> None:
+    from gpu_scheduling import gpumap
+
+    sts, replicas = created[name]
+    parsed = gpumap.parse(sts.gpu_map)
+    for index in range(replicas):
+        entry = parsed.entry_for(index)
+        view = kubelet_view(world, entry.node)
+        assert recorded(view, sts.namespace, sts.pod(index)).get("check") == list(entry.gpu_ids), view["pods"]
+        body = get_pod(world, sts.pod(index), sts.namespace)
+        restarts = [s.get("restartCount", 0) for s in body["status"].get("containerStatuses") or []]
+        assert restarts and not any(restarts), f"{sts.pod(index)} restarted: {restarts}"
+
+
+@when(step("{node} declares GPU {gpu:d} unhealthy"), target_fixture="allocatable_before")
+def declare_unhealthy(world: World, node: str, gpu: int) -> int:
+    before = allocatable(world, node)
+    key = constants.SIMULATED_ANNOTATION
+    old = (world.api.get(paths.node(node))["metadata"].get("annotations") or {}).get(key)
+    world.node_undo.append((node, {"metadata": {"annotations": {key: old}}}))
+    declaration = f"count=8,islands=2,bandwidth=600/64,unhealthy={gpu}"
+    world.api.patch(paths.node(node), {"metadata": {"annotations": {key: declaration}}}, kind="strategic")
+    return before
+
+
+@then(step("{node}'s allocatable gpu.scheduling/gpu drops by the plugin's slots"))
+def allocatable_drops(world: World, node: str, allocatable_before: int) -> None:
+    expected = allocatable_before - slots(world)
+    wait_for(f"{node} allocatable {expected}", lambda: allocatable(world, node) == expected or None, timeout=90)
