@@ -296,3 +296,25 @@ def response(
     nodes = [(f"/dev/nvidia{g.minor}", f"/dev/nvidia{g.minor}", "rw") for g in gpus if g.minor is not None]
     nodes.extend((d, d, "rw") for d in control_devices)
     return ContainerResponse(envs, devices=tuple(nodes))
+
+
+def kubelet_pods_by_gpu(pods: Mapping[str, Mapping[str, Sequence[str]]]) -> dict[int, list[str]]:
+    """The kubelet's view turned around: GPU id -> the pods ("<namespace>/<name>") it gave a device of that GPU to,
+    from its PodResources list as the plugin writes it (pod -> container -> device ids). Ids that are not this
+    plugin's are left out."""
+    out: dict[int, set[str]] = {}
+    for pod, containers in pods.items():
+        for ids in containers.values():
+            for device in ids:
+                gpu = gpu_of(device)
+                if gpu is not None:
+                    out.setdefault(gpu, set()).add(pod)
+    return {gpu: sorted(names) for gpu, names in sorted(out.items())}
+
+
+def kubelet_disagreements(kubelet_pods: Sequence[str], holders: Iterable[str]) -> list[str]:
+    """The pods the kubelet gave a GPU's device to that gpu-scheduler did not give that GPU (its holders by the
+    map, the claim's allocation or the Lease): the one computation of the kubelet cross-check, for the board and
+    `kubectl gpu health`. A holder the kubelet gave nothing is not counted: a bound pod waits for its admission."""
+    held = set(holders)
+    return [pod for pod in kubelet_pods if pod not in held]

@@ -56,9 +56,13 @@ def inventory(
     unhealthy: tuple[int, ...] = (),
     in_use: dict[int, list[str]] | None = None,
     spec_node: str | None = None,
+    kubelet: dict[int, list[str]] | None = None,
 ) -> dict[str, Any]:
     in_use = in_use or {}
     devices = [device(g, "Unhealthy" if g in unhealthy else "Healthy", in_use.get(g, [])) for g in range(count)]
+    if kubelet is not None:  # the kubelet's view, as the agent publishes it beside gpu-device-plugin
+        for d in devices:
+            d["kubeletPods"] = kubelet.get(d["id"], [])
     return {
         "metadata": {"name": name},
         "spec": {"nodeName": spec_node or name},
@@ -260,8 +264,9 @@ def test_finished_pods_hold_nothing_and_unbound_map_pods_hold_nothing():
 
 # ---- flags -------------------------------------------------------------------------------------------------------
 
+AGREEING_USE = {0: ["default/train-0"], 3: ["default/gpu-scheduler-check-0"]}
 AGREEING = [
-    ("gpunodestatuses", inventory("node1", in_use={0: ["default/train-0"], 3: ["default/gpu-scheduler-check-0"]})),
+    ("gpunodestatuses", inventory("node1", in_use=AGREEING_USE, kubelet=AGREEING_USE)),
     ("pods", claim_pod("train-0", "u1", "node1:0")),
     ("leases", lease("node1", 0, {"u1": "default/train-0"})),
     ("pods", map_pod(0, gpu_map="0=node1:3")),
@@ -324,6 +329,15 @@ FLAG_CASES = {
     "foreign-inventory": (
         [("gpunodestatuses", inventory("node2", spec_node="node1"))],
         {("node2", None, "foreign-inventory")},
+    ),
+    "kubelet-disagrees": (
+        [
+            (
+                "gpunodestatuses",
+                inventory("node1", in_use=AGREEING_USE, kubelet={**AGREEING_USE, 3: [*AGREEING_USE[3], "default/x"]}),
+            )
+        ],
+        {("node1", 3, "kubelet-disagrees")},
     ),
 }
 

@@ -332,10 +332,11 @@ def check_defaults(docs: list[dict[str, Any]]) -> None:
     assert hook["clientConfig"]["service"] == {"name": WEBHOOK, "namespace": NAMESPACE, "path": "/mutate", "port": 443}
     check_generated_tls(docs, WEBHOOK, cert_days=365, ca_days=3650)
     agent = container(docs, "DaemonSet", AGENT)
-    assert agent["args"][:4] == [
+    assert agent["args"][:5] == [
         "--source=nvml",  # the device plugin's: a GPU node's inventory is never silently simulated
         f"--simulated={inventory.DEFAULT_SIMULATED}",
         "--interval=10",
+        "--kubelet-view-file=/run/gpu-scheduling/kubelet/view.json",  # what the device plugin keeps
         "--health-port=8080",
     ]
     pod = one(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
@@ -780,7 +781,9 @@ def check_device_plugin(docs: list[dict[str, Any]]) -> None:
     plugin = container(docs, "DaemonSet", AGENT, "device-plugin")
     assert {"--source=simulated", "--slots=4", "--files-dir=/var/lib/gpu-testbed/devices"} <= set(plugin["args"])
     assert plugin["resources"] == {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "192Mi"}}
-    assert {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}["device-files"] == "/var/lib/gpu-testbed/devices"
+    assert {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}[
+        "device-files"
+    ] == "/var/lib/gpu-testbed/devices"
     for c in pod["containers"]:
         assert constants.NVIDIA_DEVICES_ENV not in {e["name"] for e in c["env"]}, c["name"]
     assert "--source=simulated" in container(docs, "DaemonSet", AGENT)["args"]
@@ -790,6 +793,7 @@ def check_device_plugin_disabled(docs: list[dict[str, Any]]) -> None:
     """Without the plugin: the agent alone (its source auto again), no resource asked for, no policy, list only."""
     pod = one(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["containers"]] == ["agent"] and "volumes" not in pod
+    assert "volumeMounts" not in pod["containers"][0]
     assert not [a for a in container(docs, "DaemonSet", AGENT)["args"] if a.startswith("--source")]
     assert not [a for a in container(docs, "Deployment", WEBHOOK)["args"] if a.startswith("--gpu-resource")]
     assert not find(docs, "ValidatingAdmissionPolicy", "gpu-scheduling-gpu-resource")
@@ -910,20 +914,28 @@ def test_the_device_plugin_gets_exactly_the_kubelets_sockets(ci):
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
     }
-    assert agent["securityContext"] == scheduler["securityContext"] and "volumeMounts" not in agent
+    assert agent["securityContext"] == scheduler["securityContext"]
+    # The agent reads the kubelet's view the plugin keeps, and nothing of the host.
+    assert agent["volumeMounts"] == [
+        {"name": "kubelet-view", "mountPath": "/run/gpu-scheduling/kubelet", "readOnly": True}
+    ]
     assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod)
     simulated = ci is not None
     mounts = {m["name"]: (m["mountPath"], m.get("readOnly", False)) for m in plugin["volumeMounts"]}
-    hosts = {v["name"]: v["hostPath"] for v in pod["volumes"]}
     expected = {
         "device-plugins": ("/var/lib/kubelet/device-plugins", False),
         "pod-resources": ("/var/lib/kubelet/pod-resources", True),
+        "kubelet-view": ("/run/gpu-scheduling/kubelet", False),
     }
     if simulated:
         expected["device-files"] = ("/var/lib/gpu-testbed/devices", False)
     assert mounts == expected
-    assert {n: h["path"] for n, h in hosts.items()} == {n: p for n, (p, _) in expected.items()}
-    assert set(pod["volumes"][0]) == {"name", "hostPath"}  # no other volume kind
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes.pop("kubelet-view") == {"name": "kubelet-view", "emptyDir": {"medium": "Memory", "sizeLimit": "4Mi"}}
+    assert {n: v["hostPath"]["path"] for n, v in volumes.items()} == {
+        n: p for n, (p, _) in expected.items() if n != "kubelet-view"
+    }
+    assert all(set(v) == {"name", "hostPath"} for v in volumes.values())  # no other volume kind
     # NVML (the default): NVIDIA's runtime and its variables, as NVIDIA's device plugin gets the driver.
     if not simulated:
         assert pod["runtimeClassName"] == "nvidia"

@@ -239,3 +239,47 @@ class Admissions(RuleBasedStateMachine):
 
 Admissions.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 TestAdmissions = Admissions.TestCase
+
+
+def test_the_kubelet_view_turned_around_per_gpu_and_its_cross_check() -> None:
+    view = {"ns/a": {"c0": ["gpu3-0"], "c1": ["gpu3-1", "gpu4-0"]}, "ns/b": {"c0": ["gpu3-2"], "c1": []}, "ns/c": {}}
+    assert devices.kubelet_pods_by_gpu(view) == {3: ["ns/a", "ns/b"], 4: ["ns/a"]}
+    assert devices.kubelet_disagreements(["ns/a", "ns/b"], ["ns/a"]) == ["ns/b"]
+    assert devices.kubelet_disagreements(["ns/a"], ["ns/a", "ns/waiting"]) == []  # bound, not yet admitted
+
+
+def test_kubectl_gpu_health_fails_a_gpu_the_kubelet_gave_to_another_pod() -> None:
+    from gpu_scheduling.cli import health
+
+    status = {
+        "devices": [
+            {"id": 3, "health": "Healthy", "inUseBy": ["ns/a"], "kubeletPods": ["ns/a", "ns/x"]},
+            {"id": 4, "health": "Healthy", "inUseBy": ["ns/b"], "kubeletPods": ["ns/b"]},
+            {"id": 5, "health": "Healthy", "inUseBy": ["ns/c"]},
+        ]
+    }
+    inv = {"metadata": {"name": "node1"}, "spec": {"nodeName": "node1"}, "status": status}
+    checks = health.inventories([inv], [{"metadata": {"name": "node1"}}])
+    failing = [c for c in checks if c.status == health.FAIL]
+    assert len(failing) == 1 and "GPU 3 to ns/x" in failing[0].detail, checks
+    status["devices"][0]["kubeletPods"] = ["ns/a"]
+    assert not [c for c in health.inventories([inv], [{"metadata": {"name": "node1"}}]) if c.status == health.FAIL]
+
+
+def test_the_agent_publishes_the_kubelets_view_only_when_fresh(tmp_path: Any) -> None:
+    import os
+
+    from gpu_scheduling.agent import inventory, main
+
+    file = tmp_path / "view.json"
+    assert main.read_kubelet_view(str(file)) is None  # none yet
+    file.write_text(json.dumps({"resource": R, "pods": {"ns/a": {"c0": ["gpu1-0"]}}}))
+    view = main.read_kubelet_view(str(file))
+    assert view == {1: ["ns/a"]}
+    status = inventory.node_status(inventory.parse_simulated("count=2"), (), (), view)
+    assert [d["kubeletPods"] for d in status["devices"]] == [[], ["ns/a"]]
+    assert "kubeletPods" not in inventory.node_status(inventory.parse_simulated("count=2"), ())["devices"][0]
+    os.utime(file, (0, 0))  # a plugin that stopped writing: its view is not published
+    assert main.read_kubelet_view(str(file)) is None
+    file.write_text("{not json")
+    assert main.read_kubelet_view(str(file)) is None

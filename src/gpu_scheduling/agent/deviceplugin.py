@@ -53,6 +53,8 @@ KUBELET_SOCKET_NAME = "kubelet.sock"
 API_VERSION = "v1beta1"
 #: How long a request waits for the pod it is for to reach this plugin's watch (the kubelet may see it first).
 MATCH_WAIT_S = 5.0
+#: Seconds between two writes of the kubelet's view for the agent (--kubelet-view-file).
+VIEW_PERIOD_S = 3.0
 
 
 def _present(paths_: tuple[str, ...]) -> list[str]:
@@ -70,6 +72,14 @@ def _inode(path: pathlib.Path) -> int | None:
 def _remove(path: pathlib.Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+
+
+def _write_atomically(path: str, text: str) -> None:
+    target = pathlib.Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o644)
+    tmp.replace(target)
 
 
 def _method(package: Any, service: str, method: str) -> str:
@@ -210,6 +220,7 @@ class DevicePlugin:
         # kubelet's PodResources again from inside Allocate can make it recount its devices while one is in flight.
         self._pending: tuple[devices.Match, float] | None = None
         self.registered_at = 0.0
+        self.view_file = ""
         self.problem = ""
         self.allocations = 0
 
@@ -422,7 +433,7 @@ class DevicePlugin:
         kubelet_socket = pathlib.Path(self.kubelet.plugin_dir, KUBELET_SOCKET_NAME)
         our_socket = pathlib.Path(self.kubelet.plugin_dir, self.socket_name)
         registered_inode = None
-        next_read = 0.0
+        next_read = next_view = 0.0
         lost_at: float | None = None
         try:
             while not stop.is_set():
@@ -471,6 +482,9 @@ class DevicePlugin:
                 elif inode is None and registered_inode is not None and lost_at is None:
                     lost_at = now
                     log.info("the kubelet's socket is gone (kubelet restarting); waiting for it")
+                if registered_inode is not None and now >= next_view:
+                    next_view = now + VIEW_PERIOD_S
+                    await self.write_view()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.5)
         finally:
@@ -479,6 +493,19 @@ class DevicePlugin:
             if server is not None:
                 await server.stop(grace=1)
             _remove(our_socket)
+
+    async def write_view(self) -> None:
+        """Write the kubelet's view (the --show-kubelet document) to --kubelet-view-file, atomically, for the agent
+        beside this plugin to publish in the node's GpuNodeStatus."""
+        if not self.view_file:
+            return
+        try:
+            view = kubelet_view(await self.kubelet.list(), self.resource)
+        except grpc.aio.AioRpcError as exc:
+            log.debug("no PodResources list: %s", exc.details())
+            return
+        document = {"resource": self.resource, "pods": {f"{ns}/{name}": c for (ns, name), c in sorted(view.items())}}
+        await asyncio.to_thread(_write_atomically, self.view_file, json.dumps(document, sort_keys=True))
 
     def ready(self) -> bool:
         synced = self.informer is None or self.informer.synced.is_set()
@@ -500,6 +527,7 @@ async def run(args: argparse.Namespace) -> None:
             slots=args.slots,
             socket_name=args.socket_name,
         )
+        plugin.view_file = args.kubelet_view_file
         runner = None
         if args.health_port:
             app = web.Application()
@@ -566,6 +594,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="simulated: host folder of the GPUs' files (mounted at the same path in this container)",
     )
     p.add_argument("--interval", type=float, default=5.0, help="seconds between reads of the GPUs' health")
+    p.add_argument(
+        "--kubelet-view-file",
+        default="",
+        help="keep the kubelet's view (as --show-kubelet prints it) in this file, for gpu-inventory-agent",
+    )
     p.add_argument("--health-port", type=_port, default=8081, help="/healthz and /readyz (0: none)")
     p.add_argument("--health-host", default="0.0.0.0")
     p.add_argument("--show-kubelet", action="store_true", help="print the kubelet's view of the resource and exit")

@@ -28,7 +28,7 @@ InventoryError quoting the offending part and saying what was expected.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpu_scheduling.claims import objects
@@ -159,11 +159,16 @@ def simulated_status(spec: str = DEFAULT_SIMULATED) -> dict[str, Any]:
 
 
 def node_status(
-    devices: list[dict[str, Any]], leases: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]] = ()
+    devices: list[dict[str, Any]],
+    leases: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]] = (),
+    kubelet: Mapping[int, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """The GpuNodeStatus status: the devices as read (health, island, bandwidth, and memory and utilization where
     the GPU reports them) with inUseBy (the pods holding each GPU, "<namespace>/<name>" where known, replacing any
-    inUseBy the devices had) from the node's GPU Leases and the map pods bound to it, and the counts."""
+    inUseBy the devices had) from the node's GPU Leases and the map pods bound to it, and the counts. With the
+    kubelet's view (`kubelet`: GPU -> pods, from gpu-device-plugin), each device also says which pods the kubelet
+    gave a device of it to (`kubeletPods`)."""
     users: dict[int, set[str]] = {}
     for lease in leases:
         record = objects.lease_record(lease)
@@ -177,6 +182,9 @@ def node_status(
             for gpu in hold.gpu_ids:
                 users.setdefault(gpu, set()).add(hold.pod)
     out = [dict(d, inUseBy=sorted(users.get(d["id"], ()))) for d in devices]
+    if kubelet is not None:
+        for d in out:
+            d["kubeletPods"] = list(kubelet.get(d["id"], ()))
     unhealthy = sum(1 for d in out if d["health"] != "Healthy")
     free = sum(1 for d in out if d["health"] == "Healthy" and not d["inUseBy"])
     return {"total": len(out), "free": free, "unhealthy": unhealthy, "devices": out}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import pathlib
@@ -17,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gpu_scheduling import constants, health, logs
+from gpu_scheduling import constants, devices, health, logs
 from gpu_scheduling.agent import inventory, nvml
 from gpu_scheduling.agent.metrics import AgentMetrics
 from gpu_scheduling.agent.publish import write_node_status
@@ -54,14 +55,37 @@ def read_inventory(source: str, node: dict[str, Any], default_simulated: str) ->
     return inventory.simulated_status(declared), "simulated"
 
 
-async def sync(client: Client, node_name: str, source: str, default_simulated: str) -> tuple[dict[str, Any], str]:
+#: A kubelet view older than this is not published (gpu-device-plugin rewrites it every few seconds).
+KUBELET_VIEW_MAX_AGE_S = 60.0
+
+
+def read_kubelet_view(path: str | None) -> dict[int, list[str]] | None:
+    """GPU -> the pods the kubelet gave a device of it to, from the file gpu-device-plugin keeps (its PodResources
+    list); None without a file, or when it is stale or unreadable (then no kubeletPods are published at all, rather
+    than an empty list that would read as "the kubelet gave nothing")."""
+    if not path:
+        return None
+    try:
+        file = pathlib.Path(path)
+        if time.time() - file.stat().st_mtime > KUBELET_VIEW_MAX_AGE_S:
+            return None
+        view = json.loads(file.read_text())
+        return devices.kubelet_pods_by_gpu(view["pods"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        log.debug("no kubelet view from %s: %s", path, exc)
+        return None
+
+
+async def sync(
+    client: Client, node_name: str, source: str, default_simulated: str, kubelet_view: str | None = None
+) -> tuple[dict[str, Any], str]:
     """Write the node's GpuNodeStatus once: the status written, and where its inventory came from."""
     node = await client.get(paths.node(node_name))
     status, used = read_inventory(source, node, default_simulated)
     leases = (await client.get(paths.GPU_LEASES, labelSelector=objects.node_lease_selector(node_name)))["items"]
     # Map pods hold GPUs without a Lease: read them from the pods bound to this node.
     pods = (await client.get(paths.ALL_PODS, fieldSelector=f"spec.nodeName={node_name}"))["items"]
-    written = inventory.node_status(status["devices"], leases, pods)
+    written = inventory.node_status(status["devices"], leases, pods, read_kubelet_view(kubelet_view))
     await write_node_status(client, node_name, written)
     return written, used
 
@@ -90,7 +114,9 @@ async def run(args: argparse.Namespace) -> None:
             while not stop.is_set():
                 started = time.monotonic()
                 try:
-                    written, used = await sync(client, args.node_name, args.source, args.simulated)
+                    written, used = await sync(
+                        client, args.node_name, args.source, args.simulated, args.kubelet_view_file
+                    )
                 except (ApiError, inventory.InventoryError, OSError) as exc:
                     metrics.failed(time.monotonic() - started)
                     log.warning("could not update GpuNodeStatus %s: %s", args.node_name, exc)
@@ -130,6 +156,10 @@ def main(argv: list[str] | None = None) -> None:
         help=f"simulated inventory when the node has no {constants.SIMULATED_ANNOTATION} annotation",
     )
     p.add_argument("--interval", type=float, default=10.0, help="seconds between updates (default 10)")
+    p.add_argument(
+        "--kubelet-view-file",
+        help="the kubelet's device assignments as gpu-device-plugin writes them: published per GPU as kubeletPods",
+    )
     p.add_argument("--once", action="store_true", help="write the GpuNodeStatus once and exit (serves nothing)")
     p.add_argument(
         "--health-port",

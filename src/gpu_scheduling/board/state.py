@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from gpu_scheduling import constants
+from gpu_scheduling import devices as devices_
 from gpu_scheduling.claims import objects
 from gpu_scheduling.claims.ledger import Hold, LeaseRecord
 
@@ -42,6 +43,7 @@ FLAG_SEVERITY: Final = {
     "in-use-by-out-of-step": "warning",
     "lease-unreadable": "error",
     "foreign-inventory": "error",
+    "kubelet-disagrees": "error",
 }
 
 #: Bounds on what one object may put into the document.
@@ -393,6 +395,7 @@ class _Device:
     island: str
     health: str
     in_use_by: tuple[str, ...] | None
+    kubelet_pods: tuple[str, ...] | None  # the pods the kubelet gave a device of it (None: no device plugin)
     fields: JSON  # the GPU document's fields the inventory alone gives (never modified)
 
 
@@ -405,6 +408,7 @@ def _device(value: object) -> _Device | None:
     island = _text(get("island")) or "default"
     health = _text(get("health"), 64) or "Healthy"
     in_use = get("inUseBy")
+    kubelet = get("kubeletPods")
     return _Device(
         gpu,
         island,
@@ -412,6 +416,11 @@ def _device(value: object) -> _Device | None:
         (
             tuple(dict.fromkeys(u[:MAX_TEXT] for u in in_use[:MAX_IN_USE_BY] if type(u) is str))
             if type(in_use) is list
+            else None
+        ),
+        (
+            tuple(dict.fromkeys(u[:MAX_TEXT] for u in kubelet[:MAX_IN_USE_BY] if type(u) is str))
+            if type(kubelet) is list
             else None
         ),
         {
@@ -1041,6 +1050,17 @@ class Board:
                         "(the agent's copy lags by up to its period)",
                     )
                 )
+            if device is not None and device.kubelet_pods:
+                strangers = devices_.kubelet_disagreements(device.kubelet_pods, [h["pod"] for h in shown])
+                if strangers:
+                    gpu_flags.append(
+                        _flag(
+                            "kubelet-disagrees",
+                            f"the kubelet of {name} gave a device of GPU {gpu} to {_listing(strangers)}, which "
+                            f"gpu-scheduler did not give GPU {gpu} (its holders: "
+                            f"[{_listing([h['pod'] for h in shown])}])",
+                        )
+                    )
             if len(gpu_flags) > 1:
                 gpu_flags.sort(key=_flag_order)
             flag_count += len(gpu_flags)
@@ -1054,9 +1074,11 @@ class Board:
                     free += 1
                 doc = dict(device.fields)
                 doc["inUseBy"] = list(device.in_use_by) if device.in_use_by is not None else None
+                doc["kubeletPods"] = list(device.kubelet_pods) if device.kubelet_pods is not None else None
             else:
                 doc = _unknown_gpu(gpu)
                 doc["inUseBy"] = None
+                doc["kubeletPods"] = None
             doc["exclusivity"] = exclusive
             doc["holders"] = shown
             doc["flags"] = gpu_flags

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, devices
 from gpu_scheduling.claims import objects
 from gpu_scheduling.cli import views
 from gpu_scheduling.cli.api import (
@@ -147,6 +147,21 @@ def inventories(inventory_objs: list[JSON], nodes: list[JSON]) -> list[Check]:
             )
         elif node not in existing:
             checks.append(Check(FAIL, f"inventory/{inv_name}", f"node {node} does not exist (a stale GpuNodeStatus)"))
+    for inv in sorted(inventory_objs, key=lambda i: i["metadata"]["name"]):
+        for device in (inv.get("status") or {}).get("devices") or []:
+            kubelet, in_use = device.get("kubeletPods"), device.get("inUseBy") or []
+            if not isinstance(kubelet, list) or not isinstance(in_use, list):
+                continue  # no device plugin on that node: nothing to cross-check
+            strangers = devices.kubelet_disagreements([str(p) for p in kubelet], [str(p) for p in in_use])
+            if strangers:
+                checks.append(
+                    Check(
+                        FAIL,
+                        f"inventory/{inv['metadata']['name']}",
+                        f"the kubelet gave a device of GPU {device.get('id')} to {', '.join(strangers[:5])}, which "
+                        f"gpu-scheduler did not give it (in use by: {', '.join(map(str, in_use[:5])) or 'none'})",
+                    )
+                )
     for view in views.node_views(inventory_objs, nodes, {}):
         if view.unhealthy:
             ids = ",".join(str(i) for i in view.unhealthy_ids)
