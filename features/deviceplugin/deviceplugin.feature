@@ -35,3 +35,11 @@ Feature: The node gives every container exactly the GPUs gpu-scheduler chose, th
   Scenario: An unhealthy GPU leaves the kubelet's allocatable
     When node1 declares GPU 7 unhealthy
     Then node1's allocatable gpu.scheduling/gpu drops by the plugin's slots
+
+  Scenario: A claim pod that asks for its claim's count sees its allocation; another count waits with the reason
+    Given the GpuClaim "train" asking for 2 GPUs with policy "contiguous" on node "node2" is created
+    When the pod "train-0" naming the GpuClaim "train" and asking for 2 gpu.scheduling/gpu is created
+    Then the GpuClaim "train" is Bound with GPUs "0,1" on node2
+    And every container of the pod "train-0" sees exactly the GPUs of its allocation, and the kubelet recorded them
+    When the pod "train-9" naming the GpuClaim "train" and asking for 1 gpu.scheduling/gpu is created
+    Then the pod "train-9" is Pending with reason Unschedulable and a message containing "asks for 1 gpu.scheduling/gpu but its GpuClaim gives 2"

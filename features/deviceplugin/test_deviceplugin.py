@@ -105,7 +105,7 @@ def sees(world: World, namespace: str, pod: str, container: str) -> tuple[list[i
 def recorded(view: dict[str, Any], namespace: str, pod: str) -> dict[str, list[int]]:
     """container -> the GPUs of the devices the kubelet recorded for it."""
     containers = view["pods"].get(f"{namespace}/{pod}", {})
-    return {c: sorted(devices.gpu_of(i) or -1 for i in ids) for c, ids in containers.items()}
+    return {c: sorted(-1 if (g := devices.gpu_of(i)) is None else g for i in ids) for c, ids in containers.items()}
 
 
 def check_pod_gpus(world: World, namespace: str, pod: str, node: str, gpus: list[int]) -> None:
@@ -232,9 +232,13 @@ def allocatable_back(world: World, node: str, restarted_at: float) -> None:
         return lines[-1] if lines else None
 
     line = wait_for(f"the plugin on {node} registers again", registered_again, timeout=120, interval=1)
-    print(f"\n{node}: {line}")
+    registered = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) - time.timezone + int(line[20:23]) / 1000
     expected = healthy_gpus(world, node) * slots(world)
     wait_for(f"{node} allocatable {expected}", lambda: allocatable(world, node) == expected or None, timeout=120)
+    print(
+        f"\n{node}: kubelet restarted; the plugin registered again {registered - restarted_at:.1f} s after the "
+        f"restart began, allocatable back {time.time() - restarted_at:.1f} s after it"
+    )
 
 
 def _rfc3339(t: float) -> str:
@@ -271,3 +275,22 @@ def declare_unhealthy(world: World, node: str, gpu: int) -> int:
 def allocatable_drops(world: World, node: str, allocatable_before: int) -> None:
     expected = allocatable_before - slots(world)
     wait_for(f"{node} allocatable {expected}", lambda: allocatable(world, node) == expected or None, timeout=90)
+
+
+@when(step('the pod "{name:q}" naming the GpuClaim "{claim:q}" and asking for {count:d} gpu.scheduling/gpu is created'))
+def claim_pod_asking(world: World, name: str, claim: str, count: int) -> None:
+    body = pod_body(name, gpu_map=None, claim=claim)
+    for c in [*body["spec"]["containers"], *body["spec"]["initContainers"]]:
+        c["resources"] = {"limits": {constants.GPU_RESOURCE: str(count)}}
+    world.api.create(paths.pods(world.namespace), body)
+
+
+@then(
+    step('every container of the pod "{name:q}" sees exactly the GPUs of its allocation, and the kubelet recorded them')
+)
+def claim_pod_sees(world: World, name: str) -> None:
+    def allocated() -> str | None:
+        return (get_pod(world, name)["metadata"].get("annotations") or {}).get(constants.ALLOCATED_ANNOTATION)
+
+    node, _, ids = wait_for(f"{name} allocated", allocated).rpartition(":")
+    check_pod_gpus(world, world.namespace, name, node, [int(i) for i in ids.split(",")])

@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from gpu_scheduling import constants, gpumap, patches, podrequest
+from gpu_scheduling import constants, devices, gpumap, patches, podrequest
 from gpu_scheduling.gpumap import json_type, plain, show
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
@@ -204,6 +204,13 @@ def _cuda_from_allocation() -> dict[str, Any]:
     }
 
 
+def _asks_for(pod: Any, resource: str) -> bool:
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    found = [spec.get(kind) for kind in ("initContainers", "containers")]
+    items = [c for cs in found if isinstance(cs, list) for c in cs]
+    return any(isinstance(c, dict) and devices.requested(c, resource) for c in items)
+
+
 def review_pod(request: AdmissionRequest, gpu_resource: str | None = None) -> AdmissionReview:
     """Decide on one request: patch CUDA_VISIBLE_DEVICES in, deny with a reason, or allow untouched.
 
@@ -221,6 +228,7 @@ def review_pod(request: AdmissionRequest, gpu_resource: str | None = None) -> Ad
     if kind.get("kind") != "Pod" or kind.get("group", "") != "" or request["operation"] != "CREATE":
         return allow(uid)
     pod = request.get("object") or {}
+    warning = ""
     try:
         asked = podrequest.read(pod.get("metadata"))
         if asked is None:
@@ -240,11 +248,19 @@ def review_pod(request: AdmissionRequest, gpu_resource: str | None = None) -> Ad
                 ops += patches.resource_patch(pod, gpu_resource, len(asked.entry.gpu_ids))
         else:
             ops = patches.env_patch(pod, _cuda_from_allocation())
+            if gpu_resource and not _asks_for(pod, gpu_resource):
+                warning = (
+                    f"{_describe(request)} names GpuClaim {asked.name} but asks for no {gpu_resource}: the kubelet "
+                    f"will give its containers no GPU device; write resources.limits {gpu_resource}: <the claim's "
+                    "GPU count> in each container that uses the GPUs (a pod's requests are fixed at creation)"
+                )
     except gpumap.PodMapError as exc:
         return deny(uid, f"{_describe(request)}: {exc}")
     # Every operation takes more than _MIN_OP_BYTES of the answer: past that count, do not even serialize.
     size = len(ops) * _MIN_OP_BYTES if len(ops) * _MIN_OP_BYTES > MAX_RESPONSE_BYTES else 0
     review = allow(uid, ops) if not size else deny(uid, "")
+    if warning and "response" in review:
+        review["response"]["warnings"] = [warning[:MAX_MESSAGE_CHARS]]
     size = size or len(_dumps(review))
     if size > MAX_RESPONSE_BYTES:
         return deny(

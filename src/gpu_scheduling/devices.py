@@ -318,3 +318,22 @@ def kubelet_disagreements(kubelet_pods: Sequence[str], holders: Iterable[str]) -
     `kubectl gpu health`. A holder the kubelet gave nothing is not counted: a bound pod waits for its admission."""
     held = set(holders)
     return [pod for pod in kubelet_pods if pod not in held]
+
+
+def count_mismatch(pod: Mapping[str, Any], count: int, resource: str = constants.GPU_RESOURCE) -> str | None:
+    """Why a claim pod's request of `resource` does not fit its GpuClaim of `count` GPUs, or None when it fits: every
+    container that asks for the resource asks for exactly `count` (a claim pod's request is written by its author,
+    since the claim may not exist when the pod is created, and a pod's requests never change after)."""
+    spec = _mapping(pod.get("spec"))
+    for kind in ("initContainers", "containers"):
+        items = spec.get(kind)
+        for c in items if isinstance(items, list) else []:
+            if not isinstance(c, Mapping):
+                continue
+            units = requested(c, resource)
+            if units and units != count:
+                return (
+                    f"container {str(c.get('name'))[:63]} asks for {units} {resource} but its GpuClaim gives {count} "
+                    f"GPU(s): a pod's requests are fixed at creation, so recreate it asking for {count} (or none)"
+                )
+    return None

@@ -283,3 +283,22 @@ def test_the_agent_publishes_the_kubelets_view_only_when_fresh(tmp_path: Any) ->
     assert main.read_kubelet_view(str(file)) is None
     file.write_text("{not json")
     assert main.read_kubelet_view(str(file)) is None
+
+
+def test_a_claim_pods_request_must_be_its_claims_count() -> None:
+    obj = pod("c", None, containers=2, units=2)
+    assert devices.count_mismatch(obj, 2) is None
+    assert devices.count_mismatch(pod("none", None, units=0), 3) is None  # asks for nothing: nothing to check
+    message = devices.count_mismatch(obj, 3)
+    assert message is not None and "container c0 asks for 2 gpu.scheduling/gpu but its GpuClaim gives 3" in message
+
+
+def test_webhook_warns_a_claim_pod_that_asks_for_no_gpu_device() -> None:
+    obj = pod("c", None, units=0)
+    del obj["spec"]["containers"][0]["resources"]
+    obj["metadata"]["annotations"] = {constants.CLAIM_ANNOTATION: "train"}
+    response = _review(obj, R)
+    assert response["allowed"] and "names GpuClaim train but asks for no gpu.scheduling/gpu" in response["warnings"][0]
+    assert "warnings" not in _review(obj, None)
+    obj["spec"]["containers"][0]["resources"] = {"limits": {R: "2"}}
+    assert "warnings" not in _review(obj, R)

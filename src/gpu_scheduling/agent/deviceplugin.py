@@ -472,7 +472,7 @@ class DevicePlugin:
                         self.registered_at = time.monotonic()
                         if lost_at is not None:
                             log.info(
-                                "registered %s with the kubelet again %.1f s after it restarted",
+                                "registered %s with the kubelet again (it restarted), %.1f s after this plugin noticed",
                                 self.resource,
                                 self.registered_at - lost_at,
                             )

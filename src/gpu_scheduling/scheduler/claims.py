@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, devices
 from gpu_scheduling.claims import allocator, objects, priority
 from gpu_scheduling.claims.ledger import GpuKey, Hold, LeaseRecord, Ledger
 from gpu_scheduling.kube import paths
@@ -346,6 +346,10 @@ class ClaimPath:
             )
         request = objects.request_from_claim(claim, self.strategy)
         key = f"{meta['namespace']}/{meta['name']}"
+        mismatch = devices.count_mismatch(pod, request.count)
+        if mismatch is not None:
+            self.released(key)
+            return decision.Unschedulable(f"GpuClaim {claim_name}: {mismatch}")
         hold = self.ledger.hold(uid)
         if hold is not None and not hold.bound:
             message = f"allocated {hold.node}:{','.join(map(str, hold.gpu_ids))} (retrying an earlier attempt)"
