@@ -204,14 +204,15 @@ def _cuda_from_allocation() -> dict[str, Any]:
     }
 
 
-def _asks_for(pod: Any, resource: str) -> bool:
+def _asks_for(pod: Any, resource: str) -> int:
+    """The most units of `resource` a container of the pod asks for (0: none)."""
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     found = [spec.get(kind) for kind in ("initContainers", "containers")]
     items = [c for cs in found if isinstance(cs, list) for c in cs]
-    return any(isinstance(c, dict) and devices.requested(c, resource) for c in items)
+    return max((devices.requested(c, resource) for c in items if isinstance(c, dict)), default=0)
 
 
-def review_pod(request: AdmissionRequest, gpu_resource: str | None = None) -> AdmissionReview:
+def review_pod(request: AdmissionRequest, gpu_resource: str | None = None, isolated: bool = False) -> AdmissionReview:
     """Decide on one request: patch CUDA_VISIBLE_DEVICES in, deny with a reason, or allow untouched.
 
     Only the CREATE of a Pod is looked at. What the pod asks for is read by :func:`podrequest.read`, the same
@@ -221,7 +222,8 @@ def review_pod(request: AdmissionRequest, gpu_resource: str | None = None) -> Ad
 
     With `gpu_resource` (gpu-webhook's --gpu-resource, set where gpu-device-plugin runs), every container of a map
     pod also asks for that many units of it as its map entry has GPUs, so that the kubelet gives each container
-    exactly those GPUs and counts them."""
+    exactly those GPUs and counts them. With `isolated` (--isolated-gpus: the plugin gives containers only their
+    own GPUs, as with NVML on a real node), CUDA_VISIBLE_DEVICES numbers them from 0 (gpumap.Entry.cuda_value)."""
     request = _check_request(request)
     uid = request["uid"]
     kind = request["kind"]
@@ -243,9 +245,12 @@ def review_pod(request: AdmissionRequest, gpu_resource: str | None = None) -> Ad
                 "fit, fewer with long names or duplicate entries)",
             )
         if isinstance(asked, podrequest.MapRequest):
-            ops = patches.cuda_patch(pod, asked.entry.cuda_visible_devices)
+            ops = patches.cuda_patch(pod, asked.entry.cuda_value(isolated))
             if gpu_resource and asked.entry.gpu_ids:
                 ops += patches.resource_patch(pod, gpu_resource, len(asked.entry.gpu_ids))
+        elif isolated and gpu_resource and (units := _asks_for(pod, gpu_resource)):
+            # Isolated GPUs are the container's 0..n-1 whichever the claim gets: known now, from its request.
+            ops = patches.cuda_patch(pod, ",".join(str(i) for i in range(units)))
         else:
             ops = patches.env_patch(pod, _cuda_from_allocation())
             if gpu_resource and not _asks_for(pod, gpu_resource):

@@ -151,6 +151,13 @@ class Entry:
     def cuda_visible_devices(self) -> str:
         return ",".join(str(i) for i in self.gpu_ids)
 
+    def cuda_value(self, isolated: bool = False) -> str:
+        """CUDA_VISIBLE_DEVICES for this entry: the node's GPU ids (the take-home's meaning, right where a container
+        can open every GPU of the node: simulated GPUs, no device plugin), or, where the kubelet's device plugin
+        gives a container only its own GPUs (`isolated`, NVIDIA's runtime), 0..n-1: CUDA numbers the GPUs a
+        container sees from 0, so the node's ids would name GPUs that are not there."""
+        return ",".join(str(i) for i in range(len(self.gpu_ids))) if isolated else self.cuda_visible_devices
+
 
 @dataclasses.dataclass(frozen=True)
 class Problem:

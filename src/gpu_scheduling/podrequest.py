@@ -172,11 +172,12 @@ def containers(pod: Any) -> list[Container]:
     return list(iter_containers(pod))
 
 
-def missing_cuda(pod: Any, entry: gpumap.Entry) -> str | None:
+def missing_cuda(pod: Any, entry: gpumap.Entry, isolated: bool = False) -> str | None:
     """Why the pod's containers do not all see the GPUs of its map entry, or None when every container and init
-    container has CUDA_VISIBLE_DEVICES set to the entry's ids (as the gpu-webhook sets it at creation). Raises
-    :class:`PodRequestError` for containers of the wrong shape."""
-    wanted = entry.cuda_visible_devices
+    container has CUDA_VISIBLE_DEVICES set to the entry's ids (as the gpu-webhook sets it at creation; numbered from
+    0 where GPUs are `isolated`, gpumap.Entry.cuda_value). Raises :class:`PodRequestError` for containers of the
+    wrong shape."""
+    wanted = entry.cuda_value(isolated)
     for container in iter_containers(pod):  # stops at the first that lacks it
         found = [e for e in container.env or () if e.get("name") == constants.CUDA_ENV]
         what = "init container" if container.kind == "initContainers" else "container"

@@ -951,7 +951,13 @@ def test_the_device_plugin_gets_exactly_the_kubelets_sockets(ci):
     assert f"--gpu-resource={constants.GPU_RESOURCE}" in container(docs, "Deployment", WEBHOOK)["args"]
     from gpu_scheduling.webhook import server as webhook
 
-    assert webhook.parse_args(container(docs, "Deployment", WEBHOOK)["args"]).gpu_resource == constants.GPU_RESOURCE
+    hook = webhook.parse_args(container(docs, "Deployment", WEBHOOK)["args"])
+    assert hook.gpu_resource == constants.GPU_RESOURCE
+    # Isolated GPUs (NVML) for both programs or for neither: one chart value decides.
+    from gpu_scheduling.scheduler import main as scheduler
+
+    sched = scheduler.parse_args(container(docs, "Deployment", SCHEDULER)["args"])
+    assert hook.isolated_gpus == sched.isolated_gpus == (not simulated)
 
 
 def test_only_the_schedulers_pods_may_ask_for_the_gpu_resource():

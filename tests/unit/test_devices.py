@@ -302,3 +302,27 @@ def test_webhook_warns_a_claim_pod_that_asks_for_no_gpu_device() -> None:
     assert "warnings" not in _review(obj, None)
     obj["spec"]["containers"][0]["resources"] = {"limits": {R: "2"}}
     assert "warnings" not in _review(obj, R)
+
+
+def test_isolated_gpus_are_numbered_from_zero_in_cuda_visible_devices() -> None:
+    """Where the plugin isolates GPUs (NVML), a map pod of node4's GPU 3 sees one GPU, CUDA's 0; a claim pod asking
+    for 2 sees 0,1. Without isolation the node's ids stay (the take-home's meaning). The scheduler accepts both."""
+    from gpu_scheduling import podrequest
+
+    def cuda(response: dict[str, Any], obj: dict[str, Any]) -> set[str]:
+        out = patches.apply(obj, json.loads(base64.b64decode(response["patch"])))
+        return {e["value"] for c in out["spec"]["containers"] for e in c["env"] if e["name"] == constants.CUDA_ENV}
+
+    obj = pod("m-0", (3,))
+    assert cuda(_review(obj, R), obj) == {"3"}
+    request = {"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE", "object": obj}
+    isolated = dict(admission.review_pod(request, R, isolated=True)["response"])  # type: ignore[arg-type]
+    assert cuda(isolated, obj) == {"0"}
+    patched = patches.apply(obj, json.loads(base64.b64decode(isolated["patch"])))
+    entry = devices.objects.gpumap.entry_for_pod(patched["metadata"])
+    assert entry is not None and podrequest.missing_cuda(patched, entry, isolated=True) is None
+    assert "not 3 as its map entry" in (podrequest.missing_cuda(patched, entry) or "")
+    claim = pod("c", None, units=2)
+    claim["metadata"]["annotations"] = {constants.CLAIM_ANNOTATION: "train"}
+    request["object"] = claim
+    assert cuda(dict(admission.review_pod(request, R, isolated=True)["response"]), claim) == {"0,1"}  # type: ignore[arg-type]

@@ -316,3 +316,14 @@ Use: include "gpu-scheduler.metricsLabel" $
 {{- define "gpu-scheduler.metricsLabel" -}}
 gpu-scheduling.io/metrics: "true"
 {{- end -}}
+
+{{/*
+gpu-scheduler.isolatedGpus: "true" where gpu-device-plugin gives containers only their own GPUs (NVML, NVIDIA's
+runtime): the webhook then numbers CUDA_VISIBLE_DEVICES from 0 and the scheduler expects it so (--isolated-gpus).
+One place, so the two programs never disagree.
+*/}}
+{{- define "gpu-scheduler.isolatedGpus" -}}
+{{- if and .Values.agent.enabled .Values.agent.devicePlugin.enabled (eq .Values.agent.devicePlugin.source "nvml") -}}
+true
+{{- end -}}
+{{- end -}}

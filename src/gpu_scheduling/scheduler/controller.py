@@ -69,6 +69,10 @@ class SchedulerConfig:
     strategy: str = constants.DEFAULT_STRATEGY
     """Node strategy of the GpuClaims that name none while the GpuSchedulingPolicy sets no defaultStrategy."""
 
+    isolated_gpus: bool = False
+    """gpu-device-plugin gives containers only their own GPUs (NVML): a map pod's CUDA_VISIBLE_DEVICES numbers them
+    from 0 (gpu-webhook --isolated-gpus, set from the same chart value)."""
+
 
 STOP_GRACE = 2.0
 """Seconds a stopping leader gives the binds in flight to finish, well inside the margin between the renew
@@ -401,7 +405,7 @@ class Scheduler:
 
     async def _schedule_map_pod(self, key: str, pod: dict[str, Any]) -> str:
         """Place a map pod; the attempt's result for the metrics."""
-        verdict = decision.decide(pod, self.nodes.cache)  # cluster-scoped: key == node name
+        verdict = decision.decide(pod, self.nodes.cache, self.config.isolated_gpus)  # cluster-scoped: key == node
         if isinstance(verdict, decision.Unschedulable):
             if verdict.node:
                 self._waiting[verdict.node].add(key)

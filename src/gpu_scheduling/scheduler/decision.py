@@ -111,14 +111,14 @@ def _tolerations(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return tolerations
 
 
-def decide(pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> Decision:
+def decide(pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], isolated: bool = False) -> Decision:
     """Decide for one schedulable map pod given the current nodes (name -> node). Claim pods go through
     scheduler.claims instead.
 
     Never raises for any shape of `pod`: what cannot be read (see :func:`podrequest.read`) is Unschedulable
     with the reason. A map pod is bound only when every container and init container has the
     CUDA_VISIBLE_DEVICES its map entry gives (the webhook sets it at creation; a map added afterwards would
-    run the pod on GPUs it does not see, or on every GPU of the node)."""
+    run the pod on GPUs it does not see, or on every GPU of the node); `isolated` as gpu-webhook's --isolated-gpus."""
     if not isinstance(pod, Mapping):
         return Unschedulable(f"the pod is {gpumap.json_type(pod)}; expected an object")
     try:
@@ -131,7 +131,7 @@ def decide(pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> De
                 "entry"
             )
         entry = asked.entry
-        missing = podrequest.missing_cuda(pod, entry)
+        missing = podrequest.missing_cuda(pod, entry, isolated)
         if missing:
             return Unschedulable(missing)
         tolerations = _tolerations(pod)

@@ -57,6 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--qps", type=float, default=0, help="client-side API rate limit, requests/s (0: none)")
     p.add_argument("--burst", type=int, default=100, help="client-side API burst (with --qps)")
+    p.add_argument(
+        "--isolated-gpus",
+        action="store_true",
+        help="containers see only their own GPUs (gpu-device-plugin with NVML): a map pod's CUDA_VISIBLE_DEVICES is "
+        "expected numbered from 0, as gpu-webhook --isolated-gpus sets it",
+    )
     logs.add_arguments(p)
 
     # Leader election: the names and defaults of kube-scheduler's flags.
@@ -171,7 +177,13 @@ async def run(args: argparse.Namespace) -> None:
         cfg, qps=args.qps, burst=args.burst, connections=max(64, args.workers * 2), user_agent=agent
     ) as client:
         scheduler = Scheduler(
-            client, SchedulerConfig(name=args.scheduler_name, workers=args.workers, strategy=args.strategy)
+            client,
+            SchedulerConfig(
+                name=args.scheduler_name,
+                workers=args.workers,
+                strategy=args.strategy,
+                isolated_gpus=args.isolated_gpus,
+            ),
         )
         app = web.Application()
         health.add_probes(app, scheduler.ready, scheduler.metrics.registry)

@@ -247,9 +247,10 @@ class WebhookApp:
         body_timeout: float = BODY_TIMEOUT,
         body_budget: int = BODY_BUDGET_BYTES,
         gpu_resource: str | None = None,
+        isolated: bool = False,
     ) -> None:
         self.metrics = metrics or WebhookMetrics()
-        self.gpu_resource = gpu_resource
+        self.gpu_resource, self.isolated = gpu_resource, isolated
         self.max_body, self.body_timeout = max_body, body_timeout
         self._budget_bytes = body_budget
         self._budget: _BodyBudget | None = None
@@ -427,8 +428,8 @@ class WebhookApp:
             raise _Gone from exc
 
 
-def _decide(body: bytes, gpu_resource: str | None = None) -> admission.AdmissionReview:
-    return admission.review_pod(admission.parse_review(body), gpu_resource)
+def _decide(body: bytes, gpu_resource: str | None = None, isolated: bool = False) -> admission.AdmissionReview:
+    return admission.review_pod(admission.parse_review(body), gpu_resource, isolated)
 
 
 def _peer(scope: HTTPScope) -> str:
@@ -436,8 +437,10 @@ def _peer(scope: HTTPScope) -> str:
     return f"{client[0]}:{client[1]}" if client else "?"
 
 
-def make_app(metrics: WebhookMetrics | None = None, gpu_resource: str | None = None) -> WebhookApp:
-    return WebhookApp(metrics, gpu_resource=gpu_resource)
+def make_app(
+    metrics: WebhookMetrics | None = None, gpu_resource: str | None = None, isolated: bool = False
+) -> WebhookApp:
+    return WebhookApp(metrics, gpu_resource=gpu_resource, isolated=isolated)
 
 
 def ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
@@ -810,6 +813,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"make every container of a map pod ask for this extended resource, one unit per GPU of its entry "
         f"(where gpu-device-plugin serves it, e.g. {constants.GPU_RESOURCE}; default: none)",
     )
+    p.add_argument(
+        "--isolated-gpus",
+        action="store_true",
+        help="containers see only their own GPUs (gpu-device-plugin with NVML): CUDA_VISIBLE_DEVICES numbers them "
+        "from 0 instead of naming the node's GPU ids",
+    )
     logs.add_arguments(p)
     return p.parse_args(argv)
 
@@ -833,7 +842,7 @@ async def run(args: argparse.Namespace) -> None:
     started = asyncio.Event()
     task = asyncio.create_task(
         serve(
-            make_app(gpu_resource=args.gpu_resource or None),
+            make_app(gpu_resource=args.gpu_resource or None, isolated=args.isolated_gpus),
             args.host,
             args.port,
             ctx,
