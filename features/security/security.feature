@@ -54,7 +54,8 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
       | kube-system:gpu-inventory-agent | create | gpunodestatuses        | the cluster    | yes    |
       | kube-system:gpu-inventory-agent | patch  | gpunodestatuses/status | the cluster    | yes    |
       | kube-system:gpu-inventory-agent | patch  | pods                   | all namespaces | no     |
-      | kube-system:gpu-inventory-agent | watch  | pods                   | all namespaces | no     |
+      | kube-system:gpu-inventory-agent | watch  | pods                   | all namespaces | yes    |
+      | kube-system:gpu-inventory-agent | get    | pods                   | all namespaces | no     |
       | kube-system:gpu-inventory-agent | create | pods/binding           | all namespaces | no     |
       | kube-system:gpu-inventory-agent | list   | nodes                  | the cluster    | no     |
       | kube-system:gpu-inventory-agent | patch  | nodes                  | the cluster    | no     |
