@@ -63,6 +63,8 @@ class StandinKubelet:
         self._watch: asyncio.Task[None] | None = None
         self._options = dp.DevicePluginOptions()
         self.changed = asyncio.Event()
+        #: Devices of the resource that another plugin registered (the kubelet lists them as allocatable too).
+        self.foreign: list[str] = []
 
     # ---- the kubelet's servers ------------------------------------------------------------------------------------
 
@@ -149,7 +151,7 @@ class StandinKubelet:
     async def _allocatable(
         self, _request: pr.AllocatableResourcesRequest, _context: Any
     ) -> pr.AllocatableResourcesResponse:
-        healthy = sorted(i for i, h in self.devices.items() if h == devices.HEALTHY)
+        healthy = sorted(i for i, h in self.devices.items() if h == devices.HEALTHY) + self.foreign
         return pr.AllocatableResourcesResponse(
             devices=[pr.ContainerDevices(resource_name=self.resource, device_ids=healthy)]
         )

@@ -83,6 +83,15 @@ Feature: gpu-board: who holds which GPU, live in a real headless Chromium, with 
     And /api/state flags node3 GPU 6 with "lease-without-allocation"
     And the page logged no error
 
+  Scenario: A GPU the kubelet gave to a pod that gpu-scheduler did not give it is flagged
+    Given every kwok node has the simulated inventory of 8 GPUs in two NVLink islands
+    And gpu-board runs with creation allowed in the scenario's namespace
+    And the board is opened in Chromium
+    When node2's GpuNodeStatus says the kubelet gave a device of GPU 5 to the pod "stranger"
+    Then the page flags node2 GPU 5 with "kubelet-disagrees"
+    And /api/state flags node2 GPU 5 "kubelet-disagrees", naming the pod "stranger"
+    And the page logged no error
+
   @kind
   Scenario: The deployed board, read through the apiserver's service proxy, shows the take-home's five pods
     Given the deployed take-home StatefulSet "gpu-scheduler-check" in namespace "default"
@@ -92,3 +101,4 @@ Feature: gpu-board: who holds which GPU, live in a real headless Chromium, with 
     And /api/state shows pod 2 on node3 with GPUs "0,1,2"
     And /api/state shows pod 3 on node4 with GPUs "3"
     And /api/state shows pod 4 on node4 with GPUs "3"
+    And /api/state shows that the kubelet gave node4's GPU 3 to pods 3 and 4, and flags none of the five pods' GPUs

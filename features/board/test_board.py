@@ -658,3 +658,43 @@ def through_proxy(scene: Scene) -> None:
     )
     scene.fetch_state = lambda: scene.world.api.get(path)
     wait_for(f"GET {path}", scene.state, timeout=60)
+
+
+# ---- the kubelet's view (gpu-device-plugin) --------------------------------------------------------------------
+
+
+@when(step('{node}\'s GpuNodeStatus says the kubelet gave a device of GPU {gpu:d} to the pod "{name:q}"'))
+def kubelet_gave(scene: Scene, node: str, gpu: int, name: str) -> None:
+    status = simulated_status()
+    for device in status["devices"]:
+        device["kubeletPods"] = [scene.pod(name)] if device["id"] == gpu else []
+    publish(scene.world.cluster.kubeconfig, {node: status})
+    scene.undo.callback(publish, scene.world.cluster.kubeconfig, {node: simulated_status()})
+
+
+@then(step('/api/state flags {node} GPU {gpu:d} "kubelet-disagrees", naming the pod "{name:q}"'))
+def state_flags_kubelet(scene: Scene, node: str, gpu: int, name: str) -> None:
+    def flagged() -> None:
+        g = state_gpu(scene.state(), node, gpu)
+        assert g["kubeletPods"] == [scene.pod(name)], g
+        flags = [f for f in g.get("flags") or [] if f.get("kind") == "kubelet-disagrees"]
+        assert flags and flags[0]["severity"] == "error" and scene.pod(name) in flags[0]["message"], g
+
+    eventually(f"{node} GPU {gpu} flagged kubelet-disagrees in /api/state", flagged)
+
+
+@then("/api/state shows that the kubelet gave node4's GPU 3 to pods 3 and 4, and flags none of the five pods' GPUs")
+def state_kubelet_agrees(scene: Scene, statefulset: StatefulSet) -> None:
+    pods = [f"{statefulset.namespace}/{statefulset.pod(i)}" for i in range(5)]
+
+    def agrees() -> None:
+        state = scene.state()
+        assert state_gpu(state, "node4", 3)["kubeletPods"] == pods[3:], state_gpu(state, "node4", 3)
+        for node in ("node1", "node2", "node3", "node4"):
+            for g in state["nodes"][node]["gpus"]:
+                if {h["pod"] for h in g["holders"]} & set(pods):
+                    assert g["kubeletPods"], f"{node} GPU {g['id']}: no kubelet view"
+                    assert not g["flags"], f"{node} GPU {g['id']}: {g['flags']}"
+
+    # The agent publishes the kubelet's view every few seconds.
+    eventually("the kubelet's view on the board, agreeing", agrees, timeout=60)

@@ -198,3 +198,23 @@ async def test_registers_again_after_the_kubelet_restarts(node: Node, tmp_path: 
     after = map_pod("after", 1, "1=node4:3")
     node.bind(after)
     assert given(await restarted.admit(after), "c0") == ("3", ["gpu3"])
+
+
+async def until(what: str, condition: Callable[[], bool], seconds: float = 10) -> None:
+    """Poll `condition` (the plugin's state, which signals nothing) every 50 ms until it holds."""
+    for _ in range(int(seconds / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not {what} after {seconds}s")
+
+
+@on_node
+async def test_another_plugin_of_the_resource_is_reported_and_the_plugin_is_not_ready(node: Node) -> None:
+    await until("ready", node.plugin.ready)
+    node.kubelet.foreign = ["nvidia0", "nvidia1"]  # what a second plugin of gpu.scheduling/gpu would list
+    await until("unready", lambda: not node.plugin.ready())
+    assert "another device plugin registered gpu.scheduling/gpu on this node" in node.plugin.problem
+    assert "nvidia0" in node.plugin.problem
+    node.kubelet.foreign = []
+    await until("ready again", node.plugin.ready)
