@@ -43,3 +43,9 @@ Feature: The node gives every container exactly the GPUs gpu-scheduler chose, th
     And every container of the pod "train-0" sees exactly the GPUs of its allocation, and the kubelet recorded them
     When the pod "train-9" naming the GpuClaim "train" and asking for 1 gpu.scheduling/gpu is created
     Then the pod "train-9" is Pending with reason Unschedulable and a message containing "asks for 1 gpu.scheduling/gpu but its GpuClaim gives 2"
+
+  Scenario: A node that also advertises NVIDIA's resource is reported, and the plugin on it is not ready
+    When node1 also advertises 4 nvidia.com/gpu
+    Then the device plugin on node1 is not ready, and its log says to label the node "nvidia.com/gpu.deploy.device-plugin=false"
+    When node1 no longer advertises nvidia.com/gpu
+    Then the device plugin on node1 is ready again

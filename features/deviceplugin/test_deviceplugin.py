@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -294,3 +295,52 @@ def claim_pod_sees(world: World, name: str) -> None:
 
     node, _, ids = wait_for(f"{name} allocated", allocated).rpartition(":")
     check_pod_gpus(world, world.namespace, name, node, [int(i) for i in ids.split(",")])
+
+
+# ---- NVIDIA's device plugin on the same node -------------------------------------------------------------------
+
+
+@pytest.fixture
+def advertised() -> Iterator[list[tuple[World, str]]]:
+    """Nodes a scenario made advertise NVIDIA's resource: it is taken off them again whatever happens."""
+    nodes: list[tuple[World, str]] = []
+    yield nodes
+    for world, node in nodes:
+        _advertise(world, node, None)
+
+
+def _advertise(world: World, node: str, count: str | None) -> None:
+    """Set (or, with None, remove) an extended resource in the node's capacity, as NVIDIA's device plugin's kubelet
+    would report it: the status subresource, which the kubelet leaves alone for resources it does not serve."""
+    body = {"status": {"capacity": {constants.NVIDIA_GPU_RESOURCE: count}}}
+    world.api.patch(f"{paths.node(node)}/status", body)
+
+
+def _plugin_ready(world: World, node: str) -> bool:
+    statuses = agent_pod(world, node)["status"].get("containerStatuses") or []
+    return any(s["name"] == PLUGIN_CONTAINER and s.get("ready") for s in statuses)
+
+
+@when(step("{node} also advertises {count:d} nvidia.com/gpu"))
+def nvidia_too(world: World, advertised: list[tuple[World, str]], node: str, count: int) -> None:
+    advertised.append((world, node))
+    _advertise(world, node, str(count))
+
+
+@when(step("{node} no longer advertises nvidia.com/gpu"))
+def nvidia_gone(world: World, node: str) -> None:
+    _advertise(world, node, None)
+
+
+@then(step('the device plugin on {node} is not ready, and its log says to label the node "{label:q}"'))
+def plugin_not_ready(world: World, node: str, label: str) -> None:
+    wait_for(f"the plugin on {node} not ready", lambda: not _plugin_ready(world, node) or None, timeout=60)
+    name = agent_pod(world, node)["metadata"]["name"]
+    log = world.api.text(paths.pod_log(SYSTEM_NAMESPACE, name), container=PLUGIN_CONTAINER, tailLines="50")
+    lines = [line for line in log.splitlines() if "ERROR" in line and label in line]
+    assert lines and constants.NVIDIA_GPU_RESOURCE in lines[-1], log[-2000:]
+
+
+@then(step("the device plugin on {node} is ready again"))
+def plugin_ready_again(world: World, node: str) -> None:
+    wait_for(f"the plugin on {node} ready", lambda: _plugin_ready(world, node) or None, timeout=60)
