@@ -74,6 +74,13 @@ def _remove(path: pathlib.Path) -> None:
         path.unlink()
 
 
+def _no_view(exc: grpc.aio.AioRpcError) -> str:
+    """The answer when the kubelet's PodResources API does not answer: without it no pod can be told apart."""
+    message = f"cannot read the kubelet's PodResources API to tell which pod is admitted: {exc.details()}"
+    log.warning("%s", message)
+    return message
+
+
 def _write_atomically(path: str, text: str) -> None:
     target = pathlib.Path(path)
     tmp = target.with_name(f".{target.name}.tmp")
@@ -294,6 +301,8 @@ class DevicePlugin:
                 except devices.Refusal as exc:
                     log.warning("GetPreferredAllocation refused: %s", exc)
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+                except grpc.aio.AioRpcError as exc:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, _no_view(exc))
                 self._pending = (found, time.monotonic())
                 ids = devices.preferred(
                     found.pod.gpus, creq.available_deviceIDs, creq.must_include_deviceIDs, creq.allocation_size
@@ -323,6 +332,8 @@ class DevicePlugin:
                 except devices.Refusal as exc:
                     log.warning("Allocate of %s refused: %s", ",".join(ids), exc)
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+                except grpc.aio.AioRpcError as exc:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, _no_view(exc))
                 given = [self.inventory.identity[g] for g in gpus if g in self.inventory.identity]
                 if len(given) != len(gpus):
                     await context.abort(
