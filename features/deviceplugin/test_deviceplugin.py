@@ -25,7 +25,7 @@ from features.support import (
     statefulset_body,
     step,
 )
-from gpu_scheduling import constants, devices
+from gpu_scheduling import constants, devices, gpumap
 from gpu_scheduling.kube import paths
 from hack import toolchain
 from harness.wait import wait_for
@@ -157,8 +157,6 @@ def every_worker(world: World) -> None:
 
 @then("each of its pods sees exactly the GPUs of its map entry, and the kubelet recorded them")
 def take_home_pods(world: World, statefulset: StatefulSet) -> None:
-    from gpu_scheduling import gpumap
-
     for index in range(5):
         name = statefulset.pod(index)
         meta = get_pod(world, name, statefulset.namespace)["metadata"]
@@ -196,13 +194,16 @@ def parallel_statefulset(
 @given(step('every container of every pod of "{name:q}" sees exactly its GPU, and the kubelet recorded them'))
 @then(step('every container of every pod of "{name:q}" sees exactly its GPU, and the kubelet recorded them'))
 def every_container(world: World, created: Created, name: str) -> None:
-    from gpu_scheduling import gpumap
+    for sts, index, entry in entries(created, name):
+        check_pod_gpus(world, sts.namespace, sts.pod(index), entry.node, list(entry.gpu_ids))
 
+
+def entries(created: Created, name: str) -> Iterator[tuple[StatefulSet, int, gpumap.Entry]]:
+    """Each pod of the StatefulSet `name` the scenario created, with its map entry."""
     sts, replicas = created[name]
     parsed = gpumap.parse(sts.gpu_map)
     for index in range(replicas):
-        entry = parsed.entry_for(index)
-        check_pod_gpus(world, sts.namespace, sts.pod(index), entry.node, list(entry.gpu_ids))
+        yield sts, index, parsed.entry_for(index)
 
 
 @when(step('a pod "{name:q}" of the default scheduler asking for 1 {resource} is created'))
@@ -248,12 +249,7 @@ def _rfc3339(t: float) -> str:
 
 @then(step('the kubelet still records the GPUs of every pod of "{name:q}"'))
 def still_recorded(world: World, created: Created, name: str) -> None:
-    from gpu_scheduling import gpumap
-
-    sts, replicas = created[name]
-    parsed = gpumap.parse(sts.gpu_map)
-    for index in range(replicas):
-        entry = parsed.entry_for(index)
+    for sts, index, entry in entries(created, name):
         view = kubelet_view(world, entry.node)
         assert recorded(view, sts.namespace, sts.pod(index)).get("check") == list(entry.gpu_ids), view["pods"]
         body = get_pod(world, sts.pod(index), sts.namespace)
