@@ -192,6 +192,17 @@ def _bindings(f: Faults, names: list[str] | None = None) -> list[dict[str, Any]]
     return [b for b in f.cp.bindings() if b["namespace"] == f.namespace and (wanted is None or b["name"] in wanted)]
 
 
+def _recorded_bindings(f: Faults, names: list[str]) -> list[dict[str, Any]]:
+    """The bindings of `names` once the audit log holds one for each: the apiserver writes a request's audit event
+    after its response, so a pod can read as bound a moment before its binding is in the log."""
+
+    def all_recorded() -> list[dict[str, Any]] | None:
+        found = _bindings(f, names)
+        return found if {b["name"] for b in found} >= set(names) else None
+
+    return wait_for(f"the audit log records a binding of each of {len(names)} pods", all_recorded, timeout=15)
+
+
 def _user_agent(f: Faults, proc: SchedulerProcess) -> str:
     return f"{f.components.scheduler_name}/{proc.identity}"
 
@@ -486,7 +497,7 @@ def batch_bound_by_leader(faults: Faults, batch: str) -> None:
     names = faults.batches[batch]
     wait_for(f"the {len(names)} pods of {batch} bound", lambda: _bound(faults, names) == len(names), timeout=90)
     assert faults.old_leader is not None
-    agents = Counter(b["userAgent"] for b in _bindings(faults, names))
+    agents = Counter(b["userAgent"] for b in _recorded_bindings(faults, names))
     assert agents == Counter({_user_agent(faults, faults.old_leader): len(names)}), agents
 
 
@@ -534,7 +545,7 @@ def new_leader_binds(faults: Faults, batch: str) -> None:
     assert faults.new_leader is not None and faults.old_leader is not None
     names = faults.batches[batch]
     wait_for(f"the {len(names)} pods of {batch} bound", lambda: _bound(faults, names) == len(names), timeout=90)
-    binds = _bindings(faults, names)
+    binds = _recorded_bindings(faults, names)
     assert Counter(b["userAgent"] for b in binds) == Counter({_user_agent(faults, faults.new_leader): len(names)})
     # Only the leader of the moment ever bound: the old one before the handover, the new one after it.
     everything = _bindings(faults)
