@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 
 from gpu_scheduling import constants, devices
+from gpu_scheduling.agent.deviceplugin import method_path, unary_handler
 from gpu_scheduling.kubeletapi.deviceplugin import api_pb2 as dp
 from gpu_scheduling.kubeletapi.podresources import api_pb2 as pr
 
@@ -40,10 +41,6 @@ class Admitted:
     #: container name -> device ids, in the order recorded
     devices: dict[str, list[str]]
     responses: dict[str, dp.ContainerAllocateResponse]
-
-
-def _path(package: Any, service: str, method: str) -> str:
-    return f"/{package.DESCRIPTOR.services_by_name[service].full_name}/{method}"
 
 
 class StandinKubelet:
@@ -69,23 +66,18 @@ class StandinKubelet:
     # ---- the kubelet's servers ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        def unary(fn: Any, req: Any, resp: Any) -> grpc.RpcMethodHandler[Any, Any]:
-            return grpc.unary_unary_rpc_method_handler(
-                fn, request_deserializer=req.FromString, response_serializer=resp.SerializeToString
-            )
-
         server = grpc.aio.server()
         server.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(
                     dp.DESCRIPTOR.services_by_name["Registration"].full_name,
-                    {"Register": unary(self._register, dp.RegisterRequest, dp.Empty)},
+                    {"Register": unary_handler(self._register, dp.RegisterRequest, dp.Empty)},
                 ),
                 grpc.method_handlers_generic_handler(
                     pr.DESCRIPTOR.services_by_name["PodResourcesLister"].full_name,
                     {
-                        "List": unary(self._list, pr.ListPodResourcesRequest, pr.ListPodResourcesResponse),
-                        "GetAllocatableResources": unary(
+                        "List": unary_handler(self._list, pr.ListPodResourcesRequest, pr.ListPodResourcesResponse),
+                        "GetAllocatableResources": unary_handler(
                             self._allocatable, pr.AllocatableResourcesRequest, pr.AllocatableResourcesResponse
                         ),
                     },
@@ -120,7 +112,7 @@ class StandinKubelet:
 
     async def _list_and_watch(self, channel: grpc.aio.Channel) -> None:
         stream = channel.unary_stream(
-            _path(dp, "DevicePlugin", "ListAndWatch"),
+            method_path(dp, "DevicePlugin", "ListAndWatch"),
             request_serializer=dp.Empty.SerializeToString,
             response_deserializer=dp.ListAndWatchResponse.FromString,
         )
@@ -171,7 +163,7 @@ class StandinKubelet:
     async def _call(self, method: str, request: Any, response: Any) -> Any:
         assert self._channel is not None, "no plugin registered"
         call = self._channel.unary_unary(
-            _path(dp, "DevicePlugin", method),
+            method_path(dp, "DevicePlugin", method),
             request_serializer=type(request).SerializeToString,
             response_deserializer=response.FromString,
         )

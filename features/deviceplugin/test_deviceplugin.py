@@ -119,26 +119,17 @@ def check_pod_gpus(world: World, namespace: str, pod: str, node: str, gpus: list
         assert recorded(view, namespace, pod).get(c["name"]) == sorted(gpus), (pod, c["name"], view["pods"])
 
 
+def _docker(*args: str) -> list[str]:
+    """The words docker prints for `args` (it runs beside the KinD cluster on the test machine)."""
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=True, timeout=30).stdout.split()
+
+
 def node_container(world: World, node: str) -> str:
     """The docker container of the KinD node whose InternalIP is `node`'s."""
     addresses = world.api.get(paths.node(node))["status"]["addresses"]
     (ip,) = [a["address"] for a in addresses if a["type"] == "InternalIP"]
-    names = subprocess.run(
-        ["docker", "ps", "--filter", "label=io.x-k8s.kind.role", "--format", "{{.Names}}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout.split()
-    for name in names:
-        found = subprocess.run(
-            ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
-        ).stdout.split()
-        if ip in found:
+    for name in _docker("ps", "--filter", "label=io.x-k8s.kind.role", "--format", "{{.Names}}"):
+        if ip in _docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name):
             return name
     raise AssertionError(f"no KinD node container has {node}'s address {ip}")
 

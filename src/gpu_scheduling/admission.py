@@ -204,14 +204,6 @@ def _cuda_from_allocation() -> dict[str, Any]:
     }
 
 
-def _asks_for(pod: Any, resource: str) -> int:
-    """The most units of `resource` a container of the pod asks for (0: none)."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    found = [spec.get(kind) for kind in ("initContainers", "containers")]
-    items = [c for cs in found if isinstance(cs, list) for c in cs]
-    return max((devices.requested(c, resource) for c in items if isinstance(c, dict)), default=0)
-
-
 def review_pod(request: AdmissionRequest, gpu_resource: str | None = None, isolated: bool = False) -> AdmissionReview:
     """Decide on one request: patch CUDA_VISIBLE_DEVICES in, deny with a reason, or allow untouched.
 
@@ -248,12 +240,15 @@ def review_pod(request: AdmissionRequest, gpu_resource: str | None = None, isola
             ops = patches.cuda_patch(pod, asked.entry.cuda_value(isolated))
             if gpu_resource and asked.entry.gpu_ids:
                 ops += patches.resource_patch(pod, gpu_resource, len(asked.entry.gpu_ids))
-        elif isolated and gpu_resource and (units := _asks_for(pod, gpu_resource)):
-            # Isolated GPUs are the container's 0..n-1 whichever the claim gets: known now, from its request.
-            ops = patches.cuda_patch(pod, ",".join(str(i) for i in range(units)))
         else:
-            ops = patches.env_patch(pod, _cuda_from_allocation())
-            if gpu_resource and not _asks_for(pod, gpu_resource):
+            # The most units a container asks for: the claim's GPU count, as its author wrote it.
+            units = max((u for _, u in devices.requests(pod, gpu_resource)), default=0) if gpu_resource else 0
+            if isolated and units:
+                # Isolated GPUs are the container's 0..n-1 whichever the claim gets: known now, from its request.
+                ops = patches.cuda_patch(pod, ",".join(str(i) for i in range(units)))
+            else:
+                ops = patches.env_patch(pod, _cuda_from_allocation())
+            if gpu_resource and not units:
                 warning = (
                     f"{_describe(request)} names GpuClaim {asked.name} but asks for no {gpu_resource}: the kubelet "
                     f"will give its containers no GPU device; write resources.limits {gpu_resource}: <the claim's "

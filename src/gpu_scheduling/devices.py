@@ -104,6 +104,21 @@ def requested(container: Mapping[str, Any], resource: str = constants.GPU_RESOUR
     return 0
 
 
+def requests(pod: Mapping[str, Any], resource: str = constants.GPU_RESOURCE) -> list[tuple[Mapping[str, Any], int]]:
+    """Every container of the pod that asks for `resource`, with its units, in the kubelet's order of allocation
+    (init containers, then containers). Never raises: a field of the wrong shape counts as absent."""
+    spec = _mapping(pod.get("spec"))
+    found: list[tuple[Mapping[str, Any], int]] = []
+    for kind in ("initContainers", "containers"):
+        items = spec.get(kind)
+        found.extend(
+            (c, units)
+            for c in (items if isinstance(items, list) else [])
+            if isinstance(c, Mapping) and (units := requested(c, resource))
+        )
+    return found
+
+
 @dataclasses.dataclass(frozen=True)
 class Wanted:
     """A pod of this node that asks the kubelet for the resource, and the GPUs the scheduler gave it."""
@@ -125,14 +140,7 @@ def wanted(pod: Mapping[str, Any], resource: str = constants.GPU_RESOURCE) -> Wa
     """What the pod asks the kubelet for, or None when no container of it asks for the resource (or it is not a
     pod object). Never raises: a field of the wrong shape counts as absent."""
     meta, spec = _mapping(pod.get("metadata")), _mapping(pod.get("spec"))
-    containers: list[tuple[str, int]] = []
-    for kind in ("initContainers", "containers"):
-        items = spec.get(kind)
-        containers.extend(
-            (c["name"], units)
-            for c in (items if isinstance(items, list) else [])
-            if isinstance(c, Mapping) and isinstance(c.get("name"), str) and (units := requested(c, resource))
-        )
+    containers = [(c["name"], units) for c, units in requests(pod, resource) if isinstance(c.get("name"), str)]
     if not containers:
         return None
     try:
@@ -324,16 +332,10 @@ def count_mismatch(pod: Mapping[str, Any], count: int, resource: str = constants
     """Why a claim pod's request of `resource` does not fit its GpuClaim of `count` GPUs, or None when it fits: every
     container that asks for the resource asks for exactly `count` (a claim pod's request is written by its author,
     since the claim may not exist when the pod is created, and a pod's requests never change after)."""
-    spec = _mapping(pod.get("spec"))
-    for kind in ("initContainers", "containers"):
-        items = spec.get(kind)
-        for c in items if isinstance(items, list) else []:
-            if not isinstance(c, Mapping):
-                continue
-            units = requested(c, resource)
-            if units and units != count:
-                return (
-                    f"container {str(c.get('name'))[:63]} asks for {units} {resource} but its GpuClaim gives {count} "
-                    f"GPU(s): a pod's requests are fixed at creation, so recreate it asking for {count} (or none)"
-                )
+    for c, units in requests(pod, resource):
+        if units != count:
+            return (
+                f"container {str(c.get('name'))[:63]} asks for {units} {resource} but its GpuClaim gives {count} "
+                f"GPU(s): a pod's requests are fixed at creation, so recreate it asking for {count} (or none)"
+            )
     return None

@@ -27,7 +27,7 @@ import os
 import pathlib
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 import grpc
@@ -81,17 +81,25 @@ def _no_view(exc: grpc.aio.AioRpcError) -> str:
     return message
 
 
-def _write_atomically(path: str, text: str) -> None:
+def _write_atomically(path: str | pathlib.Path, text: str, mode: int) -> None:
+    """Replace `path` with `text` in one rename, so a reader (the kubelet's mount, the agent) never sees half a file."""
     target = pathlib.Path(path)
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(text)
-    tmp.chmod(0o644)
+    tmp.chmod(mode)
     tmp.replace(target)
 
 
-def _method(package: Any, service: str, method: str) -> str:
+def method_path(package: Any, service: str, method: str) -> str:
     """The gRPC path of a method, from the generated descriptors (the proto is the one source of its names)."""
     return f"/{package.DESCRIPTOR.services_by_name[service].full_name}/{method}"
+
+
+def unary_handler(fn: Callable[..., Any], request: Any, response: Any) -> grpc.RpcMethodHandler[Any, Any]:
+    """A unary method served by `fn`, its messages (de)serialized by the generated classes."""
+    return grpc.unary_unary_rpc_method_handler(
+        fn, request_deserializer=request.FromString, response_serializer=response.SerializeToString
+    )
 
 
 async def _unary(
@@ -100,12 +108,22 @@ async def _unary(
     """One unary call of the kubelet's `service` on its unix `socket`, on a channel of its own."""
     async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
         call = channel.unary_unary(
-            _method(package, service, method),
+            method_path(package, service, method),
             request_serializer=type(request).SerializeToString,
             response_deserializer=response.FromString,  # type: ignore[attr-defined]  # every message class has it
         )
         answer: _T = await call(request, timeout=seconds)
         return answer
+
+
+def view_document(view: Mapping[tuple[str, str], Mapping[str, list[str]]], resource: str) -> dict[str, Any]:
+    """The kubelet's view as --show-kubelet prints it and --kubelet-view-file keeps it: pods by "<ns>/<name>"."""
+    return {"resource": resource, "pods": {f"{ns}/{name}": dict(c) for (ns, name), c in sorted(view.items())}}
+
+
+def allocatable_ids(response: pr.AllocatableResourcesResponse, resource: str) -> set[str]:
+    """The device ids of `resource` the kubelet can allocate (every registered plugin's)."""
+    return {i for d in response.devices if d.resource_name == resource for i in d.device_ids}
 
 
 def kubelet_view(response: pr.ListPodResourcesResponse, resource: str) -> dict[tuple[str, str], dict[str, list[str]]]:
@@ -182,12 +200,8 @@ class Inventory:
         for gpu in self.identity.values():
             target = folder / f"gpu{gpu.id}"
             text = devices.device_file(self.node, gpu)
-            if target.is_file() and target.read_text() == text:
-                continue
-            tmp = folder / f".gpu{gpu.id}.tmp"
-            tmp.write_text(text)
-            tmp.chmod(0o444)
-            tmp.replace(target)
+            if not (target.is_file() and target.read_text() == text):
+                _write_atomically(target, text, 0o444)
 
 
 class DevicePlugin:
@@ -205,9 +219,12 @@ class DevicePlugin:
         resource: str,
         slots: int,
         socket_name: str,
+        view_file: str = "",
     ):
         self.client, self.kubelet, self.inventory = client, kubelet, inv
         self.resource, self.slots, self.socket_name = resource, slots, socket_name
+        #: Where the kubelet's view is kept for the agent ("": nowhere).
+        self.view_file = view_file
         self.pods: dict[str, devices.Wanted] = {}
         self.informer = (
             Informer(
@@ -227,9 +244,7 @@ class DevicePlugin:
         # kubelet's PodResources again from inside Allocate can make it recount its devices while one is in flight.
         self._pending: tuple[devices.Match, float] | None = None
         self.registered_at = 0.0
-        self.view_file = ""
         self.problem = ""
-        self.allocations = 0
 
     # ---- the pods of this node ----------------------------------------------------------------------------------
 
@@ -352,7 +367,6 @@ class DevicePlugin:
                         ],
                     )
                 )
-                self.allocations += 1
                 log.info(
                     "pod %s container %s given GPUs %s (%s) in %.1f ms",
                     found.pod.ref,
@@ -367,26 +381,23 @@ class DevicePlugin:
         return dp.PreStartContainerResponse()
 
     def handler(self) -> grpc.GenericRpcHandler:
-        def unary(fn: Callable[..., Any], req: Any, resp: Any) -> grpc.RpcMethodHandler[Any, Any]:
-            return grpc.unary_unary_rpc_method_handler(
-                fn, request_deserializer=req.FromString, response_serializer=resp.SerializeToString
-            )
-
         service = dp.DESCRIPTOR.services_by_name["DevicePlugin"].full_name
         return grpc.method_handlers_generic_handler(
             service,
             {
-                "GetDevicePluginOptions": unary(self.get_options, dp.Empty, dp.DevicePluginOptions),
+                "GetDevicePluginOptions": unary_handler(self.get_options, dp.Empty, dp.DevicePluginOptions),
                 "ListAndWatch": grpc.unary_stream_rpc_method_handler(
                     self.list_and_watch,
                     request_deserializer=dp.Empty.FromString,
                     response_serializer=dp.ListAndWatchResponse.SerializeToString,
                 ),
-                "GetPreferredAllocation": unary(
+                "GetPreferredAllocation": unary_handler(
                     self.preferred, dp.PreferredAllocationRequest, dp.PreferredAllocationResponse
                 ),
-                "Allocate": unary(self.allocate, dp.AllocateRequest, dp.AllocateResponse),
-                "PreStartContainer": unary(self.pre_start, dp.PreStartContainerRequest, dp.PreStartContainerResponse),
+                "Allocate": unary_handler(self.allocate, dp.AllocateRequest, dp.AllocateResponse),
+                "PreStartContainer": unary_handler(
+                    self.pre_start, dp.PreStartContainerRequest, dp.PreStartContainerResponse
+                ),
             },
         )
 
@@ -411,14 +422,7 @@ class DevicePlugin:
         the kubelet's allocatable list, or NVIDIA's resource on this Node. "" when none is seen."""
         ours = {i for i, _ in devices.advertised(self.inventory.gpus, self.slots)}
         with contextlib.suppress(grpc.aio.AioRpcError):
-            allocatable = await self.kubelet.allocatable()
-            theirs = {
-                i
-                for d in allocatable.devices
-                if d.resource_name == self.resource
-                for i in d.device_ids
-                if i not in ours
-            }
+            theirs = allocatable_ids(await self.kubelet.allocatable(), self.resource) - ours
             if theirs:
                 return (
                     f"another device plugin registered {self.resource} on this node (the kubelet lists devices "
@@ -515,8 +519,8 @@ class DevicePlugin:
         except grpc.aio.AioRpcError as exc:
             log.debug("no PodResources list: %s", exc.details())
             return
-        document = {"resource": self.resource, "pods": {f"{ns}/{name}": c for (ns, name), c in sorted(view.items())}}
-        await asyncio.to_thread(_write_atomically, self.view_file, json.dumps(document, sort_keys=True))
+        document = view_document(view, self.resource)
+        await asyncio.to_thread(_write_atomically, self.view_file, json.dumps(document, sort_keys=True), 0o644)
 
     def ready(self) -> bool:
         synced = self.informer is None or self.informer.synced.is_set()
@@ -537,8 +541,8 @@ async def run(args: argparse.Namespace) -> None:
             resource=args.resource,
             slots=args.slots,
             socket_name=args.socket_name,
+            view_file=args.kubelet_view_file,
         )
-        plugin.view_file = args.kubelet_view_file
         runner = None
         if args.health_port:
             app = web.Application()
@@ -554,26 +558,9 @@ async def run(args: argparse.Namespace) -> None:
 async def show_kubelet(args: argparse.Namespace) -> None:
     """Print the kubelet's view (PodResources List, and what it can allocate) of the resource as JSON."""
     kubelet = Kubelet(args.plugin_dir, args.pod_resources_socket)
-    view = kubelet_view(await kubelet.list(), args.resource)
-    allocatable = await kubelet.allocatable()
-    print(
-        json.dumps(
-            {
-                "resource": args.resource,
-                "allocatable": sorted(
-                    i for d in allocatable.devices if d.resource_name == args.resource for i in d.device_ids
-                ),
-                "pods": {f"{ns}/{name}": containers for (ns, name), containers in sorted(view.items())},
-            },
-            indent=2,
-        )
-    )
-
-
-def _port(text: str) -> int:
-    if not (text.isascii() and text.isdigit() and 0 <= int(text) <= 65535):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a port 1..65535, or 0 for none")
-    return int(text)
+    document = view_document(kubelet_view(await kubelet.list(), args.resource), args.resource)
+    document["allocatable"] = sorted(allocatable_ids(await kubelet.allocatable(), args.resource))
+    print(json.dumps(document, indent=2))
 
 
 def _positive(text: str) -> int:
@@ -610,7 +597,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help="keep the kubelet's view (as --show-kubelet prints it) in this file, for gpu-inventory-agent",
     )
-    p.add_argument("--health-port", type=_port, default=8081, help="/healthz and /readyz (0: none)")
+    p.add_argument("--health-port", type=health.port_flag, default=8081, help="/healthz and /readyz (0: none)")
     p.add_argument("--health-host", default="0.0.0.0")
     p.add_argument("--show-kubelet", action="store_true", help="print the kubelet's view of the resource and exit")
     logs.add_arguments(p)

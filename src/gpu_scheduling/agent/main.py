@@ -133,13 +133,6 @@ async def run(args: argparse.Namespace) -> None:
                 await runner.cleanup()
 
 
-def _port(text: str) -> int:
-    """A --health-port: checked here, where the message names the flag, rather than when the server binds."""
-    if not (text.isascii() and text.isdigit() and 0 <= int(text) <= 65535):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a port 1..65535, or 0 for none")
-    return int(text)
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="gpu-inventory-agent", description=__doc__)
     p.add_argument("--kubeconfig")
@@ -163,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--once", action="store_true", help="write the GpuNodeStatus once and exit (serves nothing)")
     p.add_argument(
         "--health-port",
-        type=_port,
+        type=health.port_flag,
         default=8080,
         help="port of /healthz, /readyz and /metrics (default 8080; 0: no health server)",
     )
