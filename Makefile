@@ -26,13 +26,20 @@ BACKGROUND_LOG := build/toolchain-background.log
 # kube-scheduler is the benchmark's second contender, built at the same Kubernetes version.
 BENCH_TOOLS := $(CONTROL_PLANE) kube-scheduler
 
-.PHONY: help venv toolchain scenario-toolchain browser bench-toolchain lint unit scenarios bench bench-smoke testbed idempotence online test demo teardown clean
+# The first step of `make demo` and `make test`: every prerequisite the project cannot install itself, each named
+# with how to get it, before any long build starts (hack/prereqs.py; it changes nothing).
+PREREQS_FOR = $(or $(firstword $(filter test demo,$(MAKECMDGOALS))),demo)
+
+.PHONY: help prereqs venv toolchain scenario-toolchain browser bench-toolchain lint unit scenarios bench bench-smoke testbed idempotence online test demo teardown clean
 
 help:
 	@echo "make test   install what is needed, run unit tests, the control-plane scenarios, the KinD test-bed"
 	@echo "            acceptance run and a second run of site.yml that must change nothing"
 	@echo "make demo   install what is needed and run the KinD test-bed end to end, writing evidence/"
 	@echo "make bench  gpu-scheduler vs kube-scheduler vs a bare binder on 1000 kwok nodes -> docs/benchmarks.md"
+
+prereqs:
+	@$(PYTHON) hack/prereqs.py --for $(PREREQS_FOR)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -115,7 +122,7 @@ idempotence: venv
 
 # The scenarios' tools, then the test-bed's binaries, build in the background meanwhile (their log: $(BACKGROUND_LOG),
 # shown if it fails): lint and the unit tests need neither, and the scenarios step waits only for its own.
-test: venv
+test: prereqs venv
 	@mkdir -p build
 	@$(PYTHON) hack/toolchain.py build $(SCENARIO_TOOLS) $(TESTBED_TOOLS) >$(BACKGROUND_LOG) 2>&1 & background=$$!; \
 	echo "test: building $(SCENARIO_TOOLS) $(TESTBED_TOOLS) in the background (pid $$background, log $(BACKGROUND_LOG))"; \
@@ -130,7 +137,7 @@ test: venv
 online: venv
 	$(PLAYBOOK) hack/online.yml -e @hack/online-vars.yml --skip-tags verify
 
-demo: venv
+demo: prereqs venv
 	$(PLAYBOOK) site.yml -e testbed_write_evidence=true
 
 teardown: venv

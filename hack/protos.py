@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -47,7 +46,7 @@ Do not edit; git ignores this folder."""
 
 
 def module_source(version: str) -> pathlib.Path:
-    env = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
+    env = toolchain.go_env(toolchain.read_versions())
     out = subprocess.run(
         ["go", "mod", "download", "-json", f"{MODULE}@{version}"], env=env, check=True, capture_output=True, text=True
     ).stdout

@@ -170,6 +170,60 @@ def cache_root() -> pathlib.Path:
     return pathlib.Path(os.environ.get(CACHE_ENV) or CACHE_DEFAULT).expanduser().absolute()
 
 
+# The oldest Go that can fetch another toolchain from the module proxy (GOTOOLCHAIN, Go 1.21).
+GO_SWITCHING = (1, 21)
+
+
+def go_release(text: str) -> tuple[int, ...] | None:
+    """The release numbers of a Go version as `go version`, `go env GOVERSION` or a go.mod's `go` line write it
+    ("go1.26.8", "1.26.7", "1.22", "go1.21rc2" -> (1, 21)); None when there are none."""
+    m = re.search(r"(?:^|go)(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if not m:
+        return None
+    return tuple(int(g) for g in m.groups() if g is not None)
+
+
+def go_directive(gomod: str) -> tuple[int, ...] | None:
+    """The `go` line of a go.mod file, as release numbers; None when it has none."""
+    m = re.search(r"^go\s+(\S+)\s*$", gomod, re.MULTILINE)
+    return go_release(m.group(1)) if m else None
+
+
+def gotoolchain(local: str, needed: str) -> str:
+    """GOTOOLCHAIN for the builds: `local` when the Go on PATH (its `go env GOVERSION`) is the pinned go_version or
+    newer, so that nothing is fetched; otherwise the pinned one, which a Go of 1.21 or newer fetches from the module
+    proxy once and keeps in its module cache."""
+    have, want = go_release(local), go_release(needed)
+    if want is None:
+        raise ValueError(f"versions.yml go_version {needed!r} is not a Go version")
+    if have is not None and have >= want:
+        return "local"
+    return "go" + ".".join(map(str, want))
+
+
+_GOTOOLCHAIN: dict[str, str] = {}
+
+
+def go_env(versions: dict[str, str], **extra: str) -> dict[str, str]:
+    """The environment every `go` command of the project's builds runs in (also hack/protos.py's)."""
+    if "value" not in _GOTOOLCHAIN:
+        local = subprocess.run(
+            ["go", "env", "GOVERSION"], env=dict(os.environ, GOTOOLCHAIN="local"), capture_output=True, text=True
+        ).stdout
+        _GOTOOLCHAIN["value"] = gotoolchain(local, versions["go_version"])
+    return dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN=_GOTOOLCHAIN["value"], **extra)
+
+
+def check_go_directive(module: str, gomod: str, needed: str) -> None:
+    """Refuse a module whose go.mod asks for a newer Go than versions.yml's go_version, naming both."""
+    asked, pinned = go_directive(gomod), go_release(needed)
+    if asked is not None and pinned is not None and asked > pinned:
+        raise SystemExit(
+            f"toolchain: {module}'s go.mod asks for go {'.'.join(map(str, asked))}, newer than versions.yml's "
+            f"go_version {needed}: raise go_version to it"
+        )
+
+
 def bindir() -> pathlib.Path:
     return cache_root() / "bin"
 
@@ -271,7 +325,7 @@ def _build_locked(comp: Component, versions: dict[str, str], target: pathlib.Pat
         with tempfile.TemporaryDirectory(prefix=f"toolchain-{comp.name}-") as work:
             wd = pathlib.Path(work)
             (wd / "go.mod").write_text(_wrapper_gomod(comp, versions))
-            env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
+            env = go_env(versions, CGO_ENABLED="0")
             # `go mod download` of the main module fills go.sum for the wrapper; `go build -mod=mod` then
             # resolves the remaining entries itself.
             downloaded = subprocess.run(
@@ -282,7 +336,9 @@ def _build_locked(comp: Component, versions: dict[str, str], target: pathlib.Pat
                 stdout=subprocess.PIPE,
                 text=True,
             )
-            _check_source(comp, versions, pathlib.Path(json.loads(downloaded.stdout)["Dir"]))
+            module = json.loads(downloaded.stdout)
+            check_go_directive(comp.module, pathlib.Path(module["GoMod"]).read_text(), versions["go_version"])
+            _check_source(comp, versions, pathlib.Path(module["Dir"]))
             tmp_out = target.with_suffix(".partial")
             tmp_out.parent.mkdir(parents=True, exist_ok=True)
             tags = ["-tags", ",".join(comp.tags)] if comp.tags else []
@@ -361,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.name not in known:
             parser.error(f"unknown component {args.name!r}; known: {', '.join(known)}")
         comp = known[args.name]
-        env = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
+        env = go_env(versions)
         out = subprocess.run(
             ["go", "mod", "download", "-json", f"{comp.module}@{versions[comp.version_key]}"],
             env=env,
@@ -375,7 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown component(s) {', '.join(unknown)}; known: {', '.join(known)}")
     if shutil.which("go") is None:
-        print("toolchain: `go` is not on PATH; install Go >= 1.24", file=sys.stderr)
+        print(
+            f"toolchain: `go` is not on PATH; install Go {'.'.join(map(str, GO_SWITCHING))} or newer (it fetches go"
+            f"{versions['go_version']} itself; `python3 hack/prereqs.py` says where to get it)",
+            file=sys.stderr,
+        )
         return 1
     started = time.monotonic()
     for name in args.names:

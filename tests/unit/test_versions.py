@@ -40,3 +40,49 @@ def test_prometheus_is_built_with_its_release_and_without_service_discovery() ->
     flags = toolchain._ldflags(prometheus, versions)
     release = toolchain.prometheus_release(versions["prometheus_version"])
     assert f"-X github.com/prometheus/common/version.Version={release}" in flags
+
+
+@pytest.mark.parametrize(
+    ("text", "release"),
+    [
+        ("go1.26.8", (1, 26, 8)),
+        ("1.26.7", (1, 26, 7)),
+        ("1.22", (1, 22)),
+        ("go1.21rc2", (1, 21)),
+        ("go version go1.19.8 linux/amd64", (1, 19, 8)),
+        ("devel", None),
+        ("", None),
+    ],
+)
+def test_go_release_reads_every_way_go_writes_a_version(text: str, release: tuple[int, ...] | None) -> None:
+    assert toolchain.go_release(text) == release
+
+
+@pytest.mark.parametrize(
+    ("local", "value"),
+    [
+        ("go1.26.7", "local"),  # the pinned one: nothing fetched
+        ("go1.27.0", "local"),  # newer: used as it is
+        ("go1.26.6", "go1.26.7"),  # older but able to switch: the module proxy's go1.26.7
+        ("go1.21.0", "go1.26.7"),
+        ("", "go1.26.7"),  # unreadable: ask for the pinned one rather than guess
+    ],
+)
+def test_gotoolchain_uses_the_local_go_only_when_it_is_new_enough(local: str, value: str) -> None:
+    assert toolchain.gotoolchain(local, "1.26.7") == value
+
+
+def test_a_module_asking_for_a_newer_go_than_the_pin_is_refused_by_name() -> None:
+    toolchain.check_go_directive("example.com/m", "module example.com/m\n\ngo 1.26.7\n", "1.26.7")
+    toolchain.check_go_directive("example.com/m", "module example.com/m\n", "1.26.7")  # no go line: nothing asked
+    with pytest.raises(SystemExit, match=r"example\.com/m's go\.mod asks for go 1\.27\.1, newer than .*1\.26\.7"):
+        toolchain.check_go_directive("example.com/m", "module example.com/m\n\ngo 1.27.1\n", "1.26.7")
+
+
+def test_go_version_is_at_least_the_pinned_kubernetes_modules_go_line() -> None:
+    # Prometheus' go.mod (the newest, go 1.26.7) is checked by its build (check_go_directive); k8s.io/kubernetes'
+    # source is on disk for the unit tier already (the OpenAPI documents), so its go line is checked here too.
+    gomod = (openapi.spec_dir().parents[2] / "go.mod").read_text()
+    asked = toolchain.go_directive(gomod)
+    assert asked is not None
+    assert asked <= toolchain.go_release(toolchain.read_versions()["go_version"])
