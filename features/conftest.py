@@ -20,6 +20,12 @@ stops with a usage error instead of passing on nothing. GPU_TEST_KUBECONFIG and 
 needs it (except with --collect-only), and the control-plane tier refuses it rather than ignore it. The unit and
 integration tests under tests/ belong to no tier. Scenarios tagged @disruptive (the chart's uninstall, which takes
 the scheduler and the webhook away while it runs) are run after all the others.
+
+Scenarios tagged @exclusive need the KinD cluster to themselves: they uninstall, roll or kill the release, restart
+kubelets, drain or patch nodes, or need free GPUs on node1..node4. On the kind tier they run only on a cluster the
+test-bed created, which it marks with a ConfigMap in kube-public (inventory: testbed_marker_configmap), or when
+GPU_TEST_EXCLUSIVE=true (the inventory's testbed_exclusive_scenarios); otherwise they are deselected with a line
+saying why and how to opt in.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from pytest_bdd import given, then, when
 
 from features.support import (
     TAKE_HOME_MAP,
+    TESTBED,
     WORKER_NODES,
     Cluster,
     StatefulSet,
@@ -73,9 +80,15 @@ CONTROLPLANE, KIND = "controlplane", "kind"
 KIND_TIER_MARKERS = frozenset({"kind", "takehome", "errors", "claims"})
 #: Tag of the scenarios that break every other one while they run: collected last (pytest_collection_modifyitems).
 DISRUPTIVE = "disruptive"
+#: Tag of the scenarios that need a cluster the test-bed created, or GPU_TEST_EXCLUSIVE (module docstring).
+EXCLUSIVE = "exclusive"
+EXCLUSIVE_ENV = "GPU_TEST_EXCLUSIVE"
+MARKER_NAMESPACE = "kube-public"
+MARKER_CONFIGMAP: str = TESTBED["testbed_marker_configmap"]
 FEATURES = pathlib.Path(__file__).parent
 EXTERNAL_KUBECONFIG = os.environ.get("GPU_TEST_KUBECONFIG")
 _DESELECTED = pytest.StashKey[int]()
+_WHY_NOT_EXCLUSIVE = pytest.StashKey[tuple[int, str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -120,18 +133,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         dropped = set(other)
         config.hook.pytest_deselected(items=other)
         items[:] = [item for item in items if item not in dropped]
-    # The @disruptive scenarios take the deployed components away while they run (features/chart: the release
+    exclusive = [item for item in items if item.get_closest_marker(EXCLUSIVE) is not None]
+    if tier == KIND and exclusive and EXTERNAL_KUBECONFIG:
+        why = exclusive_refusal(os.environ.get(EXCLUSIVE_ENV, ""), SyncClient(EXTERNAL_KUBECONFIG))
+        if why:
+            config.stash[_WHY_NOT_EXCLUSIVE] = (len(exclusive), why)
+            config.hook.pytest_deselected(items=exclusive)
+            dropped = set(exclusive)
+            items[:] = [item for item in items if item not in dropped]
+        # The @disruptive scenarios take the deployed components away while they run (features/chart: the release
     # uninstalled), so every other scenario runs before them; the order among each group stays as collected.
     items.sort(key=lambda item: item.get_closest_marker(DISRUPTIVE) is not None)
 
 
+def exclusive_refusal(opt_in: str, api: SyncClient) -> str:
+    """Why the @exclusive scenarios may not run on this cluster, or "" when they may: the opt-in says yes, or the
+    cluster carries the test-bed's marker."""
+    if opt_in.strip().lower() in ("1", "true", "yes"):
+        return ""
+    try:
+        api.get(paths.config_map(MARKER_NAMESPACE, MARKER_CONFIGMAP))
+    except NotFound:
+        return (
+            f"this cluster has no ConfigMap {MARKER_NAMESPACE}/{MARKER_CONFIGMAP}, so the test-bed did not create it; "
+            f"{EXCLUSIVE_ENV}=true (site.yml: -e testbed_exclusive_scenarios=true) runs them"
+        )
+    return ""
+
+
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
-    count = config.stash.get(_DESELECTED, 0)
-    if not count:
-        return []
     tier = config.getoption("tier")
-    other = KIND if tier == CONTROLPLANE else CONTROLPLANE
-    return [f"tier {tier}: {count} scenario(s) of the {other} tier deselected (--tier {other} runs them)"]
+    lines = []
+    count = config.stash.get(_DESELECTED, 0)
+    if count:
+        other = KIND if tier == CONTROLPLANE else CONTROLPLANE
+        lines.append(f"tier {tier}: {count} scenario(s) of the {other} tier deselected (--tier {other} runs them)")
+    exclusive, why = config.stash.get(_WHY_NOT_EXCLUSIVE, (0, ""))
+    if exclusive:
+        lines.append(f"tier {tier}: {exclusive} @{EXCLUSIVE} scenario(s) deselected: {why}")
+    return lines
 
 
 # ---- the cluster and the world ---------------------------------------------------------------------------------

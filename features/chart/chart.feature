@@ -1,4 +1,4 @@
-@kind
+@kind @exclusive
 Feature: The chart's release on the KinD test-bed: an upgrade rolls the programs without losing a GPU or an admission, an uninstall leaves only the CRDs
 
   The test-bed installs the chart as the release "gpu-scheduler" in kube-system (roles/deploy). Each scenario leaves

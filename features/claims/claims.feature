@@ -13,6 +13,7 @@ Feature: The GpuClaim API: the apiserver validates claims, the webhook wires CUD
     When the pod "both-0" naming the GpuClaim "train" is created with the map "0=node1:0"
     Then the creation is refused with a message containing "carries both gpu.scheduling/claim and gpu-scheduling-map"
 
+  @exclusive
   Scenario: A claim pod reads CUDA_VISIBLE_DEVICES from the annotation the scheduler writes before binding
     When the pod "train-0" naming the GpuClaim "train" is created
     Then every container of "train-0" reads CUDA_VISIBLE_DEVICES from the annotation "gpu.scheduling/gpu-ids"

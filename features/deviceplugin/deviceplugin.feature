@@ -1,4 +1,4 @@
-@kind @deviceplugin
+@kind @deviceplugin @exclusive
 Feature: The node gives every container exactly the GPUs gpu-scheduler chose, through the real kubelet
 
   gpu-device-plugin serves gpu.scheduling/gpu on every worker of the KinD test-bed (simulated GPUs: one read-only

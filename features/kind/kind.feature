@@ -9,12 +9,14 @@ Feature: The deployed take-home on the KinD test-bed: real kubelets, real contai
     And pod 3 logs its node node4 and CUDA_VISIBLE_DEVICES "3" at least twice
     And pod 4 logs its node node4 and CUDA_VISIBLE_DEVICES "3" at least twice
 
+  @exclusive
   Scenario: A claim pod on KinD is given GPUs from the agent's inventory and its check container logs them
     Given the GpuClaim "train" asking for 2 GPUs with policy "contiguous" on node "node2" is created
     When the pod "train-0" naming the GpuClaim "train" is created
     Then the GpuClaim "train" is Bound with GPUs "0,1" on node2
     And the pod "train-0" logs its node node2 and CUDA_VISIBLE_DEVICES "0,1" at least twice
 
+  @exclusive
   Scenario: Deleting the leader's scheduler pod while a StatefulSet is placed hands the work to another replica
     Given two scheduler replicas are running
     And a StatefulSet "handover" of 20 parallel replicas mapped round-robin onto node1..node4

@@ -165,6 +165,7 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
     Then the change is accepted
     And the pod "manual-0" is bound to node1
 
+  @exclusive
   Scenario: A claim pod is bound with its allocation, which then stays as the scheduler wrote it
     Given the GpuClaim "fixed" asking for 1 GPUs with policy "contiguous" on node "node3" is created
     When the pod "fixed-claim-0" naming the GpuClaim "fixed" is created
@@ -196,6 +197,7 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
     When that token writes the status of the GpuNodeStatus "node1"
     Then the change is refused with a message containing "this token names no node"
 
+  @exclusive
   Scenario: The webhook runs two replicas on different nodes at system-cluster-critical, and a drain keeps one
     Then the webhook Deployment has 2 ready replicas on different nodes with priority class "system-cluster-critical"
     When one webhook pod is evicted

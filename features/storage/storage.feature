@@ -1,4 +1,4 @@
-@kind
+@kind @exclusive
 Feature: Storage on the KinD test-bed: kind's default StorageClass, served by rancher's local-path provisioner
 
   Scenario: A pod writes to a claim on the default StorageClass, a second pod reads it back, and deleting the claim removes the volume

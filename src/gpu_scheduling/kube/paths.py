@@ -113,6 +113,10 @@ def namespace(name: str) -> str:
     return f"{NAMESPACES}/{name}"
 
 
+def config_map(namespace_: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace_}/configmaps/{name}"
+
+
 def service_account(namespace_: str, name: str) -> str:
     return f"{namespace(namespace_)}/serviceaccounts/{name}"
 
