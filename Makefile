@@ -33,10 +33,15 @@ PREREQS_FOR = $(or $(firstword $(filter test demo,$(MAKECMDGOALS))),demo)
 .PHONY: help prereqs venv toolchain scenario-toolchain browser bench-toolchain lint unit scenarios bench bench-smoke testbed idempotence online test demo teardown clean
 
 help:
-	@echo "make test   install what is needed, run unit tests, the control-plane scenarios, the KinD test-bed"
-	@echo "            acceptance run and a second run of site.yml that must change nothing"
-	@echo "make demo   install what is needed and run the KinD test-bed end to end, writing evidence/"
-	@echo "make bench  gpu-scheduler vs kube-scheduler vs a bare binder on 1000 kwok nodes -> docs/benchmarks.md"
+	@echo "make demo       check the prerequisites, install what is needed, run the KinD test-bed end to end (writing"
+	@echo "                evidence/) and leave the cluster running: source the env.sh it names to use it"
+	@echo "make test       check the prerequisites, install what is needed, run every test: lint, unit, the"
+	@echo "                control-plane scenarios, the KinD test-bed, a second site.yml that must change nothing,"
+	@echo "                the online path and the uninstall"
+	@echo "make prereqs    only the prerequisite check (hack/prereqs.py)"
+	@echo "make teardown   delete the KinD cluster; keep the registry and the caches"
+	@echo "make uninstall  remove everything the test-bed added (PURGE_CACHE=1: the caches too)"
+	@echo "make bench      gpu-scheduler vs kube-scheduler vs a bare binder on 1000 kwok nodes -> docs/benchmarks.md"
 
 prereqs:
 	@$(PYTHON) hack/prereqs.py --for $(PREREQS_FOR)
