@@ -8,6 +8,7 @@ then marked."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -35,7 +36,18 @@ def _collect_kind_tier(kubeconfig: pathlib.Path, opt_in: str = "") -> subprocess
     if opt_in:
         env[EXCLUSIVE_ENV] = opt_in
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "features", "--tier", "kind", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "features",
+            "--tier",
+            "kind",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -56,10 +68,8 @@ def test_exclusive_scenarios_run_only_on_a_marked_cluster_or_when_asked(cluster:
     assert cluster.cp is not None
     kubeconfig = cluster.cp.kubeconfig
     marker = paths.config_map(MARKER_NAMESPACE, MARKER_CONFIGMAP)
-    try:
+    with contextlib.suppress(NotFound):
         cluster.api.delete(marker)
-    except NotFound:
-        pass
 
     unmarked = _collect_kind_tier(kubeconfig).stdout
     _assert_exclusive(unmarked, present=False)
