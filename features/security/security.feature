@@ -4,7 +4,7 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
   RBAC gives every service account the test-bed deploys the verbs its program calls and nothing more (the board's
   create form: only in the namespaces it is given, only what it makes); two ValidatingAdmissionPolicies hold what
   RBAC cannot express: the map, the claim and the allocation annotations of a pod are fixed at its creation, and
-  the inventory agent writes only the GpuNodeStatus of the node its token is bound to. (README "Security";
+  the inventory agent writes only the GpuNodeStatus of the node its token is bound to. (docs/security.md;
   charts/gpu-scheduler/templates/admission-policies.yaml, templates/board/rbac.yaml.)
 
   Scenario Outline: <account> <answer> <verb> <resource> in <namespace>

@@ -40,14 +40,14 @@ REASON_UNSCHEDULABLE: Final = "Unschedulable"
 EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"
 EVENT_SCHEDULED: Final = "Scheduled"
 
-# ---- GpuClaim (see README "GpuClaim") --------------------------------------------------------------------------
+# ---- GpuClaim (see docs/claims.md) ------------------------------------------------------------------------------
 
 #: API group and version of GpuClaim and GpuNodeStatus, and their `apiVersion`.
 CLAIM_GROUP: Final = "gpu.scheduling"
 CLAIM_VERSION: Final = "v1"
 API_VERSION: Final = f"{CLAIM_GROUP}/{CLAIM_VERSION}"
 
-#: Kinds and resource names (plurals) of the two CRDs (roles/deploy/files/crds/).
+#: Kinds and resource names (plurals) of the two CRDs (charts/gpu-scheduler/crds/).
 GPU_CLAIM_KIND: Final = "GpuClaim"
 GPU_CLAIM_PLURAL: Final = "gpuclaims"
 GPU_NODE_STATUS_KIND: Final = "GpuNodeStatus"
@@ -138,7 +138,7 @@ DEFAULT_TOPOLOGY_LABELS: Final = ("topology.kubernetes.io/zone",)
 #: `apiVersion` of the board's state document and of every payload of its event stream.
 BOARD_API_VERSION: Final = "board.gpu.scheduling/v1"
 
-# ---- The node side: the kubelet device plugin (gpu-device-plugin; see README "The node side") --------------------
+# ---- The node side: the kubelet device plugin (gpu-device-plugin; see docs/gpu-device-plugin.md) ----------------
 
 #: The extended resource gpu-device-plugin registers with each node's kubelet. One unit is one container's use of
 #: one GPU (a slot: DEVICE_SLOTS_DEFAULT of them per GPU, so a Shared GPU can be given to several containers). Only

@@ -1240,7 +1240,7 @@ def test_the_templates_refuse_values_that_do_not_fit_together(values, message):
 
 
 def test_set_image_tag_on_the_command_line():
-    """The README's `--set scheduler.image.tag=...`, also with a tag that --set reads as a number."""
+    """docs/chart.md's `--set scheduler.image.tag=...`, also with a tag that --set reads as a number."""
     for tag in ("0.2.0", "20240101"):
         tagged = ["--set", f"scheduler.image.tag={tag}", "--show-only", "templates/scheduler/deployment.yaml"]
         docs = yaml.safe_load_all(manifests.helm("template", "t", str(CHART), *tagged))

@@ -491,14 +491,14 @@ def test_metric_conventions(prefix, registry):
 
 @pytest.mark.parametrize(("prefix", "registry"), _registries(), ids=lambda v: v if isinstance(v, str) else "")
 def test_the_readme_lists_every_family(prefix, registry):
-    """README "Metrics and the dashboard" names each family in full, or as `_rest` after its program's first
-    family in the same table row: a family added without a word there fails here."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Metrics and the dashboard") :]
+    """docs/metrics.md ("Metrics and the dashboard") names each family in full, or as `_rest` after its program's
+    first family in the same table row: a family added without a word there fails here."""
+    page = (ROOT / "docs" / "metrics.md").read_text()
+    section = page[page.index("# Metrics and the dashboard") :]
     section = section[: section.index("\n## ", 1)]
     names = re.findall(r"^# TYPE (\S+) ", text(registry), re.MULTILINE)
     assert names
     missing = [
         n for n in names if f"`{n}" not in section and f"`_{n.removeprefix(prefix)}" not in section.split(prefix, 1)[-1]
     ]
-    assert not missing, f"README does not list {missing}"
+    assert not missing, f"docs/metrics.md does not list {missing}"

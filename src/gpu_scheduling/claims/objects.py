@@ -61,7 +61,7 @@ def request_from_claim(claim: Mapping[str, Any], default_strategy: Strategy = "B
 
 
 def claim_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """A GpuClaim named `name` asking for `spec` (devices, topology, selector; see README "GpuClaim")."""
+    """A GpuClaim named `name` asking for `spec` (devices, topology, selector; see docs/claims.md)."""
     return {
         "apiVersion": constants.API_VERSION,
         "kind": constants.GPU_CLAIM_KIND,

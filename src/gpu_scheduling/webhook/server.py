@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpu_scheduling.webhook")
 
-# Limits (see README, security section).
+# Limits (see docs/gpu-webhook.md, "Bounded answers" and "Limits").
 MAX_BODY_BYTES = 3 * 1024 * 1024  # the apiserver's own request limit for objects is ~3 MiB
 MAX_HEADER_BYTES = 16 * 1024  # request line and headers (HTTP/1.1); header list (HTTP/2)
 HEADER_TIMEOUT = 10.0  # first byte of a request to the end of its headers (HTTP/1.1)
