@@ -30,7 +30,7 @@ BENCH_TOOLS := $(CONTROL_PLANE) kube-scheduler
 # with how to get it, before any long build starts (hack/prereqs.py; it changes nothing).
 PREREQS_FOR = $(or $(firstword $(filter test demo,$(MAKECMDGOALS))),demo)
 
-.PHONY: help prereqs venv toolchain scenario-toolchain browser bench-toolchain lint unit scenarios bench bench-smoke testbed idempotence online test demo teardown clean
+.PHONY: help prereqs venv toolchain scenario-toolchain browser bench-toolchain lint unit scenarios bench bench-smoke testbed idempotence online test demo teardown clean uninstall uninstall-check
 
 help:
 	@echo "make demo       check the prerequisites, install what is needed, run the KinD test-bed end to end (writing"
@@ -135,7 +135,7 @@ test: prereqs venv
 	if ! wait $$background; then echo "test: the background build failed:"; cat $(BACKGROUND_LOG); exit 1; fi; \
 	grep -h '^toolchain: built' $(BACKGROUND_LOG) || true; \
 	[ $$status -eq 0 ] || exit $$status; \
-	$(MAKE) testbed idempotence online
+	$(MAKE) testbed idempotence online uninstall-check
 
 # The online path (testbed_mode: online, what machines that reach the public registries run) with the local registry
 # standing in for docker.io and registry.k8s.io: on a one-worker cluster of its own, deleted after (hack/online.yml).
@@ -150,3 +150,21 @@ teardown: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build
+
+# Everything the test-bed added to this machine, removed, and what it changed put back (uninstall.yml lists it all):
+# the clusters, the registry and its volume, the images, the engine's configuration (from the record
+# roles/docker_engine keeps), the Debian packages it installed, the state and TLS files. Keeps the cache of builds;
+# PURGE_CACHE=1 removes it too, KEEP_PACKAGES=1 keeps the packages. `make teardown` deletes the cluster only.
+uninstall: venv
+	$(PLAYBOOK) uninstall.yml $(if $(filter 1 true yes,$(PURGE_CACHE)),-e uninstall_caches=true) \
+	  $(if $(filter 1 true yes,$(KEEP_PACKAGES)),-e uninstall_packages=false)
+
+# make test's last step: the full uninstall (caches kept), then hack/footprint.py names anything of the test-bed
+# left (against a snapshot taken before: the engine record, the images, the cache), then hack/check-idempotent.sh
+# runs the uninstall again (changed=0) and with --check --diff (changed=0, no diff).
+uninstall-check: venv
+	@snapshot=$$(mktemp -d) && trap 'rm -rf "$$snapshot"' EXIT && \
+	$(BIN)/python hack/footprint.py snapshot "$$snapshot" && \
+	$(PLAYBOOK) uninstall.yml && \
+	$(BIN)/python hack/footprint.py check --snapshot "$$snapshot" && \
+	hack/check-idempotent.sh $(PLAYBOOK) uninstall.yml
