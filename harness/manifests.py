@@ -185,3 +185,45 @@ def _webhook_configuration(
     )
     (config,) = docs
     return config
+
+
+# ---- the roles' variables, evaluated as Ansible does ----------------------------------------------------------------
+
+
+def combine(base: Mapping[str, Any], other: Mapping[str, Any], recursive: bool = False) -> dict[str, Any]:
+    """Ansible's combine filter (recursive: mappings merged key by key; anything else replaced)."""
+    merged = dict(base)
+    for key, value in other.items():
+        if recursive and isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = combine(merged[key], value, recursive=True)
+        else:
+            merged[key] = value
+    return merged
+
+
+def evaluate(pending: Mapping[str, Any], known: Mapping[str, Any]) -> dict[str, Any]:
+    """Role variables (`pending`, in Ansible's precedence order already merged) evaluated as Ansible does: each Jinja
+    expression once what it names is known, native types kept (a dict stays a dict). What other roles hand over is
+    in `known`; a variable that needs Ansible itself (a lookup, one of its own filters) stays out of the result."""
+    import jinja2
+    import jinja2.nativetypes
+
+    env = jinja2.nativetypes.NativeEnvironment(undefined=jinja2.StrictUndefined)
+    env.filters["combine"] = combine
+    result = dict(known)
+    left = dict(pending)
+    while left:
+        done = {}
+        for name, value in left.items():
+            if not (isinstance(value, str) and "{{" in value):
+                done[name] = value
+                continue
+            try:
+                done[name] = env.from_string(value).render(**result)
+            except jinja2.TemplateError:
+                continue  # names a variable not known yet, or needs Ansible's own lookups and filters
+        if not done:
+            break
+        result.update(done)
+        left = {k: v for k, v in left.items() if k not in done}
+    return result

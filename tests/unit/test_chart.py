@@ -1491,25 +1491,10 @@ def test_the_board_accepts_its_args(ci):
     assert args.pod_image == f"gpu-scheduler-check:{APP_VERSION}"
 
 
-def _combine(base: dict[str, Any], other: dict[str, Any], recursive: bool = False) -> dict[str, Any]:
-    """Ansible's combine filter (recursive: dicts merged key by key; anything else replaced)."""
-    merged = dict(base)
-    for key, value in other.items():
-        if recursive and isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _combine(merged[key], value, recursive=True)
-        else:
-            merged[key] = value
-    return merged
-
-
 def test_the_test_bed_deploys_the_board_with_creation_in_default():
     """roles/deploy's deploy_values (evaluated as Ansible does, with the images app_images hands over): the board
     from testbed_registry, --allow-create --namespace default, its pods on the check image; the chart renders it
     with exactly the reads and the form's rights in default."""
-    import jinja2.nativetypes
-
-    env = jinja2.nativetypes.NativeEnvironment(undefined=jinja2.StrictUndefined)
-    env.filters["combine"] = _combine
     role = ROOT / "roles" / "deploy"
     defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
     variables = yaml.safe_load((role / "vars" / "main.yml").read_text())
@@ -1526,11 +1511,7 @@ def test_the_test_bed_deploys_the_board_with_creation_in_default():
         "app_images_repositories": {p: f"repo-{p}" for p in programs},
         "app_images_tags": {p: f"tag-{p}" for p in programs},
     }
-    for name in ("deploy_image_repositories", "deploy_image_tags", "deploy_scheduler_name", "deploy_board_name"):
-        context[name] = env.from_string(defaults[name]).render(**context)
-    context["deploy_board_namespaces"] = defaults["deploy_board_namespaces"]
-    context["deploy_chart_values"] = defaults["deploy_chart_values"]
-    values = env.from_string(variables["deploy_values"]).render(**context)
+    values = manifests.evaluate({**defaults, **variables}, context)["deploy_values"]
     assert values["board"]["allowCreate"] is True and values["board"]["namespaces"] == ["default"]
     docs = manifests.render(values, namespace=NAMESPACE)
     c = container(docs, "Deployment", BOARD)

@@ -29,7 +29,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jinja2
-import jinja2.nativetypes
 import pytest
 import yaml
 
@@ -96,17 +95,6 @@ class Pod:
 # ---- What the test-bed deploys ---------------------------------------------------------------------------------------
 
 
-def _combine(base: Mapping[str, Any], other: Mapping[str, Any], recursive: bool = False) -> dict[str, Any]:
-    """Ansible's combine filter (recursive: mappings merged key by key; anything else replaced)."""
-    merged = dict(base)
-    for key, value in other.items():
-        if recursive and isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _combine(merged[key], value, recursive=True)
-        else:
-            merged[key] = value
-    return merged
-
-
 def _load(path: pathlib.Path) -> dict[str, Any]:
     loaded: dict[str, Any] = (yaml.safe_load(path.read_text()) if path.exists() else None) or {}
     return loaded
@@ -118,8 +106,6 @@ def run_variables() -> dict[str, Any]:
     inventory's group_vars over them, then the deploy role's vars (Ansible's precedence), each Jinja expression
     evaluated as Ansible does once what it names is known (those that need Ansible itself, a lookup, stay out).
     What other roles hand over is stood in for: the images (names do not matter here) and the webhook's CA."""
-    env = jinja2.nativetypes.NativeEnvironment(undefined=jinja2.StrictUndefined)
-    env.filters["combine"] = _combine
     pending = {
         **_load(VERIFY_DEFAULTS),
         **_load(DEPLOY / "defaults" / "main.yml"),
@@ -135,21 +121,7 @@ def run_variables() -> dict[str, Any]:
         "webhook_tls_ca_bundle": _load(CA_VALUES)["webhook"]["tls"]["caBundle"],
         "webhook_tls_checksum": "0",
     }
-    while pending:
-        done = {}
-        for name, value in pending.items():
-            if not (isinstance(value, str) and "{{" in value):
-                done[name] = value
-                continue
-            try:
-                done[name] = env.from_string(value).render(**known)
-            except jinja2.TemplateError:
-                continue  # names a variable not known yet, or needs Ansible's own lookups and filters
-        if not done:
-            break
-        known.update(done)
-        pending = {k: v for k, v in pending.items() if k not in done}
-    return known
+    return manifests.evaluate(pending, known)
 
 
 def _ready_containers(pod_spec: Mapping[str, Any]) -> int:
