@@ -311,6 +311,43 @@ def create_claim_pod(world: World, name: str, claim: str) -> None:
     world.error = None
 
 
+@when(step('the pod "{name:q}" held by the scheduling gate "{gate:q}" is created with the map "{gpu_map:q}"'))
+def create_gated_map_pod(world: World, name: str, gate: str, gpu_map: str) -> None:
+    world.api.create(paths.pods(world.namespace), pod_body(name, gpu_map=gpu_map, gates=[gate]))
+
+
+@when(step('the pod "{name:q}" naming the GpuClaim "{claim:q}" and held by the scheduling gate "{gate:q}" is created'))
+def create_gated_claim_pod(world: World, name: str, claim: str, gate: str) -> None:
+    world.api.create(paths.pods(world.namespace), pod_body(name, gpu_map=None, claim=claim, gates=[gate]))
+
+
+@then(
+    step(
+        'for {seconds:d} seconds the pod "{name:q}" is not bound, gpu-scheduler never tries it and its PodScheduled '
+        "condition says SchedulingGated"
+    )
+)
+def gated_and_untried(world: World, name: str, seconds: int) -> None:
+    # A gated pod is not the scheduler's to try (the apiserver refuses its Binding): no attempt, no event, and the
+    # apiserver's own condition left as it set it.
+    deadline = time.monotonic() + seconds
+    while True:
+        pod = get_pod(world, name)
+        assert not pod["spec"].get("nodeName"), pod["spec"].get("nodeName")
+        conditions = {c["type"]: c for c in pod["status"].get("conditions") or []}
+        assert conditions.get("PodScheduled", {}).get("reason") == "SchedulingGated", conditions
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    assert bind_counts(world, range(1000))[name] == 0, "gpu-scheduler tried to bind it"
+    assert events_for(world, "Pod", name, "FailedScheduling") == [], "gpu-scheduler reported on a gated pod"
+
+
+@when(step('the scheduling gates of the pod "{name:q}" are removed'))
+def remove_gates(world: World, name: str) -> None:
+    world.api.patch(paths.pod(world.namespace, name), {"spec": {"schedulingGates": None}}, kind="merge")
+
+
 @when(step('the pod "{name:q}" is deleted'))
 def delete_pod(world: World, name: str) -> None:
     world.deleted[name] = get_pod(world, name)["metadata"]["uid"]

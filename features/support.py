@@ -150,6 +150,7 @@ def pod_body(
     generate_name: bool = False,
     tolerations: list[dict[str, Any]] | None = None,
     claim: str | None = None,
+    gates: list[str] | None = None,
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {"generateName": name} if generate_name else {"name": name}
     annotations = {}
@@ -162,6 +163,8 @@ def pod_body(
     spec = {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0, **containers()}
     if tolerations:
         spec["tolerations"] = tolerations
+    if gates:
+        spec["schedulingGates"] = [{"name": gate} for gate in gates]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 

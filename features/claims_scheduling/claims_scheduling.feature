@@ -96,3 +96,11 @@ Feature: GpuClaims are allocated with leases, reported in the claim, and release
     Given the GpuClaim "lonely" asking for 1 GPUs with policy "contiguous" on node "node9" is created
     When the pod "lonely-0" naming the GpuClaim "lonely" is created
     Then the GpuClaim "lonely" is Pending with a message containing "nodes with a GPU inventory matches selector"
+
+  Scenario: A claim pod held by a scheduling gate is bound once a queue removes the gate
+    Given the GpuClaim "queued" asking for 2 GPUs with policy "contiguous" on node "node2" is created
+    When the pod "queued-0" naming the GpuClaim "queued" and held by the scheduling gate "example.com/queue" is created
+    Then for 3 seconds the pod "queued-0" is not bound, gpu-scheduler never tries it and its PodScheduled condition says SchedulingGated
+    When the scheduling gates of the pod "queued-0" are removed
+    Then the GpuClaim "queued" is Bound with GPUs "0,1" on node2
+    And the pod "queued-0" runs on node2 with its allocation annotations "node2:0,1" and "0,1"

@@ -31,3 +31,9 @@ Feature: The scheduler binds only where a kubelet would accept the pod, and wait
     And the pod "other-0" is not bound and has CUDA_VISIBLE_DEVICES "0"
     And the pod "unrelated-0" is not bound, has no CUDA_VISIBLE_DEVICES and no events
     And the pod "plain-0" is Pending with reason Unschedulable and a message containing "no gpu-scheduling-map annotation"
+
+  Scenario: A map pod held by a scheduling gate is not tried until the gate is removed, then is bound at once
+    When the pod "gated-0" held by the scheduling gate "example.com/queue" is created with the map "0=node1:3"
+    Then for 3 seconds the pod "gated-0" is not bound, gpu-scheduler never tries it and its PodScheduled condition says SchedulingGated
+    When the scheduling gates of the pod "gated-0" are removed
+    Then the pod "gated-0" runs on node1 with CUDA_VISIBLE_DEVICES "3"

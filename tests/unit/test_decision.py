@@ -118,6 +118,8 @@ def test_missing_annotation_is_unschedulable():
         ({"metadata": {"name": "p-0", "deletionTimestamp": "2026-01-01T00:00:00Z"}}, False),
         ({"status": {"phase": "Succeeded"}}, False),
         ({"status": {"phase": "Failed"}}, False),
+        ({"spec": {"schedulerName": "gpu-scheduler", "schedulingGates": [{"name": "example.com/queue"}]}}, False),
+        ({"spec": {"schedulerName": "gpu-scheduler", "schedulingGates": []}}, True),  # the last gate removed
     ],
 )
 def test_is_schedulable_pod(changes, expected):

@@ -229,6 +229,11 @@ class Scheduler:
             self.metrics.pod_seen()
         elif old is not None and _scheduling_view(old) == _scheduling_view(pod):
             return  # only its status changed (our own condition, say): nothing a decision reads
+        if decision.is_gated(pod):
+            # Not tried while gated; whatever an earlier version of it had (a queued retry, a wait, a claim's
+            # reservation) is dropped, and the update that removes the last gate brings it back at once.
+            self._forget(key)
+            return
         if decision.is_schedulable_pod(pod, self.config.name):
             self._unwait(key)
             self.queue.add(key)

@@ -32,7 +32,7 @@ Decision = Bind | Unschedulable
 
 
 def is_schedulable_pod(pod: Mapping[str, Any], scheduler_name: str) -> bool:
-    """Unbound, not terminating, not finished, and ours."""
+    """Unbound, not terminating, not finished, not held by a scheduling gate, and ours."""
     spec = pod.get("spec") or {}
     meta = pod.get("metadata") or {}
     phase = (pod.get("status") or {}).get("phase")
@@ -41,7 +41,14 @@ def is_schedulable_pod(pod: Mapping[str, Any], scheduler_name: str) -> bool:
         and not spec.get("nodeName")
         and not meta.get("deletionTimestamp")
         and phase not in ("Succeeded", "Failed")
+        and not is_gated(pod)
     )
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """Held by a scheduling gate (spec.schedulingGates): not to be tried until whoever set the gates (a queue such as
+    Kueue) removes the last one, as kube-scheduler does; the apiserver refuses the Binding of a gated pod anyway."""
+    return bool((pod.get("spec") or {}).get("schedulingGates"))
 
 
 def is_finished(pod: Mapping[str, Any]) -> bool:
