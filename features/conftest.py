@@ -130,20 +130,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"the {len(other)} scenario(s) selected under features/ are not in the {tier} tier (the default is "
                 f"{CONTROLPLANE}): run them with --tier {KIND if tier == CONTROLPLANE else CONTROLPLANE}"
             )
-        dropped = set(other)
-        config.hook.pytest_deselected(items=other)
-        items[:] = [item for item in items if item not in dropped]
+        _deselect(config, items, other)
     exclusive = [item for item in items if item.get_closest_marker(EXCLUSIVE) is not None]
     if tier == KIND and exclusive and EXTERNAL_KUBECONFIG:
         why = exclusive_refusal(os.environ.get(EXCLUSIVE_ENV, ""), SyncClient(EXTERNAL_KUBECONFIG))
         if why:
             config.stash[_WHY_NOT_EXCLUSIVE] = (len(exclusive), why)
-            config.hook.pytest_deselected(items=exclusive)
-            dropped = set(exclusive)
-            items[:] = [item for item in items if item not in dropped]
-        # The @disruptive scenarios take the deployed components away while they run (features/chart: the release
+            _deselect(config, items, exclusive)
+    # The @disruptive scenarios take the deployed components away while they run (features/chart: the release
     # uninstalled), so every other scenario runs before them; the order among each group stays as collected.
     items.sort(key=lambda item: item.get_closest_marker(DISRUPTIVE) is not None)
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], drop: list[pytest.Item]) -> None:
+    """Report `drop` as deselected and take it out of `items`, in place."""
+    config.hook.pytest_deselected(items=drop)
+    dropped = set(drop)
+    items[:] = [item for item in items if item not in dropped]
 
 
 def exclusive_refusal(opt_in: str, api: SyncClient) -> str:

@@ -65,7 +65,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import toolchain
 
 ROOT = toolchain.ROOT
-INVENTORY = ROOT / "inventory" / "localhost" / "group_vars" / "all.yml"
+INVENTORY = toolchain.INVENTORY
 ONLINE_VARS = ROOT / "hack" / "online-vars.yml"
 
 # The label kind puts on each node container, naming its cluster (kind's pkg/cluster/constants).

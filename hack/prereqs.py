@@ -36,7 +36,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import toolchain
 
 ROOT = toolchain.ROOT
-INVENTORY = ROOT / "inventory" / "localhost" / "group_vars" / "all.yml"
+INVENTORY = toolchain.INVENTORY
 
 PYTHON_MIN = (3, 11)  # pyproject.toml's requires-python
 CORES_MIN = 2
@@ -83,6 +83,11 @@ class Finding:
         return text + (f"\n                 -> {self.fix}" if self.fix else "")
 
 
+def _verdict(name: str, ok: bool, found: str, fix: str) -> Finding:
+    """`ok` with what was found, or missing with what was found and `fix`."""
+    return Finding(name, ok, found, "" if ok else fix)
+
+
 def _release(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
 
@@ -91,28 +96,28 @@ def assess(f: Facts) -> list[Finding]:
     """The verdict on each prerequisite, in the order a newcomer would fix them."""
     out: list[Finding] = []
     debian = "Debian GNU/Linux 12" in f.os_release
+    amd64 = f.machine in ("x86_64", "amd64")
+    machine = f"{f.os_release or 'unknown OS'} on {f.machine}"
     out.append(
-        Finding("machine", True, f"{f.os_release or 'unknown OS'} on {f.machine}")
-        if f.machine in ("x86_64", "amd64") and debian
+        Finding("machine", True, machine)
+        if amd64 and debian
         else Finding(
             "machine",
             False,
-            f"{f.os_release or 'unknown OS'} on {f.machine}",
+            machine,
             "the test-bed is built and tested on Debian 12 (bookworm) amd64"
             + (
                 "; other amd64 Linux distributions may work but are not tested"
-                if f.machine in ("x86_64", "amd64")
+                if amd64
                 else ": the node image and every binary are built for amd64"
             ),
-            note=f.machine in ("x86_64", "amd64"),
+            note=amd64,
         )
     )
     out.append(
-        Finding("python", True, f"Python {_release(f.python)}")
-        if f.python >= PYTHON_MIN
-        else Finding(
+        _verdict(
             "python",
-            False,
+            f.python >= PYTHON_MIN,
             f"Python {_release(f.python)}",
             f"Python {_release(PYTHON_MIN)} or newer is needed (Debian 12's python3 is 3.11: apt-get install python3)",
         )
@@ -130,26 +135,20 @@ def assess(f: Facts) -> list[Finding]:
         )
     out.append(_go(f))
     out.append(
-        Finding("root", True, "running as root")
-        if f.uid == 0
-        else Finding(
+        _verdict(
             "root",
-            False,
-            f"running as uid {f.uid}",
+            f.uid == 0,
+            "running as root" if f.uid == 0 else f"running as uid {f.uid}",
             "run as root (sudo make " + f.goal + "): the test-bed installs Debian packages with apt-get (docker.io, "
             "debootstrap, chromium), writes /etc/docker/daemon.json and its runc wrapper, starts dockerd, and "
             "builds the node image and base images with debootstrap; a non-root run is not tested",
         )
     )
+    out.append(_verdict("cores", f.cores >= CORES_MIN, f"{f.cores}", f"{CORES_MIN} or more"))
     out.append(
-        Finding("cores", f.cores >= CORES_MIN, f"{f.cores}", "" if f.cores >= CORES_MIN else f"{CORES_MIN} or more")
-    )
-    out.append(
-        Finding("memory", True, f"{f.memory_gib:.1f} GiB")
-        if f.memory_gib >= MEMORY_MIN_GIB
-        else Finding(
+        _verdict(
             "memory",
-            False,
+            f.memory_gib >= MEMORY_MIN_GIB,
             f"{f.memory_gib:.1f} GiB",
             f"{MEMORY_MIN_GIB} GiB or more: the Go builds and the five KinD nodes with their control plane need it",
         )
@@ -232,23 +231,6 @@ def _memory_gib() -> float:
     return int(m.group(1)) / 1024 / 1024 if m else 0.0
 
 
-def _go_version() -> str | None:
-    if shutil.which("go") is None:
-        return None
-    # GOTOOLCHAIN=local: the Go on PATH itself, not one a go.mod nearby would switch to.
-    result = subprocess.run(
-        ["go", "env", "GOVERSION"],
-        env=dict(os.environ, GOTOOLCHAIN="local"),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd="/",
-    )
-    if result.returncode != 0:  # Go before 1.16 has no GOVERSION
-        result = subprocess.run(["go", "version"], capture_output=True, text=True, timeout=30, cwd="/")
-    return result.stdout.strip() or None
-
-
 def inventory_registry(path: pathlib.Path = INVENTORY) -> str:
     """The inventory's testbed_registry (a flat `key: value` line; no PyYAML here)."""
     m = re.search(r"^testbed_registry:\s*\"?([^\"#\s]+)", path.read_text(), re.MULTILINE)
@@ -300,7 +282,7 @@ def read_facts(goal: str) -> Facts:
         python=sys.version_info[:3],
         has_venv=all(importlib.util.find_spec(m) is not None for m in ("venv", "ensurepip")),
         venv_ready=(ROOT / ".venv" / "bin" / "python").exists(),
-        go=_go_version(),
+        go=toolchain.local_go_version(),
         go_needed=versions["go_version"],
         uid=os.getuid(),
         cores=os.cpu_count() or 1,

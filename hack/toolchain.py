@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import json
 import os
 import pathlib
@@ -42,6 +43,9 @@ from collections.abc import Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 VERSIONS_FILE = ROOT / "versions.yml"
+#: The test-bed's inputs (read here only for its path: hack/prereqs.py, hack/footprint.py and harness/manifests.py
+#: read the values).
+INVENTORY = ROOT / "inventory" / "localhost" / "group_vars" / "all.yml"
 
 # Staging modules that k8s.io/kubernetes requires at v0.0.0 and resolves with `replace` to ./staging in its
 # own tree; outside that tree each needs a replace to its published v0.X.Y release.
@@ -201,17 +205,26 @@ def gotoolchain(local: str, needed: str) -> str:
     return "go" + ".".join(map(str, want))
 
 
-_GOTOOLCHAIN: dict[str, str] = {}
+def local_go_version() -> str | None:
+    """The Go on PATH as it names itself (`go env GOVERSION`, or `go version` before Go 1.16), never one a go.mod
+    nearby would switch to (GOTOOLCHAIN=local); None when no `go` is on PATH."""
+    if shutil.which("go") is None:
+        return None
+    env = dict(os.environ, GOTOOLCHAIN="local")
+    result = subprocess.run(["go", "env", "GOVERSION"], env=env, capture_output=True, text=True, timeout=30, cwd="/")
+    if result.returncode != 0:
+        result = subprocess.run(["go", "version"], env=env, capture_output=True, text=True, timeout=30, cwd="/")
+    return result.stdout.strip() or None
+
+
+@functools.cache
+def _gotoolchain_here(needed: str) -> str:
+    return gotoolchain(local_go_version() or "", needed)
 
 
 def go_env(versions: dict[str, str], **extra: str) -> dict[str, str]:
     """The environment every `go` command of the project's builds runs in (also hack/protos.py's)."""
-    if "value" not in _GOTOOLCHAIN:
-        local = subprocess.run(
-            ["go", "env", "GOVERSION"], env=dict(os.environ, GOTOOLCHAIN="local"), capture_output=True, text=True
-        ).stdout
-        _GOTOOLCHAIN["value"] = gotoolchain(local, versions["go_version"])
-    return dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN=_GOTOOLCHAIN["value"], **extra)
+    return dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN=_gotoolchain_here(versions["go_version"]), **extra)
 
 
 def check_go_directive(module: str, gomod: str, needed: str) -> None:

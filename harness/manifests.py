@@ -29,7 +29,7 @@ CHART_VALUES = CHART / "values.yaml"
 #: The keys the programs agree on (src/gpu_scheduling/constants.py), which the chart's templates and Ansible read.
 KEYS_FILE = CHART / "keys.yaml"
 CRD_DIR = CHART / "crds"
-GROUP_VARS = ROOT / "inventory" / "localhost" / "group_vars" / "all.yml"
+GROUP_VARS = toolchain.INVENTORY
 DEPLOY_DEFAULTS = ROOT / "roles" / "deploy" / "defaults" / "main.yml"
 #: The release name the test-bed installs the chart under (the objects' names do not depend on it).
 RELEASE = "gpu-scheduler"
