@@ -144,6 +144,18 @@ def discovery_dir(server: str, cache: pathlib.Path) -> pathlib.Path:
     return cache / "discovery" / re.sub(r"[^(\w/.)]", "_", host)
 
 
+def kube_cache_dir() -> pathlib.Path:
+    """kubectl's cache folder ($KUBECACHEDIR, else ~/.kube/cache)."""
+    return pathlib.Path(os.environ.get("KUBECACHEDIR") or pathlib.Path.home() / ".kube" / "cache")
+
+
+def discovery_dirs(kubeconfig: pathlib.Path) -> list[pathlib.Path]:
+    """kubectl's discovery cache folders of the API servers a kubeconfig names (none when it is gone)."""
+    if not kubeconfig.is_file():
+        return []
+    return [discovery_dir(server, kube_cache_dir()) for server in kubeconfig_servers(kubeconfig.read_text())]
+
+
 def kubeconfig_servers(text: str) -> list[str]:
     """The API servers a kubeconfig names."""
     config = yaml.safe_load(text) or {}
@@ -180,13 +192,6 @@ def read_names(cluster: str | None = None, registry: str | None = None, caches: 
         *COMPONENT_REPOSITORIES,
     ]
 
-    kube_cache = pathlib.Path(os.environ.get("KUBECACHEDIR") or pathlib.Path.home() / ".kube" / "cache")
-    servers = [
-        server
-        for name in made
-        if (state / name / "kubeconfig").is_file()
-        for server in kubeconfig_servers((state / name / "kubeconfig").read_text())
-    ]
     tls_dir = _defaults("webhook_tls")["webhook_tls_dir"]
     tls = [pathlib.Path(_render(tls_dir, {**context, "testbed_cluster_name": c})) for c in clusters]
     paths = [
@@ -195,7 +200,7 @@ def read_names(cluster: str | None = None, registry: str | None = None, caches: 
         *(p for p in tls if not p.is_relative_to(cache / "tls")),  # a webhook_tls_dir set outside the cache
         pathlib.Path(_render(app_images["app_images_build_dir"], context)),
         pathlib.Path(_render(_defaults("deploy")["deploy_package_dir"], context)),
-        *(discovery_dir(server, kube_cache) for server in servers),
+        *(d for name in made for d in discovery_dirs(state / name / "kubeconfig")),
         *([cache] if caches else []),
     ]
     return Names(
@@ -613,8 +618,14 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--snapshot", type=pathlib.Path, help="the folder a `snapshot` wrote before the uninstall")
     check.add_argument("--caches-purged", action="store_true", help="the uninstall removed the cache folder too")
     check.add_argument("--packages-kept", action="store_true", help="the uninstall kept the recorded packages")
+    disc = commands.add_parser("discovery", help="kubectl's discovery cache folders of a kubeconfig's API servers")
+    disc.add_argument("kubeconfig", type=pathlib.Path)
     args = parser.parse_args(argv)
 
+    if args.command == "discovery":  # make teardown removes them with the cluster's kubeconfig
+        for folder in discovery_dirs(args.kubeconfig):
+            print(folder)
+        return 0
     if args.command == "list":
         names = read_names(args.cluster, args.registry, caches=args.caches)
         docker = read_docker()

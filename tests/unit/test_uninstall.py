@@ -330,6 +330,18 @@ def test_kubectls_discovery_cache_folder_of_a_server():
     ) == ["https://127.0.0.1:34183"]
 
 
+def test_the_discovery_command_names_the_cache_of_a_kubeconfigs_servers_for_teardown(tmp_path, monkeypatch, capsys):
+    # make teardown removes the cluster's kubeconfig, after which no later uninstall can name this cache: it asks
+    # here first and removes it with the cluster.
+    monkeypatch.setenv("KUBECACHEDIR", str(tmp_path / "kube"))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("clusters:\n- cluster: {server: 'https://127.0.0.1:41391'}\n")
+    assert footprint.main(["discovery", str(kubeconfig)]) == 0
+    assert capsys.readouterr().out.splitlines() == [str(tmp_path / "kube" / "discovery" / "127.0.0.1_41391")]
+    assert footprint.main(["discovery", str(tmp_path / "gone")]) == 0  # a cluster torn down already: nothing
+    assert capsys.readouterr().out == ""
+
+
 def test_the_names_come_from_the_inventory_the_roles_and_the_clusters_the_test_bed_made(tmp_path, monkeypatch):
     monkeypatch.setenv("GPU_TESTBED_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("KUBECACHEDIR", str(tmp_path / "kube"))
