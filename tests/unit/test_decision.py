@@ -5,7 +5,7 @@ import contextlib
 import pytest
 
 from gpu_scheduling import gpumap, podrequest
-from gpu_scheduling.scheduler import decision
+from gpu_scheduling.scheduler import decision, fit
 
 TAKE_HOME = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
 
@@ -21,9 +21,15 @@ def node(name, ready=True, unschedulable=False, taints=None):
                     "status": "True" if ready else "False",
                     "reason": "KubeletReady" if ready else "KubeletNotReady",
                 }
-            ]
+            ],
+            "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
         },
     }
+
+
+def decide(the_pod, nodes, isolated=False, usage=None):
+    """decision.decide with nothing else on the nodes unless `usage` says so."""
+    return decision.decide(the_pod, nodes, isolated, usage or fit.NodeUsage())
 
 
 def pod(name="check-3", annotation=TAKE_HOME, tolerations=None, **spec):
@@ -43,7 +49,7 @@ NODES = {f"node{i}": node(f"node{i}") for i in range(1, 5)}
 
 @pytest.mark.parametrize("index, target", [(0, "node1"), (1, "node2"), (2, "node3"), (3, "node4"), (4, "node4")])
 def test_take_home_placement(index, target):
-    verdict = decision.decide(pod(f"gpu-scheduler-check-{index}"), NODES)
+    verdict = decide(pod(f"gpu-scheduler-check-{index}"), NODES)
     assert verdict == decision.Bind(target, verdict.entry) and verdict.entry.node == target
 
 
@@ -61,14 +67,14 @@ def test_take_home_placement(index, target):
     ],
 )
 def test_unschedulable_waits_for_the_node(nodes, fragment):
-    verdict = decision.decide(pod(), nodes)
+    verdict = decide(pod(), nodes)
     assert isinstance(verdict, decision.Unschedulable)
     assert fragment in verdict.message and verdict.node == "node4"
 
 
 def test_prefer_no_schedule_taint_does_not_block():
     nodes = {"node4": node("node4", taints=[{"key": "soft", "effect": "PreferNoSchedule"}])}
-    assert isinstance(decision.decide(pod(), nodes), decision.Bind)
+    assert isinstance(decide(pod(), nodes), decision.Bind)
 
 
 @pytest.mark.parametrize(
@@ -82,7 +88,7 @@ def test_prefer_no_schedule_taint_does_not_block():
 )
 def test_tolerated_taints_allow_binding(toleration):
     nodes = {"node4": node("node4", taints=[{"key": "gpu", "value": "broken", "effect": "NoSchedule"}])}
-    assert isinstance(decision.decide(pod(tolerations=[toleration]), nodes), decision.Bind)
+    assert isinstance(decide(pod(tolerations=[toleration]), nodes), decision.Bind)
 
 
 @pytest.mark.parametrize(
@@ -96,16 +102,16 @@ def test_tolerated_taints_allow_binding(toleration):
 )
 def test_non_matching_tolerations(toleration):
     nodes = {"node4": node("node4", taints=[{"key": "gpu", "value": "broken", "effect": "NoSchedule"}])}
-    assert isinstance(decision.decide(pod(tolerations=[toleration]), nodes), decision.Unschedulable)
+    assert isinstance(decide(pod(tolerations=[toleration]), nodes), decision.Unschedulable)
 
 
 def test_bad_map_is_unschedulable_without_a_node_to_wait_for():
-    verdict = decision.decide(pod(annotation="3=node4"), NODES)
+    verdict = decide(pod(annotation="3=node4"), NODES)
     assert isinstance(verdict, decision.Unschedulable) and verdict.node is None and "line 1" in verdict.message
 
 
 def test_missing_annotation_is_unschedulable():
-    verdict = decision.decide(pod(annotation=None), NODES)
+    verdict = decide(pod(annotation=None), NODES)
     assert isinstance(verdict, decision.Unschedulable) and "no gpu-scheduling-map annotation" in verdict.message
 
 
@@ -174,7 +180,7 @@ def test_map_pod_without_the_webhooks_env_is_not_bound(containers, init, fragmen
     spec = {"containers": containers}
     if init is not None:
         spec["initContainers"] = init
-    verdict = decision.decide(pod(**spec), NODES)
+    verdict = decide(pod(**spec), NODES)
     assert isinstance(verdict, decision.Unschedulable) and verdict.node is None
     assert fragment in verdict.message, verdict.message
     assert "\n" not in verdict.message
@@ -186,7 +192,7 @@ def test_map_pod_with_env_everywhere_is_bound():
         "initContainers": [{"name": "i", "env": env}],
         "containers": [{"name": "a", "env": env}, {"name": "b", "env": env}],
     }
-    assert isinstance(decision.decide(pod(**spec), NODES), decision.Bind)
+    assert isinstance(decide(pod(**spec), NODES), decision.Bind)
 
 
 # ---- decide never raises: every shape is Unschedulable with the field named ----------------------------------
@@ -280,7 +286,7 @@ def test_map_pod_with_env_everywhere_is_bound():
     ],
 )
 def test_decide_never_raises_for_a_pod_of_the_wrong_shape(the_pod, fragment):
-    verdict = decision.decide(the_pod, {"n": node("n")})
+    verdict = decide(the_pod, {"n": node("n")})
     assert isinstance(verdict, decision.Unschedulable) and fragment in verdict.message, verdict
     assert len(verdict.message) < 2000
 
@@ -357,6 +363,6 @@ def test_webhook_and_scheduler_give_the_same_reason(meta):
         "object": the_pod,
     }
     denial = admission.review_pod(request)["response"]
-    verdict = decision.decide(the_pod, NODES)
+    verdict = decide(the_pod, NODES)
     assert not denial["allowed"] and isinstance(verdict, decision.Unschedulable)
     assert denial["status"]["message"].endswith(": " + verdict.message)

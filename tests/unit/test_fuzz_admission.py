@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_scheduling import admission, gpumap, patches, podrequest
-from gpu_scheduling.scheduler import decision
+from gpu_scheduling.scheduler import decision, fit
 
 MESSAGE_BOUND = 8 * 1024
 """No message built from user text is longer than this (a denial, a BadRequest, an Unschedulable reason)."""
@@ -444,7 +444,11 @@ def check_map(text: str) -> None:
 
 
 def ready_node(name: str) -> dict:
-    return {"metadata": {"name": name}, "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "metadata": {"name": name},
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {"pods": "110"}},
+    }
 
 
 def check_pod(pod: object) -> None:
@@ -458,7 +462,7 @@ def check_pod(pod: object) -> None:
         podrequest.claim_name(meta)
     except gpumap.PodMapError as exc:
         assert_safe_message(str(exc))
-    verdict = decision.decide(pod, {})
+    verdict = decision.decide(pod, {}, False, fit.NodeUsage())
     decision.is_claim_pod(pod if isinstance(pod, dict) else {})
     if isinstance(verdict, decision.Unschedulable):
         assert_safe_message(verdict.message)
@@ -494,11 +498,14 @@ def check_body(body: bytes) -> None:
         if response["allowed"]:
             ops = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
             admitted = patches.apply(pod, ops)
-            verdict = decision.decide(admitted, {asked.entry.node: ready_node(asked.entry.node)})
+            verdict = decision.decide(
+                admitted, {asked.entry.node: ready_node(asked.entry.node)}, False, fit.NodeUsage()
+            )
             assert isinstance(verdict, decision.Bind), verdict
         else:
             assert isinstance(
-                decision.decide(pod, {asked.entry.node: ready_node(asked.entry.node)}), decision.Unschedulable
+                decision.decide(pod, {asked.entry.node: ready_node(asked.entry.node)}, False, fit.NodeUsage()),
+                decision.Unschedulable,
             )
 
 

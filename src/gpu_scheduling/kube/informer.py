@@ -47,11 +47,15 @@ class Informer:
         params: dict[str, str] | None = None,
         name: str = "",
         page_size: int = 500,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] = slim,
     ):
         self.client, self.path, self.handler = client, path, handler
         self.params = params or {}
         self.name = name or path
         self.page_size = page_size
+        self.transform = transform
+        """What is kept of each object, in the cache and for the handler (client-go's SetTransform): `slim` by
+        default; an informer of many objects of which it reads little keeps only that."""
         self.cache: dict[str, dict[str, Any]] = {}
         self.synced = asyncio.Event()
         self._rv = ""
@@ -60,7 +64,7 @@ class Informer:
         fresh: dict[str, dict[str, Any]] = {}
         async for page in self.client.list_pages(self.path, self.page_size, **self.params):
             for item in page.get("items") or []:
-                fresh[key_of(item)] = slim(item)
+                fresh[key_of(item)] = self.transform(item)
             self._rv = page["metadata"]["resourceVersion"]
         old = self.cache
         self.cache = fresh
@@ -104,9 +108,10 @@ class Informer:
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind: str = event.get("type", "")
-        obj = slim(event.get("object") or {})
+        raw = event.get("object") or {}
         if kind == "ERROR":
-            raise from_status(obj)
+            raise from_status(raw)
+        obj = raw if kind == "BOOKMARK" else self.transform(raw)
         self._rv = obj.get("metadata", {}).get("resourceVersion", self._rv)
         if kind == "BOOKMARK":
             return

@@ -44,7 +44,7 @@ from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
 from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.kube.workqueue import WorkQueue
-from gpu_scheduling.scheduler import decision
+from gpu_scheduling.scheduler import decision, fit
 from gpu_scheduling.scheduler.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -104,8 +104,13 @@ class ClaimPath:
         event: EventSink | None = None,
         queue_changed: Callable[[], None] | None = None,
         metrics: Metrics | None = None,
+        usage: fit.NodeUsage | None = None,
+        room_made: Callable[[str], None] | None = None,
     ):
         self.client = client
+        self.usage = usage if usage is not None else fit.NodeUsage()
+        """What the pods on each node take (kept by the controller): a claim pod goes only where it fits."""
+        self._room_made = room_made or (lambda _node: None)  # a node has more room: wake who waits for it
         self.ledger = ledger
         self._changed = changed  # the ledger changed: the controller wakes the pods a freed GPU could help
         self._claim_changed = claim_changed  # "<namespace>/<claim>": its spec changed or it appeared
@@ -306,6 +311,11 @@ class ClaimPath:
                 }
                 await self._event(involved, CLUSTER_EVENTS_NAMESPACE, "Normal", EVENT_POLICY_APPLIED, want["message"])
 
+    def has_inventory(self, node: str) -> bool:
+        """Whether `node` has a GpuNodeStatus the scheduler trusts (claims can be placed on it)."""
+        status = self.statuses.cache.get(node)
+        return status is not None and objects.inventory_node(status) == node
+
     def nodes_changed(self) -> None:
         """A Node or a GpuNodeStatus changed: the usable inventory must be worked out again."""
         self._usable.clear()
@@ -354,11 +364,23 @@ class ClaimPath:
         if hold is not None and not hold.bound:
             message = f"allocated {hold.node}:{','.join(map(str, hold.gpu_ids))} (retrying an earlier attempt)"
         else:
+            wanted = decision.pod_fit(pod)
+            if isinstance(wanted, str):
+                self.released(key)
+                await self.set_claim_status(claim, {"phase": "Pending", "message": wanted})
+                return decision.Unschedulable(f"GpuClaim {claim_name}: {wanted}")
             tolerations = (pod.get("spec") or {}).get("tolerations") or []
             inventory = self._usable_inventory(nodes, tolerations)
             if not inventory:
                 self.released(key)
                 why = self._no_inventory(nodes, tolerations)
+                await self.set_claim_status(claim, {"phase": "Pending", "message": why})
+                return decision.Unschedulable(f"GpuClaim {claim_name}: {why}")
+            inventory, refused = self._fitting(wanted, inventory, nodes)
+            if not inventory:
+                # Kept as a waiter of no node: a pod that fits nowhere now holds no GPUs back from lower priorities.
+                self.released(key)
+                why = f"the pod fits none of the {len(refused)} nodes with a GPU inventory: {fit.summary(refused)}"
                 await self.set_claim_status(claim, {"phase": "Pending", "message": why})
                 return decision.Unschedulable(f"GpuClaim {claim_name}: {why}")
             rank = priority.pod_priority(pod)
@@ -394,6 +416,9 @@ class ClaimPath:
                 return decision.Unschedulable(
                     f"GpuClaim {claim_name}: GPUs {outcome.allocated} are held by {conflicts[0].holder}; retrying"
                 )
+            taken = fit.footprint(pod, outcome.node)
+            assert taken is not None
+            self.usage.assume(uid, taken)  # the node's room too, in the same step
             message = outcome.message
         if (claim.get("spec") or {}).get("gangRef"):
             message += f"; gangRef {claim['spec']['gangRef']!r} is not supported yet, the claim is served alone"
@@ -412,7 +437,11 @@ class ClaimPath:
             self._queue_changed()
 
     def failed(self, uid: str) -> None:
-        """The attempt for `uid` is over without a binding: it holds nothing (its Leases are released)."""
+        """The attempt for `uid` is over without a binding: it holds nothing (its Leases are released) and takes
+        no room on the node."""
+        room = self.usage.unassume(uid)
+        if room is not None:
+            self._room_made(room)
         hold = self.ledger.hold(uid)
         keys = self.ledger.forget(uid) | (set(hold.gpus) if hold else set())
         self.reconcile(keys)
@@ -436,6 +465,19 @@ class ClaimPath:
                 "message": placed.message,
             },
         )
+
+    def _fitting(
+        self, wanted: fit.Want, inventory: list[allocator.Node], nodes: Mapping[str, dict[str, Any]]
+    ) -> tuple[list[allocator.Node], dict[str, str]]:
+        """The nodes of `inventory` the pod fits now (scheduler.fit), and why each other one does not."""
+        fitting, refused = [], {}
+        for candidate in inventory:
+            why = fit.problem(wanted, nodes[candidate.name], self.usage)
+            if why is None:
+                fitting.append(candidate)
+            else:
+                refused[candidate.name] = why
+        return fitting, refused
 
     def _usable_inventory(
         self, nodes: Mapping[str, dict[str, Any]], tolerations: list[Mapping[str, Any]]

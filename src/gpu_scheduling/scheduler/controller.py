@@ -35,7 +35,7 @@ from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
 from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.kube.workqueue import Backoff, WorkQueue
-from gpu_scheduling.scheduler import decision
+from gpu_scheduling.scheduler import decision, fit
 from gpu_scheduling.scheduler.claims import ClaimPath, Placed
 from gpu_scheduling.scheduler.metrics import Metrics, SchedulerState
 
@@ -104,6 +104,43 @@ def _placeholder(key: str) -> dict[str, Any]:
     return {"metadata": {"namespace": namespace, "name": name}}
 
 
+_RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
+"""Field selector of the pods that take room on their node: kube-scheduler's own pod informer has the same."""
+
+
+def fit_view(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the fit rules read of another scheduler's pod, and no more (its requests and host ports): what the
+    informer keeps of each of possibly many thousands of pods."""
+
+    def container(c: Any) -> dict[str, Any]:
+        if not isinstance(c, dict):
+            return {}
+        kept: dict[str, Any] = {"resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
+        ports = [p for p in c.get("ports") or [] if isinstance(p, dict) and p.get("hostPort")]
+        if ports:
+            kept["ports"] = ports
+        if c.get("restartPolicy"):
+            kept["restartPolicy"] = c["restartPolicy"]
+        return kept
+
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    view_spec: dict[str, Any] = {
+        "nodeName": spec.get("nodeName"),
+        "containers": [container(c) for c in spec.get("containers") or []],
+    }
+    if spec.get("initContainers"):
+        view_spec["initContainers"] = [container(c) for c in spec["initContainers"]]
+    for field in ("overhead", "resources"):
+        if spec.get(field):
+            view_spec[field] = spec[field]
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
+        "spec": view_spec,
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
+
+
 def _key(pod: dict[str, Any]) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
@@ -134,6 +171,17 @@ class Scheduler:
             name="pods",
         )
         self.nodes = Informer(client, paths.NODES, self._on_node, name="nodes")
+        # What the other schedulers' pods take from the nodes (their requests and host ports, nothing else kept):
+        # with our own bound pods, the running totals that a pod must fit in (fit.NodeUsage).
+        self.others = Informer(
+            client,
+            paths.ALL_PODS,
+            self._on_other_pod,
+            params={"fieldSelector": f"spec.schedulerName!={config.name},spec.nodeName!=,{_RUNNING}"},
+            name="other-pods",
+            transform=fit_view,
+        )
+        self.usage = fit.NodeUsage()
         self.queue: WorkQueue[str] = WorkQueue()
         self.backoff = Backoff(config.retry_seconds, config.max_retry_seconds)
         self._by_uid: dict[str, str] = {}  # pod uid -> key, for every cached pod
@@ -165,6 +213,8 @@ class Scheduler:
             event=self._post_event,
             queue_changed=self._wake_claim_pods,
             metrics=self.metrics,
+            usage=self.usage,
+            room_made=self._room_made,
         )
         self.metrics.state_source = self.state
 
@@ -204,10 +254,26 @@ class Scheduler:
         key = self._by_uid.get(uid)
         return self.pods.cache.get(key) if key else None
 
+    def _on_other_pod(self, kind: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        """A pod of another scheduler, bound: count what it takes on its node."""
+        taken = None if kind == "DELETED" else fit.footprint(pod)
+        self._room_made(self.usage.set(pod["metadata"]["uid"], taken))
+
+    def _room_made(self, node: str | None) -> None:
+        """`node` has more room now (a pod left it or asks less): wake the map pods that wait for it and, if it has
+        GPUs for claims, the waiting claim pods."""
+        if node is None:
+            return
+        for key in list(self._waiting.pop(node, ())):
+            self._retry(key)
+        if self.claim_path.has_inventory(node):
+            self._wake_claim_pods()
+
     def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         key = _key(pod)
         uid = pod["metadata"]["uid"]
         if kind == "DELETED" or decision.is_finished(pod):
+            self._room_made(self.usage.set(uid, None))
             self._forget(key)
             self._assumed_bound.discard(key)
             if self._by_uid.get(uid) == key:
@@ -217,6 +283,7 @@ class Scheduler:
             return
         self._by_uid[uid] = key
         if (pod.get("spec") or {}).get("nodeName"):  # bound: what it holds is the API's word
+            self._room_made(self.usage.set(uid, fit.footprint(pod)))
             if key in self._assumed_bound or old is None or not (old.get("spec") or {}).get("nodeName"):
                 self._assumed_bound.discard(key)
                 self._forget(key)
@@ -304,16 +371,19 @@ class Scheduler:
         # the ledger takes the two in any order.
         await self.nodes.synced.wait()
         tasks += await self.claim_path.watch()
+        tasks.append(asyncio.create_task(self.others.run(), name="other-pods-informer"))
         tasks.append(asyncio.create_task(self.pods.run(), name="pods-informer"))
+        await self.others.synced.wait()
         await self.pods.synced.wait()
         self._watching = True
         pending = sum(1 for p in self.pods.cache.values() if not (p.get("spec") or {}).get("nodeName"))
         log.info(
-            "caches synced: %d nodes, %d pods of %s (%d pending), %d GPU holds",
+            "caches synced: %d nodes, %d pods of %s (%d pending), %d bound pods of other schedulers, %d GPU holds",
             len(self.nodes.cache),
             len(self.pods.cache),
             self.config.name,
             pending,
+            len(self.others.cache),
             sum(1 for _ in self.ledger.holds()),
         )
         return tasks
@@ -410,7 +480,8 @@ class Scheduler:
 
     async def _schedule_map_pod(self, key: str, pod: dict[str, Any]) -> str:
         """Place a map pod; the attempt's result for the metrics."""
-        verdict = decision.decide(pod, self.nodes.cache, self.config.isolated_gpus)  # cluster-scoped: key == node
+        # cluster-scoped: key == node
+        verdict = decision.decide(pod, self.nodes.cache, self.config.isolated_gpus, self.usage)
         if isinstance(verdict, decision.Unschedulable):
             if verdict.node:
                 self._waiting[verdict.node].add(key)
@@ -433,11 +504,16 @@ class Scheduler:
                 ),
             )
             return "unschedulable"
+        # Counted on the node before any await: the decision and what it takes are one step.
+        taken = fit.footprint(pod, verdict.node)
+        assert taken is not None
+        self.usage.assume(meta["uid"], taken)
         outcome = await self._bind(key, pod, verdict.node)
         if outcome is True:
             self.ledger.confirm(meta["uid"])
         elif outcome is False:
             self.ledger.forget(meta["uid"])
+            self._room_made(self.usage.unassume(meta["uid"]))
             self._ledger_changed()
         return _result(outcome)
 

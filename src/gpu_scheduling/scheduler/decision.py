@@ -1,8 +1,9 @@
 """Where a pod goes, or why it cannot go anywhere. Pure: works on plain pod and node dicts, no client.
 
 The scheduler trusts the map (that is its contract) but never binds to a node a kubelet would refuse or that
-the cluster operator has fenced off: unknown, NotReady, cordoned, or tainted NoSchedule/NoExecute without a
-matching toleration.
+the cluster operator has fenced off: unknown, NotReady, cordoned or tainted NoSchedule/NoExecute without a
+matching toleration, or one the pod does not fit as kube-scheduler judges it (scheduler.fit: resources against the
+node's other pods, pod count, host ports, nodeSelector and required node affinity).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_scheduling import constants, gpumap, podrequest
+from gpu_scheduling.scheduler import fit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +82,7 @@ def node_problem(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) 
         why = f" ({ready.get('reason')})" if ready and ready.get("reason") else ""
         return f"node {name} is not Ready{why}"
     spec = node.get("spec") or {}
-    if spec.get("unschedulable"):
+    if spec.get("unschedulable") and not any(toleration_matches(t, CORDON_TAINT) for t in tolerations):
         return f"node {name} is cordoned (spec.unschedulable=true)"
     for taint in spec.get("taints") or []:
         if taint.get("effect") not in ("NoSchedule", "NoExecute"):
@@ -91,6 +93,20 @@ def node_problem(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) 
                 f"node {name} has taint {taint.get('key')}{value}:{taint.get('effect')} that the pod does not tolerate"
             )
     return None
+
+
+CORDON_TAINT: Mapping[str, str] = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+"""A pod that tolerates this taint may go to a cordoned node (kube-scheduler's NodeUnschedulable), as DaemonSet
+pods do."""
+
+
+def pod_fit(pod: Mapping[str, Any]) -> fit.Want | str:
+    """The pod's side of the fit rules, or why it cannot be judged: a required rule gpu-scheduler does not support,
+    or a field that cannot be read."""
+    try:
+        return fit.unsupported(pod) or fit.want(pod)
+    except fit.FitError as exc:
+        return str(exc)
 
 
 def is_claim_pod(pod: Mapping[str, Any]) -> bool:
@@ -118,9 +134,14 @@ def _tolerations(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return tolerations
 
 
-def decide(pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], isolated: bool = False) -> Decision:
-    """Decide for one schedulable map pod given the current nodes (name -> node). Claim pods go through
-    scheduler.claims instead.
+def decide(
+    pod: Mapping[str, Any],
+    nodes: Mapping[str, Mapping[str, Any]],
+    isolated: bool,
+    usage: fit.NodeUsage,
+) -> Decision:
+    """Decide for one schedulable map pod given the current nodes (name -> node) and what their pods take (`usage`).
+    Claim pods go through scheduler.claims instead.
 
     Never raises for any shape of `pod`: what cannot be read (see :func:`podrequest.read`) is Unschedulable
     with the reason. A map pod is bound only when every container and init container has the
@@ -144,13 +165,16 @@ def decide(pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], isola
         tolerations = _tolerations(pod)
     except gpumap.PodMapError as exc:
         return Unschedulable(str(exc))
+    wanted = pod_fit(pod)
+    if isinstance(wanted, str):
+        return Unschedulable(f"{wanted} (map entry {entry.index})")
     node = nodes.get(entry.node)
     if node is None:
         return Unschedulable(
             f"node {entry.node} from map entry {entry.index}={entry.node}:{entry.cuda_visible_devices} does not exist",
             node=entry.node,
         )
-    problem = node_problem(node, tolerations)
+    problem = node_problem(node, tolerations) or fit.problem(wanted, node, usage)
     if problem:
         return Unschedulable(f"{problem} (map entry {entry.index})", node=entry.node)
     return Bind(entry.node, entry)

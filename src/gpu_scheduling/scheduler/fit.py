@@ -1,0 +1,457 @@
+"""Whether a pod fits a node the way kube-scheduler's default filters judge it. Pure: plain pod and node dicts, and
+`NodeUsage`, the running totals of what the pods bound to each node request (kept by the controller from its watches;
+no client here).
+
+The rules, each as kube-scheduler v1.34's filter plugin of the same name decides (the differential test in
+features/fit compares the two on a real cluster):
+
+- NodeResourcesFit: the pod's requests (kube's formula: the sum of its containers and restartable init containers,
+  at least the largest init container's need, pod-level requests where set, plus the overhead) fit in the node's
+  allocatable minus what its other pods request; one more pod fits the node's `pods`. A resource the pod does not
+  request is not checked, as there.
+- NodePorts: no host port (protocol, port; IP 0.0.0.0 conflicts with every IP) is taken on the node.
+- NodeAffinity: `spec.nodeSelector` and `requiredDuringSchedulingIgnoredDuringExecution`'s node selector terms
+  (In, NotIn, Exists, DoesNotExist, Gt, Lt; matchFields on metadata.name).
+- NodeUnschedulable and TaintToleration: decision.node_problem (which also refuses a NotReady node, where
+  kube-scheduler relies on the not-ready taint).
+
+Rules a pod can ask for that gpu-scheduler does not judge (`unsupported` names them, and such a pod waits with that
+reason instead of being placed against its wishes): required pod affinity and anti-affinity, topology spread
+constraints with `whenUnsatisfiable: DoNotSchedule`, and Dynamic Resource Allocation claims. Not checked at all:
+volumes (VolumeBinding, VolumeZone, node volume limits) and other pods' anti-affinity towards this one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any
+
+CPU = "cpu"
+MEMORY = "memory"
+EPHEMERAL_STORAGE = "ephemeral-storage"
+PODS = "pods"
+
+_SUFFIXES: dict[str, Fraction] = {
+    "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "k": Fraction(1000),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+
+
+class FitError(ValueError):
+    """A field the rules read is not of the shape the API gives it (say which and what was expected)."""
+
+
+def _obj(value: Any, field: str) -> Mapping[str, Any]:
+    """`value` as an object (absent: empty), or FitError naming `field`."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise FitError(f"{field} is not an object")
+    return value
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _obj(pod.get("spec"), "spec")
+
+
+def quantity(value: Any, field: str) -> Fraction:
+    """A Kubernetes quantity ("500m", "2Gi", "1e3", 4) as an exact number."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise FitError(f"{field} is not a quantity; expected a string such as 500m or 2Gi")
+    text = str(value).strip()
+    match = _QUANTITY.match(text) if len(text) <= 64 else None
+    if match is None:
+        raise FitError(f"{field} is {text[:64]!r}; expected a quantity such as 500m or 2Gi")
+    number, exponent, suffix = match.groups()
+    scale = Fraction(10) ** int(exponent[1:]) if exponent else _SUFFIXES[suffix or ""]
+    return Fraction(number) * scale
+
+
+def amount(resource: str, value: Any, field: str) -> int:
+    """A quantity in the unit the scheduler counts `resource` in: millicores for cpu, whole units otherwise (both
+    rounded up, as resource.Quantity's MilliValue and Value)."""
+    q = quantity(value, field)
+    return math.ceil(q * 1000) if resource == CPU else math.ceil(q)
+
+
+def _counted(resource: str) -> bool:
+    """The resources NodeResourcesFit compares: cpu, memory, ephemeral storage and the scalar ones (extended
+    resources such as nvidia.com/gpu, hugepages, kubernetes.io/-prefixed)."""
+    return resource in (CPU, MEMORY, EPHEMERAL_STORAGE) or "/" in resource or resource.startswith("hugepages-")
+
+
+def _requests(resources: Any, field: str) -> dict[str, int]:
+    requests = _obj(_obj(resources, field).get("requests"), f"{field}.requests")
+    return {str(r): amount(str(r), q, f"{field}.requests.{r}") for r, q in requests.items() if _counted(str(r))}
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for r, q in more.items():
+        into[r] = into.get(r, 0) + q
+
+
+def _containers(spec: Mapping[str, Any], field: str) -> list[Mapping[str, Any]]:
+    containers = spec.get(field) or []
+    if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
+        raise FitError(f"spec.{field} is not an array of objects")
+    return containers
+
+
+def _sidecar(container: Mapping[str, Any]) -> bool:
+    return container.get("restartPolicy") == "Always"
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """What the pod asks of its node, by kube's formula (component-helpers' PodRequests)."""
+    spec = _spec(pod)
+    total: dict[str, int] = {}
+    for i, c in enumerate(_containers(spec, "containers")):
+        _add(total, _requests(c.get("resources"), f"spec.containers[{i}].resources"))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for i, c in enumerate(_containers(spec, "initContainers")):
+        need = _requests(c.get("resources"), f"spec.initContainers[{i}].resources")
+        if _sidecar(c):
+            _add(total, need)
+            _add(sidecars, need)
+            need = dict(sidecars)
+        else:
+            _add(need, sidecars)
+        for r, q in need.items():
+            init_peak[r] = max(init_peak.get(r, 0), q)
+    for r, q in init_peak.items():
+        total[r] = max(total.get(r, 0), q)
+    pod_level = _requests(spec.get("resources"), "spec.resources")
+    total.update({r: q for r, q in pod_level.items() if r in (CPU, MEMORY)})
+    overhead = spec.get("overhead")
+    if overhead:
+        _add(total, _requests({"requests": overhead}, "spec.overhead"))
+    return {r: q for r, q in total.items() if q}
+
+
+Port = tuple[str, str, int]
+"""A host port as (IP, protocol, port): IP "0.0.0.0" when unset, protocol "TCP" when unset."""
+
+
+def host_ports(pod: Mapping[str, Any]) -> tuple[Port, ...]:
+    """The host ports the pod takes: its containers' and its restartable init containers' (as GetHostPorts)."""
+    spec = _spec(pod)
+    found: list[Port] = []
+    sidecars = [c for c in _containers(spec, "initContainers") if _sidecar(c)]
+    for c in [*sidecars, *_containers(spec, "containers")]:
+        for p in c.get("ports") or []:
+            if not isinstance(p, Mapping):
+                raise FitError("a container port is not an object")
+            port = p.get("hostPort") or 0
+            if not isinstance(port, int) or isinstance(port, bool):
+                raise FitError("a container's hostPort is not an integer")
+            if port > 0:
+                found.append((str(p.get("hostIP") or "0.0.0.0"), str(p.get("protocol") or "TCP"), port))
+    return tuple(found)
+
+
+def _ports_conflict(want: Iterable[Port], taken: Mapping[Port, int]) -> Port | None:
+    """The first wanted port already taken on the node (HostPortInfo.CheckConflict), or None."""
+    if not taken:
+        return None
+    for ip, protocol, port in want:
+        if ip == "0.0.0.0":
+            if any(t[1] == protocol and t[2] == port for t in taken):
+                return (ip, protocol, port)
+        elif (ip, protocol, port) in taken or ("0.0.0.0", protocol, port) in taken:
+            return (ip, protocol, port)
+    return None
+
+
+# ---- what the pods on a node take -----------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Footprint:
+    """What one pod takes from the node it is bound to."""
+
+    node: str
+    requests: tuple[tuple[str, int], ...]
+    ports: tuple[Port, ...]
+
+
+def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | None:
+    """What `pod` takes from its node (`node`, or the one it is bound to); None when it takes nothing: not bound,
+    or finished (Succeeded or Failed: kube-scheduler's cache drops those too). A pod whose resources cannot be read
+    (the apiserver never stores one) counts as a pod with no requests."""
+    spec = pod.get("spec")
+    node = node or (spec.get("nodeName") if isinstance(spec, Mapping) else None)
+    status = pod.get("status")
+    if not node or (isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed")):
+        return None
+    try:
+        requests, ports = pod_requests(pod), host_ports(pod)
+    except FitError:
+        requests, ports = {}, ()
+    return Footprint(str(node), tuple(sorted(requests.items())), ports)
+
+
+class NodeUsage:
+    """The running totals kube-scheduler's NodeInfo keeps, per node: pods, requested resources, host ports taken.
+    O(1) per change: `set` replaces what one pod takes. A pod is counted as soon as it is decided (`assume`, before
+    its binding is sent, so that concurrent decisions never overcommit a node) and then as its watch says."""
+
+    def __init__(self) -> None:
+        self._by_uid: dict[str, Footprint] = {}
+        self._assumed: set[str] = set()
+        self._requested: dict[str, dict[str, int]] = {}
+        self._pods: Counter[str] = Counter()
+        self._ports: dict[str, Counter[Port]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+    def set(self, uid: str, taken: Footprint | None) -> str | None:
+        """What pod `uid` takes now, as the API says (None: nothing). Returns the node that has more room now, if
+        any (the pod left it, or asks less of it), so that pods waiting for that node can be tried again."""
+        self._assumed.discard(uid)
+        return self._replace(uid, taken)
+
+    def assume(self, uid: str, taken: Footprint) -> None:
+        """Count `uid` on its node from the decision on, until the watch says what it takes or `unassume`."""
+        self._replace(uid, taken)
+        self._assumed.add(uid)
+
+    def unassume(self, uid: str) -> str | None:
+        """The decision for `uid` did not become a binding: drop what was assumed (nothing the watch has said)."""
+        if uid not in self._assumed:
+            return None
+        self._assumed.discard(uid)
+        return self._replace(uid, None)
+
+    def _replace(self, uid: str, taken: Footprint | None) -> str | None:
+        before = self._by_uid.get(uid)
+        if before == taken:
+            return None
+        if before is not None:
+            self._pods[before.node] -= 1
+            if not self._pods[before.node]:
+                del self._pods[before.node]
+                self._requested.pop(before.node, None)
+                self._ports.pop(before.node, None)
+            else:
+                requested = self._requested[before.node]
+                for r, q in before.requests:
+                    requested[r] -= q
+                ports = self._ports.get(before.node)
+                if ports is not None:
+                    ports.subtract(before.ports)
+                    for p in before.ports:
+                        if ports[p] <= 0:
+                            del ports[p]
+        if taken is None:
+            del self._by_uid[uid]
+        else:
+            self._by_uid[uid] = taken
+            self._pods[taken.node] += 1
+            requested = self._requested.setdefault(taken.node, {})
+            for r, q in taken.requests:
+                requested[r] = requested.get(r, 0) + q
+            if taken.ports:
+                self._ports.setdefault(taken.node, Counter()).update(taken.ports)
+        if before is None or (taken is not None and taken.node == before.node and _not_less(taken, before)):
+            return None
+        return before.node
+
+    def pods(self, node: str) -> int:
+        return self._pods.get(node, 0)
+
+    def requested(self, node: str, resource: str) -> int:
+        return self._requested.get(node, {}).get(resource, 0)
+
+    def ports(self, node: str) -> Mapping[Port, int]:
+        return self._ports.get(node) or {}
+
+
+def _not_less(now: Footprint, before: Footprint) -> bool:
+    has = dict(now.requests)
+    return all(has.get(r, 0) >= q for r, q in before.requests) and set(before.ports) <= set(now.ports)
+
+
+# ---- the pod's side of the rules ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Want:
+    """What the rules read of the pod, read once per attempt and judged against any number of nodes."""
+
+    requests: Mapping[str, int]
+    ports: tuple[Port, ...]
+    node_selector: Mapping[str, str]
+    terms: tuple[Mapping[str, Any], ...] | None
+    """The required node selector terms (any one must match), or None when the pod has none."""
+
+
+def want(pod: Mapping[str, Any]) -> Want:
+    """Read the pod's side of the rules. Raises FitError naming the field that cannot be read."""
+    spec = _spec(pod)
+    selector = spec.get("nodeSelector") or {}
+    if not isinstance(selector, Mapping) or not all(isinstance(v, str) for v in selector.values()):
+        raise FitError("spec.nodeSelector is not an object of strings")
+    affinity = _obj(spec.get("affinity"), "spec.affinity")
+    required = _obj(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity").get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    terms: tuple[Mapping[str, Any], ...] | None = None
+    if required is not None:
+        listed = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+        if not isinstance(listed, list) or not all(isinstance(t, Mapping) for t in listed):
+            raise FitError(
+                "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms is not "
+                "an array of objects"
+            )
+        terms = tuple(listed)
+    return Want(pod_requests(pod), host_ports(pod), dict(selector), terms)
+
+
+def unsupported(pod: Mapping[str, Any]) -> str | None:
+    """A required rule of the pod that gpu-scheduler does not judge, named with its field; None when it asks for
+    none. Such a pod is not placed: binding it could break the rule."""
+    spec = _spec(pod)
+    affinity = _obj(spec.get("affinity"), "spec.affinity")
+    for kind in ("podAffinity", "podAntiAffinity"):
+        if _obj(affinity.get(kind), f"spec.affinity.{kind}").get("requiredDuringSchedulingIgnoredDuringExecution"):
+            return (
+                f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution is set: gpu-scheduler does not "
+                "judge required pod (anti-)affinity (only the preferred form, which it ignores)"
+            )
+    constraints = spec.get("topologySpreadConstraints") or []
+    if not isinstance(constraints, list):
+        raise FitError("spec.topologySpreadConstraints is not an array")
+    for i, c in enumerate(constraints):
+        if isinstance(c, Mapping) and c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule":
+            return (
+                f"spec.topologySpreadConstraints[{i}] has whenUnsatisfiable DoNotSchedule: gpu-scheduler does not "
+                "judge topology spread (ScheduleAnyway, which it ignores, is accepted)"
+            )
+    if spec.get("resourceClaims"):
+        return "spec.resourceClaims is set: gpu-scheduler does not allocate Dynamic Resource Allocation claims"
+    return None
+
+
+# ---- judging a node -------------------------------------------------------------------------------------------
+def _show(resource: str, value: int) -> str:
+    if resource == CPU:
+        return f"{value / 1000:g}"
+    return str(value)
+
+
+def _allocatable(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (node.get("status") or {}).get("allocatable") or {}
+
+
+def resources_problem(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> str | None:
+    """NodeResourcesFit: why the pod's requests do not fit what the node has left, or None."""
+    name = node["metadata"]["name"]
+    allocatable = _allocatable(node)
+    try:
+        allowed = amount(PODS, allocatable.get(PODS, 0), "status.allocatable.pods")
+    except FitError:
+        allowed = 0
+    on_node = usage.pods(name)
+    if on_node + 1 > allowed:
+        return f"Too many pods (node {name} has {on_node} of {allowed})"
+    short = []
+    for resource, asked in want.requests.items():
+        try:
+            capacity = amount(resource, allocatable.get(resource, 0), f"status.allocatable.{resource}")
+        except FitError:
+            capacity = 0
+        used = usage.requested(name, resource)
+        if asked > capacity - used:
+            short.append(
+                f"Insufficient {resource} (the pod requests {_show(resource, asked)}; node {name} has "
+                f"{_show(resource, max(0, capacity - used))} of {_show(resource, capacity)} left)"
+            )
+    return ", ".join(sorted(short)) or None
+
+
+def ports_problem(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> str | None:
+    """NodePorts: a wanted host port another pod on the node takes, or None."""
+    clash = _ports_conflict(want.ports, usage.ports(node["metadata"]["name"]))
+    if clash is None:
+        return None
+    ip, protocol, port = clash
+    return f"host port {ip}:{port}/{protocol} is taken on node {node['metadata']['name']}"
+
+
+def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, op = expr.get("key"), expr.get("operator")
+    values = expr.get("values") or []
+    if not isinstance(key, str) or not isinstance(values, list):
+        return False
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt") and key in labels and len(values) == 1:
+        try:
+            have, bound = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False
+
+
+def term_matches(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """One node selector term: every expression and field matches; a term with neither matches no node."""
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False
+    labels = node["metadata"].get("labels") or {}
+    if not all(isinstance(e, Mapping) and _expression_matches(e, labels) for e in expressions):
+        return False
+    # The only field a node selector can name is metadata.name (API validation).
+    named = {"metadata.name": node["metadata"]["name"]}
+    return all(isinstance(f, Mapping) and f.get("key") in named and _expression_matches(f, named) for f in fields)
+
+
+def affinity_problem(want: Want, node: Mapping[str, Any]) -> str | None:
+    """NodeAffinity: why the node's labels (and name) do not match the pod's nodeSelector and required terms."""
+    name = node["metadata"]["name"]
+    labels = node["metadata"].get("labels") or {}
+    for key, value in want.node_selector.items():
+        if labels.get(key) != value:
+            return f"node {name} does not match the pod's nodeSelector ({key}={value})"
+    if want.terms is not None and not any(term_matches(t, node) for t in want.terms):
+        return f"node {name} does not match the pod's required node affinity"
+    return None
+
+
+def problem(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> str | None:
+    """Why a pod that wants `want` does not fit `node` now (the first rule it breaks, in kube-scheduler's filter
+    order after the node's own state), or None when it fits."""
+    return affinity_problem(want, node) or ports_problem(want, node, usage) or resources_problem(want, node, usage)
+
+
+def summary(refusals: Mapping[str, str], limit: int = 3) -> str:
+    """Why no node fits, per node, the first `limit` nodes named."""
+    shown = [refusals[n] for n in sorted(refusals)[:limit]]
+    more = len(refusals) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
