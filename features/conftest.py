@@ -314,6 +314,50 @@ def create_claim_pod(world: World, name: str, claim: str) -> None:
     world.error = None
 
 
+# ---- what a pod asks of its node (scheduler.fit) ------------------------------------------------------------------
+
+
+@given(step('the pod "{name:q}" of another scheduler requesting {resource} "{quantity:q}" runs on node "{node:q}"'))
+def other_pod_on_node(world: World, name: str, resource: str, quantity: str, node: str) -> None:
+    # Bound at creation, as a DaemonSet's or another scheduler's pod would be: it takes its room on the node.
+    body = pod_body(name, gpu_map=None, scheduler="another-scheduler", requests={resource: quantity}, node=node)
+    world.api.create(paths.pods(world.namespace), body)
+
+
+@when(step('the pod "{name:q}" requesting {resource} "{quantity:q}" is created with the map "{gpu_map:q}"'))
+def create_map_pod_with_requests(world: World, name: str, resource: str, quantity: str, gpu_map: str) -> None:
+    body = pod_body(name, gpu_map=gpu_map, requests={resource: quantity})
+    world.api.create(paths.pods(world.namespace), body)
+
+
+@when(step('the pod "{name:q}" requesting {resource} "{quantity:q}" naming the GpuClaim "{claim:q}" is created'))
+def create_claim_pod_with_requests(world: World, name: str, resource: str, quantity: str, claim: str) -> None:
+    body = pod_body(name, gpu_map=None, claim=claim, requests={resource: quantity})
+    world.api.create(paths.pods(world.namespace), body)
+
+
+@when(step('the pod "{name:q}" naming the GpuClaim "{claim:q}" with required node affinity to "{nodes:q}" is created'))
+def create_claim_pod_with_affinity(world: World, name: str, claim: str, nodes: str) -> None:
+    body = pod_body(name, gpu_map=None, claim=claim, affinity_nodes=nodes.split(","))
+    world.api.create(paths.pods(world.namespace), body)
+
+
+@then(step('for {seconds:d} seconds the pod "{name:q}" stays unbound'))
+def stays_unbound(world: World, name: str, seconds: int) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        pod = get_pod(world, name)
+        assert not pod["spec"].get("nodeName"), f"{name} was bound to {pod['spec'].get('nodeName')}"
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.5)
+
+
+@given(step('the GpuClaim "{name:q}" asking for {count:d} GPUs on any node is created'))
+def claim_anywhere(world: World, name: str, count: int) -> None:
+    world.api.create(paths.gpu_claims(world.namespace), objects.claim_body(name, {"devices": {"count": count}}))
+
+
 @when(step('the pod "{name:q}" held by the scheduling gate "{gate:q}" is created with the map "{gpu_map:q}"'))
 def create_gated_map_pod(world: World, name: str, gate: str, gpu_map: str) -> None:
     world.api.create(paths.pods(world.namespace), pod_body(name, gpu_map=gpu_map, gates=[gate]))

@@ -151,7 +151,12 @@ def pod_body(
     tolerations: list[dict[str, Any]] | None = None,
     claim: str | None = None,
     gates: list[str] | None = None,
+    requests: dict[str, str] | None = None,
+    affinity_nodes: list[str] | None = None,
+    node: str | None = None,
 ) -> dict[str, Any]:
+    """A pod of the check image. `requests` go on its first container; `affinity_nodes` is a required node affinity
+    naming those nodes by hostname; `node` binds it at creation (spec.nodeName: no scheduler involved)."""
     meta: dict[str, Any] = {"generateName": name} if generate_name else {"name": name}
     annotations = {}
     if gpu_map is not None:
@@ -165,6 +170,14 @@ def pod_body(
         spec["tolerations"] = tolerations
     if gates:
         spec["schedulingGates"] = [{"name": gate} for gate in gates]
+    if requests:
+        spec["containers"][0]["resources"] = {"requests": dict(requests)}
+    if affinity_nodes:
+        term = {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": list(affinity_nodes)}]}
+        required = {"nodeSelectorTerms": [term]}
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    if node:
+        spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 

@@ -104,3 +104,23 @@ Feature: GpuClaims are allocated with leases, reported in the claim, and release
     When the scheduling gates of the pod "queued-0" are removed
     Then the GpuClaim "queued" is Bound with GPUs "0,1" on node2
     And the pod "queued-0" runs on node2 with its allocation annotations "node2:0,1" and "0,1"
+
+  Scenario: A claim pod too big for the free CPU of every GPU node waits with the reason, and binds where a CPU-heavy pod goes away
+    Given the GpuClaim "cpu" asking for 1 GPUs on any node is created
+    And the pod "hog-1" of another scheduler requesting cpu "30" runs on node "node1"
+    And the pod "hog-2" of another scheduler requesting cpu "30" runs on node "node2"
+    And the pod "hog-3" of another scheduler requesting cpu "30" runs on node "node3"
+    And the pod "hog-4" of another scheduler requesting cpu "30" runs on node "node4"
+    When the pod "cpu-0" requesting cpu "4" naming the GpuClaim "cpu" is created
+    Then the pod "cpu-0" is Pending with reason Unschedulable and a message containing "fits none of the 4 nodes with a GPU inventory: Insufficient cpu"
+    And the GpuClaim "cpu" is Pending with a message containing "node node3 has 2 of 32 left"
+    When the pod "hog-3" is deleted
+    Then the GpuClaim "cpu" is Bound with GPUs "0" on node3
+
+  Scenario: A claim pod's required node affinity narrows the nodes its claim may use
+    Given the GpuClaim "near" asking for 1 GPUs on any node is created
+    And the GpuClaim "far" asking for 1 GPUs on any node is created
+    When the pod "near-0" naming the GpuClaim "near" with required node affinity to "node3" is created
+    Then the GpuClaim "near" is Bound with GPUs "0" on node3
+    When the pod "far-0" naming the GpuClaim "far" with required node affinity to "node9" is created
+    Then the pod "far-0" is Pending with reason Unschedulable and a message containing "node node1 does not match the pod's required node affinity"

@@ -16,6 +16,13 @@ Feature: The deployed take-home on the KinD test-bed: real kubelets, real contai
     Then the GpuClaim "train" is Bound with GPUs "0,1" on node2
     And the pod "train-0" logs its node node2 and CUDA_VISIBLE_DEVICES "0,1" at least twice
 
+  Scenario: A claim pod asking for more memory than any worker has left stays Pending with the reason, never bound to fail
+    Given the GpuClaim "huge" asking for 1 GPUs on any node is created
+    When the pod "huge-0" requesting memory "100Ti" naming the GpuClaim "huge" is created
+    Then the pod "huge-0" is Pending with reason Unschedulable and a message containing "Insufficient memory (the pod requests 109951162777600"
+    And the GpuClaim "huge" is Pending with a message containing "fits none of the 4 nodes with a GPU inventory"
+    And for 5 seconds the pod "huge-0" stays unbound
+
   @exclusive
   Scenario: Deleting the leader's scheduler pod while a StatefulSet is placed hands the work to another replica
     Given two scheduler replicas are running

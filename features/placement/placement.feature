@@ -37,3 +37,11 @@ Feature: The scheduler binds only where a kubelet would accept the pod, and wait
     Then for 3 seconds the pod "gated-0" is not bound, gpu-scheduler never tries it and its PodScheduled condition says SchedulingGated
     When the scheduling gates of the pod "gated-0" are removed
     Then the pod "gated-0" runs on node1 with CUDA_VISIBLE_DEVICES "3"
+
+  Scenario: A map pod pinned to a node without room for it waits with the reason, and is bound once room is made
+    Given the pod "hog-2" of another scheduler requesting cpu "30" runs on node "node2"
+    When the pod "big-0" requesting cpu "4" is created with the map "0=node2:1"
+    Then the pod "big-0" is Pending with reason Unschedulable and a message containing "Insufficient cpu (the pod requests 4; node node2 has 2 of 32 left)"
+    And the pod "big-0" is not bound and has CUDA_VISIBLE_DEVICES "1"
+    When the pod "hog-2" is deleted
+    Then the pod "big-0" runs on node2 with CUDA_VISIBLE_DEVICES "1"
