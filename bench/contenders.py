@@ -21,7 +21,10 @@ no limiter at all.
 
 from __future__ import annotations
 
+import pathlib
 import ssl
+import subprocess
+import sys
 
 from bench import workload
 from bench.plane import BenchPlane, ProcessStats
@@ -33,6 +36,7 @@ from harness.components import Components, LeaderElection
 from harness.processes import Process, free_port
 from harness.wait import wait_for
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 CLIENT_QPS = 5000
 CLIENT_BURST = 5000
 SCHEDULER_WORKERS = 32  # gpu-scheduler bind workers and ceiling binder goroutines
@@ -247,8 +251,39 @@ class Ceiling(Contender):
         return [self.proc]
 
 
+class GpuSchedulerBaseline(GpuScheduler):
+    """Not in the default set: gpu-scheduler as it was at the git revision `BASELINE_REF` (`--baseline REF`), with
+    today's webhook, so that one run measures what a change to the scheduler costs, before and after, on the same
+    machine and plane. Its source is exported with `git archive` under the run's folder and put first on the
+    scheduler's PYTHONPATH (so it shadows the editable install); it must run with today's dependencies."""
+
+    name = "gpu-scheduler-baseline"
+    python_processes = ("scheduler", "webhook")
+    ref: str = "HEAD"
+
+    def start(self, plane: BenchPlane) -> None:
+        source = plane.dir / "baseline-src"
+        if not source.exists():
+            source.mkdir(parents=True)
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", "--format=tar", self.ref, "src"],
+                check=True,
+                capture_output=True,
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+        components = self._components(plane)
+        scheduler = components.scheduler
+        # The console script imports gpu_scheduling from the editable install; run the same entry point from the
+        # exported tree instead.
+        scheduler.argv = [sys.executable, "-m", "gpu_scheduling.scheduler.main", *scheduler.argv[1:]]
+        scheduler.env["PYTHONPATH"] = str(source / "src")
+        components.start()
+        self._wait_leading(plane, constants.LEASE_NAMESPACE, self.scheduler_name)
+
+
 DEFAULT = (GpuScheduler.name, KubeScheduler.name, KubeSchedulerDra.name, Ceiling.name)
 """What `make bench` runs; gpu-scheduler-no-webhook runs only when named."""
 BY_NAME: dict[str, type[Contender]] = {
-    c.name: c for c in (GpuScheduler, KubeScheduler, KubeSchedulerDra, Ceiling, GpuSchedulerWithoutWebhook)
+    c.name: c
+    for c in (GpuScheduler, KubeScheduler, KubeSchedulerDra, Ceiling, GpuSchedulerWithoutWebhook, GpuSchedulerBaseline)
 }

@@ -26,6 +26,7 @@ COLOURS = {
     "kube-scheduler": "tab:blue",
     "ceiling": "tab:gray",
     "gpu-scheduler-no-webhook": "tab:olive",
+    "gpu-scheduler-baseline": "tab:orange",
     "kube-scheduler-dra": "tab:purple",
 }
 STORM_TARGET = 0.05

@@ -567,6 +567,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--storm-seconds", type=float, help="the storm's measuring window")
     p.add_argument("--storm-baseline-seconds", type=float, help="the window before the storm pods arrive")
     p.add_argument("--contenders", help=f"comma-separated: {','.join(contenders.BY_NAME)}")
+    p.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run gpu-scheduler as it was at git revision REF (contender gpu-scheduler-baseline): a change's "
+        "cost, before and after, in one run",
+    )
     p.add_argument("--skip-webhook", action="store_true")
     p.add_argument(
         "--profile",
@@ -595,6 +601,11 @@ def main(argv: list[str] | None = None) -> None:
         overrides["workloads"] = tuple(args.workloads.split(","))
     if args.contenders:
         overrides["contenders"] = tuple(args.contenders.split(","))
+    if args.baseline:
+        contenders.GpuSchedulerBaseline.ref = args.baseline
+        named = overrides.get("contenders", Settings().contenders)
+        if contenders.GpuSchedulerBaseline.name not in named:
+            overrides["contenders"] = (*named, contenders.GpuSchedulerBaseline.name)
     settings = Settings(**overrides)
     unknown = [w for w in settings.workloads if w not in WORKLOADS] + [
         c for c in settings.contenders if c not in contenders.BY_NAME
