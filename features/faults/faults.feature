@@ -20,6 +20,12 @@ Feature: API faults, killed schedulers and a second scheduler never lose a GPU o
     And exactly 2 deletes of GPU Leases were answered 503, and each of those Leases was deleted later
     And no GPU lease is held by the pod "whole-0"
 
+  Scenario: A map pod whose binding failed is bound on the retry: the room its first attempt assumed is not held against it
+    When the next 1 bindings are answered 503 by the API
+    And the pod "wide-0" requesting cpu "20" is created with the map "0=node1:2"
+    Then the pod "wide-0" runs on node1 with CUDA_VISIBLE_DEVICES "2"
+    And exactly 1 bindings were answered 503
+
   Scenario: The scheduler SIGKILLed three times during a rollout of 120 claim pods
     Given 32 extra kwok nodes "fault-node-NN" labelled "faults.test/pool=rollout", each with 8 simulated GPUs
     When 120 pods each naming its own GpuClaim of "1,2,1,4,1,1,2,1,1,1" Exclusive GPUs on the "faults.test/pool=rollout" nodes start being created, 3 a second

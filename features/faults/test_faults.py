@@ -221,6 +221,17 @@ def fail_lease_deletes(faults: Faults, count: int, status: int) -> None:
     faults.rule = faults.proxy.fail(method="DELETE", path=GPU_LEASE_PATH, status=status, times=count)
 
 
+@when(step("the next {count:d} bindings are answered {status:d} by the API"))
+def fail_bindings(faults: Faults, count: int, status: int) -> None:
+    faults.rule = faults.proxy.fail(method="POST", path=path_pattern(paths.pod_binding), status=status, times=count)
+
+
+@then(step("exactly {count:d} bindings were answered {status:d}"))
+def bindings_failed(faults: Faults, count: int, status: int) -> None:
+    assert faults.rule is not None
+    assert faults.proxy.injected(faults.rule) == count
+
+
 @then(
     step("exactly {count:d} deletes of GPU Leases were answered {status:d}, and each of those Leases was deleted later")
 )

@@ -480,6 +480,9 @@ class Scheduler:
 
     async def _schedule_map_pod(self, key: str, pod: dict[str, Any]) -> str:
         """Place a map pod; the attempt's result for the metrics."""
+        # A retry after a bind of unknown outcome: the pod is still unbound in our cache, so what the last attempt
+        # assumed for it is not counted against it (the watch counts it again if that bind took effect).
+        self.usage.unassume(pod["metadata"]["uid"])
         # cluster-scoped: key == node
         verdict = decision.decide(pod, self.nodes.cache, self.config.isolated_gpus, self.usage)
         if isinstance(verdict, decision.Unschedulable):
