@@ -54,7 +54,12 @@ _SUFFIXES: dict[str, Fraction] = {
     "Pi": Fraction(2**50),
     "Ei": Fraction(2**60),
 }
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+_MAX_EXPONENT = 64
+"""Quantities beyond 10^64 are far past what any node has (kube's own limit is 2^63 - 1 units); a larger exponent
+is refused instead of being computed (an exponent of 10^11 would never finish)."""
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
+_INT64 = 2**63
 
 
 class FitError(ValueError):
@@ -78,20 +83,24 @@ def quantity(value: Any, field: str) -> Fraction:
     """A Kubernetes quantity ("500m", "2Gi", "1e3", 4) as an exact number."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise FitError(f"{field} is not a quantity; expected a string such as 500m or 2Gi")
-    text = str(value).strip()
+    text = str(value)
     match = _QUANTITY.match(text) if len(text) <= 64 else None
-    if match is None:
+    if match is None or (match.group(2) and abs(int(match.group(2)[1:])) > _MAX_EXPONENT):
         raise FitError(f"{field} is {text[:64]!r}; expected a quantity such as 500m or 2Gi")
     number, exponent, suffix = match.groups()
     scale = Fraction(10) ** int(exponent[1:]) if exponent else _SUFFIXES[suffix or ""]
     return Fraction(number) * scale
 
 
-def amount(resource: str, value: Any, field: str) -> int:
-    """A quantity in the unit the scheduler counts `resource` in: millicores for cpu, whole units otherwise (both
-    rounded up, as resource.Quantity's MilliValue and Value)."""
-    q = quantity(value, field)
+def _units(resource: str, q: Fraction) -> int:
+    """An exact quantity in the unit the scheduler counts `resource` in: millicores for cpu, whole units otherwise
+    (both rounded up, as resource.Quantity's MilliValue and Value)."""
     return math.ceil(q * 1000) if resource == CPU else math.ceil(q)
+
+
+def amount(resource: str, value: Any, field: str) -> int:
+    """A quantity as the scheduler counts `resource` (see `_units`)."""
+    return _units(resource, quantity(value, field))
 
 
 def _counted(resource: str) -> bool:
@@ -100,12 +109,18 @@ def _counted(resource: str) -> bool:
     return resource in (CPU, MEMORY, EPHEMERAL_STORAGE) or "/" in resource or resource.startswith("hugepages-")
 
 
-def _requests(resources: Any, field: str) -> dict[str, int]:
+def _requests(resources: Any, field: str) -> dict[str, Fraction]:
+    """Exact quantities: kube adds them up exactly and rounds the pod's total once."""
     requests = _obj(_obj(resources, field).get("requests"), f"{field}.requests")
-    return {str(r): amount(str(r), q, f"{field}.requests.{r}") for r, q in requests.items() if _counted(str(r))}
+    return {str(r): quantity(q, f"{field}.requests.{r}") for r, q in requests.items() if _counted(str(r))}
 
 
-def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+def _pod_level(resource: str) -> bool:
+    """What `spec.resources` may set for the whole pod (component-helpers' IsSupportedPodLevelResource)."""
+    return resource in (CPU, MEMORY) or resource.startswith("hugepages-")
+
+
+def _add(into: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
     for r, q in more.items():
         into[r] = into.get(r, 0) + q
 
@@ -124,11 +139,11 @@ def _sidecar(container: Mapping[str, Any]) -> bool:
 def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     """What the pod asks of its node, by kube's formula (component-helpers' PodRequests)."""
     spec = _spec(pod)
-    total: dict[str, int] = {}
+    total: dict[str, Fraction] = {}
     for i, c in enumerate(_containers(spec, "containers")):
         _add(total, _requests(c.get("resources"), f"spec.containers[{i}].resources"))
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
+    sidecars: dict[str, Fraction] = {}
+    init_peak: dict[str, Fraction] = {}
     for i, c in enumerate(_containers(spec, "initContainers")):
         need = _requests(c.get("resources"), f"spec.initContainers[{i}].resources")
         if _sidecar(c):
@@ -138,15 +153,16 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
         else:
             _add(need, sidecars)
         for r, q in need.items():
-            init_peak[r] = max(init_peak.get(r, 0), q)
+            init_peak[r] = max(init_peak.get(r, Fraction(0)), q)
     for r, q in init_peak.items():
-        total[r] = max(total.get(r, 0), q)
+        total[r] = max(total.get(r, Fraction(0)), q)
     pod_level = _requests(spec.get("resources"), "spec.resources")
-    total.update({r: q for r, q in pod_level.items() if r in (CPU, MEMORY)})
+    total.update({r: q for r, q in pod_level.items() if _pod_level(r)})
     overhead = spec.get("overhead")
     if overhead:
         _add(total, _requests({"requests": overhead}, "spec.overhead"))
-    return {r: q for r, q in total.items() if q}
+    counted = {r: _units(r, q) for r, q in total.items()}
+    return {r: q for r, q in counted.items() if q}
 
 
 Port = tuple[str, str, int]
@@ -159,7 +175,10 @@ def host_ports(pod: Mapping[str, Any]) -> tuple[Port, ...]:
     found: list[Port] = []
     sidecars = [c for c in _containers(spec, "initContainers") if _sidecar(c)]
     for c in [*sidecars, *_containers(spec, "containers")]:
-        for p in c.get("ports") or []:
+        listed = c.get("ports") or []
+        if not isinstance(listed, list):
+            raise FitError("a container's ports is not an array")
+        for p in listed:
             if not isinstance(p, Mapping):
                 raise FitError("a container port is not an object")
             port = p.get("hostPort") or 0
@@ -321,8 +340,28 @@ def want(pod: Mapping[str, Any]) -> Want:
                 "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms is not "
                 "an array of objects"
             )
+        for i, term in enumerate(listed):
+            _check_term(term, f"{_TERMS}[{i}]")
         terms = tuple(listed)
     return Want(pod_requests(pod), host_ports(pod), dict(selector), terms)
+
+
+_TERMS = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+
+
+def _check_term(term: Mapping[str, Any], field: str) -> None:
+    """A node selector term of the API's shape: arrays of {key: string, operator: string, values: [string]}."""
+    for part in ("matchExpressions", "matchFields"):
+        exprs = term.get(part) or []
+        if not isinstance(exprs, list):
+            raise FitError(f"{field}.{part} is not an array")
+        for j, e in enumerate(exprs):
+            where = f"{field}.{part}[{j}]"
+            if not isinstance(e, Mapping) or not isinstance(e.get("key"), str):
+                raise FitError(f"{where} is not an object with a string key")
+            values = e.get("values") or []
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise FitError(f"{where}.values is not an array of strings")
 
 
 def unsupported(pod: Mapping[str, Any]) -> str | None:
@@ -370,9 +409,9 @@ def resources_problem(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> 
     except FitError:
         allowed = 0
     on_node = usage.pods(name)
-    if on_node + 1 > allowed:
-        return f"Too many pods (node {name} has {on_node} of {allowed})"
     short = []
+    if on_node + 1 > allowed:
+        short.append(f"Too many pods (node {name} has {on_node} of {allowed})")
     for resource, asked in want.requests.items():
         try:
             capacity = amount(resource, allocatable.get(resource, 0), f"status.allocatable.{resource}")
@@ -410,12 +449,19 @@ def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> b
     if op == "DoesNotExist":
         return key not in labels
     if op in ("Gt", "Lt") and key in labels and len(values) == 1:
-        try:
-            have, bound = int(labels[key]), int(values[0])
-        except ValueError:
+        have, bound = _int64(labels[key]), _int64(values[0])
+        if have is None or bound is None:
             return False
         return have > bound if op == "Gt" else have < bound
     return False
+
+
+def _int64(text: Any) -> int | None:
+    """A label value as Go's strconv.ParseInt(text, 10, 64) reads it, or None."""
+    if not isinstance(text, str) or not _INTEGER.match(text):
+        return None
+    value = int(text)
+    return value if -_INT64 <= value < _INT64 else None
 
 
 def term_matches(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:

@@ -1,0 +1,1019 @@
+"""gpu_scheduling.scheduler.fit: kube-scheduler v1.34's NodeResourcesFit, NodePorts and NodeAffinity filters on
+plain pod and node dicts, and NodeUsage, the per-node running totals.
+
+Expected values are derived from the Go source of the real thing (k8s.io/kubernetes v1.34.4
+pkg/scheduler/framework/plugins/{noderesources,nodeports,nodeaffinity}, k8s.io/component-helpers v0.34.4
+resource.PodRequests and scheduling/corev1/nodeaffinity, k8s.io/apimachinery resource.Quantity and labels). Where
+fit.py and kube disagreed (pod-level hugepages, rounding per container, Gt/Lt parsing), the test states kube's
+behaviour; those were shown failing before fit.py was fixed.
+A hypothesis state machine checks NodeUsage against totals recomputed from scratch, and a fuzz checks that no
+JSON-shaped pod makes decision.pod_fit or fit.footprint raise.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from gpu_scheduling.scheduler import decision, fit
+
+GPU = "nvidia.com/gpu"
+TERMS_PATH = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+
+
+# ---- builders ---------------------------------------------------------------------------------------------------
+def container(requests: dict[str, Any] | None = None, *, sidecar: bool = False, ports=None, name: str = "c"):
+    """A container (an init container with restartPolicy Always when `sidecar`)."""
+    c: dict[str, Any] = {"name": name, "image": "busybox"}
+    if requests is not None:
+        c["resources"] = {"requests": requests}
+    if sidecar:
+        c["restartPolicy"] = "Always"
+    if ports is not None:
+        c["ports"] = ports
+    return c
+
+
+def pod(containers=(), init=(), *, node_name=None, phase=None, **spec):
+    """A pod with these containers and init containers; other spec fields as keywords."""
+    body: dict[str, Any] = {"containers": list(containers), **spec}
+    if init:
+        body["initContainers"] = list(init)
+    if node_name is not None:
+        body["nodeName"] = node_name
+    p: dict[str, Any] = {"metadata": {"name": "p", "namespace": "default", "uid": "u"}, "spec": body}
+    if phase is not None:
+        p["status"] = {"phase": phase}
+    return p
+
+
+def cpu_pod(*cpus: str, init=()):
+    """A pod whose containers request these cpus."""
+    return pod([container({"cpu": c}) for c in cpus], init)
+
+
+def node(name="n1", labels=None, allocatable=None):
+    """A node with these labels and allocatable (default: 4 cpu, 16Gi, 110 pods)."""
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "status": {"allocatable": allocatable or {"cpu": "4", "memory": "16Gi", "pods": "110"}},
+    }
+
+
+def want(**spec) -> fit.Want:
+    """fit.want of a pod with one empty container and these spec fields."""
+    return fit.want(pod([container()], **spec))
+
+
+def wants(requests=None, ports=(), selector=None, terms=None) -> fit.Want:
+    """A Want built directly."""
+    return fit.Want(dict(requests or {}), tuple(ports), dict(selector or {}), terms)
+
+
+def usage_with(*footprints: fit.Footprint) -> fit.NodeUsage:
+    usage = fit.NodeUsage()
+    for i, f in enumerate(footprints):
+        usage.set(f"other-{i}", f)
+    return usage
+
+
+def taken(node_name="n1", requests=None, ports=()) -> fit.Footprint:
+    return fit.Footprint(node_name, tuple(sorted((requests or {}).items())), tuple(ports))
+
+
+def required_terms(*terms):
+    """spec.affinity with these required node selector terms."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
+
+
+def expr(key, operator, *values):
+    e: dict[str, Any] = {"key": key, "operator": operator}
+    if values:
+        e["values"] = list(values)
+    return e
+
+
+# ---- quantity and amount ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("resource", "text", "expected"),
+    [
+        ("cpu", "500m", 500),
+        ("cpu", "1", 1000),
+        ("cpu", "0.1", 100),
+        ("cpu", "2", 2000),
+        ("cpu", 2, 2000),
+        ("cpu", "1.5", 1500),
+        ("cpu", "250000u", 250),
+        ("cpu", "1n", 1),  # MilliValue rounds up
+        ("cpu", "1001u", 2),
+        ("memory", "2Gi", 2 * 2**30),
+        ("memory", "1e3", 1000),
+        ("memory", "1E3", 1000),
+        ("memory", "1.5e3", 1500),
+        ("memory", "1k", 1000),
+        ("memory", "1Ki", 1024),
+        ("memory", "1M", 10**6),
+        ("memory", "1Mi", 2**20),
+        ("memory", "1G", 10**9),
+        ("memory", "1E", 10**18),  # E alone is the exa suffix, not an exponent
+        ("memory", "0.5", 1),  # Value rounds up
+        ("memory", "500m", 1),
+        ("memory", "0", 0),
+        ("memory", ".5Gi", 2**29),
+        (GPU, "2", 2),
+        (GPU, 3, 3),
+    ],
+)
+def test_amount_is_kube_value_in_the_scheduler_unit(resource, text, expected):
+    assert fit.amount(resource, text, "f") == expected
+
+
+def test_quantity_is_exact():
+    assert fit.quantity("1Mi", "f") == 2**20
+    assert fit.quantity("1M", "f") != fit.quantity("1Mi", "f")
+    assert fit.quantity("100m", "f") * 10 == 1
+    assert fit.quantity("1e-3", "f") == fit.quantity("1m", "f")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "abc", "1x", "1KB", "Gi", "1.2.3", "1 Gi", "1ki", "1e", "e3", "m", None, [], {}, True, False, {"cpu": 1}],
+)
+def test_invalid_quantity_raises_fit_error_naming_the_field(value):
+    with pytest.raises(fit.FitError, match=r"spec\.containers\[0\]\.resources\.requests\.cpu"):
+        fit.amount("cpu", value, "spec.containers[0].resources.requests.cpu")
+
+
+def test_a_very_long_quantity_is_refused_with_a_bounded_message():
+    with pytest.raises(fit.FitError) as raised:
+        fit.quantity("1" * 100_000, "spec.overhead.cpu")
+    assert "spec.overhead.cpu" in str(raised.value)
+    assert len(str(raised.value)) < 300
+
+
+def test_a_huge_exponent_is_answered_promptly():
+    code = (
+        "from gpu_scheduling.scheduler import fit\n"
+        "try:\n    fit.quantity('1e99999999999', 'f')\n"
+        "except fit.FitError:\n    pass\n"
+        "print('answered')\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=5, check=False)
+    except subprocess.TimeoutExpired:
+        done = None
+    assert done is not None
+    assert done.stdout.strip() == "answered"
+
+
+# ---- pod_requests -----------------------------------------------------------------------------------------------
+def test_requests_sum_the_containers():
+    p = pod([container({"cpu": "500m", "memory": "1Gi"}), container({"cpu": "1", "memory": "512Mi"})])
+    assert fit.pod_requests(p) == {"cpu": 1500, "memory": 2**30 + 2**29}
+
+
+def test_a_pod_without_requests_asks_nothing():
+    assert fit.pod_requests(pod([container(), container({})])) == {}
+    assert fit.pod_requests({"spec": {}}) == {}
+    assert fit.pod_requests({}) == {}
+
+
+def test_init_containers_count_at_their_largest():
+    # max(sum(containers)=2, max(init)=3) per resource: cpu from the init container, memory from the containers.
+    p = pod(
+        [container({"cpu": "1", "memory": "1Gi"}), container({"cpu": "1", "memory": "1Gi"})],
+        [container({"cpu": "3", "memory": "1Gi"}), container({"cpu": "500m"})],
+    )
+    assert fit.pod_requests(p) == {"cpu": 3000, "memory": 2 * 2**30}
+
+
+# The cases of component-helpers v0.34.4 resource/helpers_test.go TestPodResourceRequests (KEP-753 sidecars).
+@pytest.mark.parametrize(
+    ("init", "expected_cpu"),
+    [
+        pytest.param([container({"cpu": "1"}, sidecar=True)], 2000, id="restartable-init-plus-regular"),
+        pytest.param(
+            [
+                container({"cpu": "5"}),
+                container({"cpu": "1"}, sidecar=True),
+                container({"cpu": "2"}, sidecar=True),
+                container({"cpu": "3"}, sidecar=True),
+            ],
+            7000,
+            id="max(5, sidecars 3+2+1 + regular 1) = 7",
+        ),
+        pytest.param(
+            [
+                container({"cpu": "5"}),
+                container({"cpu": "1"}, sidecar=True),
+                container({"cpu": "2"}, sidecar=True),
+                container({"cpu": "5"}),
+                container({"cpu": "3"}, sidecar=True),
+            ],
+            8000,
+            id="init-2 needs 5 + earlier sidecars 1+2 = 8; the later sidecar does not count",
+        ),
+    ],
+)
+def test_sidecar_formula_of_kep_753(init, expected_cpu):
+    assert fit.pod_requests(cpu_pod("1", init=init)) == {"cpu": expected_cpu}
+
+
+def test_sidecar_before_a_large_init_container():
+    # helpers_test.go "restartable-init, init and regular": max(10 + 100, 10 + 200) = 210.
+    p = cpu_pod("100", init=[container({"cpu": "10"}, sidecar=True), container({"cpu": "200"})])
+    assert fit.pod_requests(p) == {"cpu": 210_000}
+
+
+def test_sidecar_resources_combine_per_resource():
+    # Sidecar memory is added to the running containers and to the later init container's need.
+    p = pod(
+        [container({"memory": "1Gi"})],
+        [container({"memory": "1Gi", GPU: "1"}, sidecar=True), container({"memory": "3Gi"})],
+    )
+    assert fit.pod_requests(p) == {"memory": 4 * 2**30, GPU: 1}
+
+
+def test_a_restart_policy_other_than_always_is_a_plain_init_container():
+    p = cpu_pod("1", init=[{**container({"cpu": "1"}), "restartPolicy": "OnFailure"}])
+    assert fit.pod_requests(p) == {"cpu": 1000}
+
+
+def test_overhead_is_added():
+    p = pod([container({"cpu": "1", "memory": "1Gi"})], overhead={"cpu": "250m", "memory": "120Mi"})
+    assert fit.pod_requests(p) == {"cpu": 1250, "memory": 2**30 + 120 * 2**20}
+
+
+def test_overhead_alone_counts():
+    assert fit.pod_requests(pod([container()], overhead={"cpu": "100m"})) == {"cpu": 100}
+
+
+def test_pod_level_requests_replace_cpu_and_memory():
+    # helpers_test.go "pod-level resources, container-level resources, init and sidecar container set".
+    p = pod(
+        [container({"memory": "3Mi", "cpu": "2m"})],
+        [container({"memory": "5Mi", "cpu": "4m"}, sidecar=True), container({"memory": "6Mi", "cpu": "8m"})],
+        resources={"requests": {"memory": "15Mi", "cpu": "18m"}},
+    )
+    assert fit.pod_requests(p) == {"memory": 15 * 2**20, "cpu": 18}
+
+
+def test_pod_level_requests_replace_only_what_they_name_then_overhead_is_added():
+    p = pod(
+        [container({"cpu": "1", "memory": "1Gi", GPU: "2"})],
+        resources={"requests": {"cpu": "3"}},
+        overhead={"cpu": "100m"},
+    )
+    assert fit.pod_requests(p) == {"cpu": 3100, "memory": 2**30, GPU: 2}
+
+
+def test_pod_level_hugepages_requests_replace_the_containers():
+    # helpers_test.go "pod-level resources, container-level resources, hugepage request/limit single page size".
+    p = pod(
+        [container({"hugepages-2Mi": "6Mi"})],
+        resources={"requests": {"cpu": "1", "hugepages-2Mi": "10Mi"}, "limits": {"hugepages-2Mi": "10Mi"}},
+    )
+    assert fit.pod_requests(p) == {"cpu": 1000, "hugepages-2Mi": 10 * 2**20}
+
+
+@pytest.mark.parametrize(
+    ("p", "expected"),
+    [
+        pytest.param(pod([container({"memory": "500m"}), container({"memory": "500m"})]), {"memory": 1}, id="mem"),
+        pytest.param(pod([container({"cpu": "500u"}), container({"cpu": "500u"})]), {"cpu": 1}, id="cpu"),
+        pytest.param(pod([container({"memory": "0.5"})], overhead={"memory": "0.5"}), {"memory": 1}, id="overhead"),
+    ],
+)
+def test_fractional_requests_round_once_per_pod(p, expected):
+    assert fit.pod_requests(p) == expected
+
+
+def test_uncounted_resources_are_ignored_and_scalar_ones_counted():
+    p = pod(
+        [
+            container(
+                {
+                    "cpu": "1",
+                    "pods": "3",
+                    "storage": "1Gi",
+                    "unknown": "5",
+                    GPU: "2",
+                    "hugepages-2Mi": "4Mi",
+                    "example.com/foo": "1",
+                    "ephemeral-storage": "1Gi",
+                }
+            ),
+        ]
+    )
+    assert fit.pod_requests(p) == {
+        "cpu": 1000,
+        GPU: 2,
+        "hugepages-2Mi": 4 * 2**20,
+        "example.com/foo": 1,
+        "ephemeral-storage": 2**30,
+    }
+
+
+def test_zero_requests_are_dropped():
+    assert fit.pod_requests(pod([container({"cpu": "0", GPU: "0", "memory": "1"})])) == {"memory": 1}
+
+
+def test_an_unreadable_request_names_its_field():
+    with pytest.raises(fit.FitError, match=r"spec\.initContainers\[1\]\.resources\.requests\.memory"):
+        fit.pod_requests(pod([container()], [container({"cpu": "1"}), container({"memory": "lots"})]))
+
+
+# ---- host_ports and ports_problem -------------------------------------------------------------------------------
+def test_host_ports_only_with_a_host_port_and_with_defaults():
+    p = pod(
+        [
+            container(
+                ports=[
+                    {"containerPort": 8080},
+                    {"containerPort": 80, "hostPort": 0},
+                    {"containerPort": 80, "hostPort": 8080},
+                    {"containerPort": 53, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"},
+                ]
+            )
+        ]
+    )
+    assert fit.host_ports(p) == (("0.0.0.0", "TCP", 8080), ("10.0.0.1", "UDP", 53))
+
+
+def test_host_ports_include_sidecars_not_plain_init_containers():
+    p = pod(
+        [container(ports=[{"containerPort": 1, "hostPort": 1000}])],
+        [
+            container(ports=[{"containerPort": 1, "hostPort": 2000}]),
+            container(ports=[{"containerPort": 1, "hostPort": 3000}], sidecar=True),
+        ],
+    )
+    assert fit.host_ports(p) == (("0.0.0.0", "TCP", 3000), ("0.0.0.0", "TCP", 1000))
+
+
+def test_host_ports_of_a_pod_without_ports():
+    assert fit.host_ports(pod([container()])) == ()
+
+
+@pytest.mark.parametrize(
+    ("wanted", "on_node", "conflict"),
+    [
+        (("0.0.0.0", "TCP", 80), ("10.0.0.1", "TCP", 80), True),
+        (("10.0.0.1", "TCP", 80), ("0.0.0.0", "TCP", 80), True),
+        (("0.0.0.0", "TCP", 80), ("0.0.0.0", "TCP", 80), True),
+        (("10.0.0.1", "TCP", 80), ("10.0.0.1", "TCP", 80), True),
+        (("10.0.0.1", "TCP", 80), ("10.0.0.2", "TCP", 80), False),
+        (("0.0.0.0", "UDP", 80), ("0.0.0.0", "TCP", 80), False),
+        (("10.0.0.1", "UDP", 80), ("0.0.0.0", "TCP", 80), False),
+        (("0.0.0.0", "SCTP", 80), ("10.0.0.1", "TCP", 80), False),
+        (("0.0.0.0", "TCP", 81), ("0.0.0.0", "TCP", 80), False),
+    ],
+)
+def test_port_conflicts_as_host_port_info(wanted, on_node, conflict):
+    problem = fit.ports_problem(wants(ports=[wanted]), node(), usage_with(taken(ports=[on_node])))
+    if conflict:
+        assert problem == f"host port {wanted[0]}:{wanted[2]}/{wanted[1]} is taken on node n1"
+    else:
+        assert problem is None
+
+
+def test_ports_on_another_node_do_not_conflict():
+    usage = usage_with(taken("n2", ports=[("0.0.0.0", "TCP", 80)]))
+    assert fit.ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node("n1"), usage) is None
+    assert fit.ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node("n2"), usage) is not None
+
+
+def test_a_port_stays_taken_while_another_pod_holds_it():
+    usage = usage_with(taken(ports=[("0.0.0.0", "TCP", 80)]), taken(ports=[("0.0.0.0", "TCP", 80)]))
+    usage.set("other-0", None)
+    assert fit.ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node(), usage) is not None
+    usage.set("other-1", None)
+    assert fit.ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node(), usage) is None
+
+
+# ---- NodeAffinity -----------------------------------------------------------------------------------------------
+def test_node_selector_needs_every_label():
+    w = want(nodeSelector={"gpu": "a100", "zone": "z1"})
+    assert fit.affinity_problem(w, node(labels={"gpu": "a100", "zone": "z1", "x": "y"})) is None
+    assert "nodeSelector (zone=z1)" in fit.affinity_problem(w, node(labels={"gpu": "a100", "zone": "z2"}))
+    assert fit.affinity_problem(w, node(labels={"gpu": "a100"})) is not None
+    assert fit.affinity_problem(w, node(labels=None)) is not None
+
+
+def test_no_selector_and_no_terms_match_every_node():
+    assert fit.affinity_problem(want(), node(labels=None)) is None
+    assert want().terms is None
+
+
+def test_terms_are_ored():
+    w = want(
+        affinity=required_terms(
+            {"matchExpressions": [expr("a", "Exists")]}, {"matchExpressions": [expr("b", "Exists")]}
+        )
+    )
+    assert fit.affinity_problem(w, node(labels={"a": "1"})) is None
+    assert fit.affinity_problem(w, node(labels={"b": "1"})) is None
+    assert fit.affinity_problem(w, node(labels={"c": "1"})) == "node n1 does not match the pod's required node affinity"
+
+
+def test_expressions_are_anded():
+    term = {"matchExpressions": [expr("a", "Exists"), expr("b", "In", "x")]}
+    assert fit.term_matches(term, node(labels={"a": "1", "b": "x"}))
+    assert not fit.term_matches(term, node(labels={"a": "1", "b": "y"}))
+    assert not fit.term_matches(term, node(labels={"b": "x"}))
+
+
+def test_node_selector_and_terms_both_apply():
+    w = want(nodeSelector={"a": "1"}, affinity=required_terms({"matchExpressions": [expr("b", "Exists")]}))
+    assert fit.affinity_problem(w, node(labels={"a": "1", "b": ""})) is None
+    assert fit.affinity_problem(w, node(labels={"a": "1"})) is not None
+    assert fit.affinity_problem(w, node(labels={"b": ""})) is not None
+
+
+@pytest.mark.parametrize(
+    ("expression", "labels", "matches"),
+    [
+        (expr("k", "In", "a", "b"), {"k": "b"}, True),
+        (expr("k", "In", "a", "b"), {"k": "c"}, False),
+        (expr("k", "In", "a"), {}, False),
+        (expr("k", "NotIn", "a", "b"), {"k": "c"}, True),
+        (expr("k", "NotIn", "a", "b"), {"k": "a"}, False),
+        (expr("k", "NotIn", "a"), {}, True),  # a missing label is not in any set
+        (expr("k", "Exists"), {"k": ""}, True),
+        (expr("k", "Exists"), {"j": "x"}, False),
+        (expr("k", "DoesNotExist"), {}, True),
+        (expr("k", "DoesNotExist"), {"k": "x"}, False),
+        (expr("k", "Gt", "3"), {"k": "4"}, True),
+        (expr("k", "Gt", "3"), {"k": "3"}, False),
+        (expr("k", "Gt", "3"), {"k": "-10"}, False),
+        (expr("k", "Gt", "-3"), {"k": "007"}, True),
+        (expr("k", "Lt", "3"), {"k": "2"}, True),
+        (expr("k", "Lt", "3"), {"k": "3"}, False),
+        (expr("k", "Gt", "3"), {"k": "four"}, False),  # not an integer: no match
+        (expr("k", "Lt", "3"), {"k": "1.5"}, False),
+        (expr("k", "Gt", "3"), {}, False),
+        (expr("k", "Lt", "3"), {}, False),
+        (expr("k", "Gt", "1", "2"), {"k": "5"}, False),  # Gt/Lt take exactly one value
+        (expr("k", "Unknown", "a"), {"k": "a"}, False),
+    ],
+)
+def test_expression_operators(expression, labels, matches):
+    assert fit.term_matches({"matchExpressions": [expression]}, node(labels=labels)) is matches
+
+
+@pytest.mark.parametrize("label", ["1_0", "99999999999999999999"])
+def test_gt_refuses_labels_go_cannot_parse(label):
+    assert not fit.term_matches({"matchExpressions": [expr("k", "Gt", "5")]}, node(labels={"k": label}))
+
+
+def test_match_fields_on_metadata_name():
+    assert fit.term_matches({"matchFields": [expr("metadata.name", "In", "n1")]}, node("n1"))
+    assert not fit.term_matches({"matchFields": [expr("metadata.name", "In", "n2")]}, node("n1"))
+    assert fit.term_matches({"matchFields": [expr("metadata.name", "NotIn", "n2")]}, node("n1"))
+    assert not fit.term_matches({"matchFields": [expr("metadata.name", "NotIn", "n1")]}, node("n1"))
+    assert not fit.term_matches({"matchFields": [expr("metadata.uid", "In", "n1")]}, node("n1"))
+
+
+def test_match_fields_and_expressions_in_one_term_are_anded():
+    term = {"matchExpressions": [expr("a", "Exists")], "matchFields": [expr("metadata.name", "In", "n1")]}
+    assert fit.term_matches(term, node("n1", labels={"a": "1"}))
+    assert not fit.term_matches(term, node("n2", labels={"a": "1"}))
+    assert not fit.term_matches(term, node("n1"))
+
+
+def test_an_empty_term_matches_nothing():
+    assert not fit.term_matches({}, node(labels={"a": "1"}))
+    assert not fit.term_matches({"matchExpressions": [], "matchFields": []}, node())
+    w = want(affinity=required_terms({}))
+    assert fit.affinity_problem(w, node()) is not None
+    # An empty term beside a matching one does not spoil it.
+    w = want(affinity=required_terms({}, {"matchExpressions": [expr("a", "Exists")]}))
+    assert fit.affinity_problem(w, node(labels={"a": "1"})) is None
+
+
+def test_no_terms_at_all_match_no_node():
+    # LazyErrorNodeSelector with no terms: Match returns false.
+    w = want(affinity=required_terms())
+    assert w.terms == ()
+    assert fit.affinity_problem(w, node()) is not None
+
+
+# ---- NodeResourcesFit -------------------------------------------------------------------------------------------
+def test_too_many_pods():
+    n = node(allocatable={"cpu": "4", "pods": "2"})
+    assert fit.resources_problem(wants(), n, usage_with(taken())) is None
+    assert fit.resources_problem(wants(), n, usage_with(taken(), taken())) == "Too many pods (node n1 has 2 of 2)"
+    assert fit.resources_problem(wants(), node(allocatable={"cpu": "4"}), fit.NodeUsage()).startswith("Too many pods")
+
+
+@pytest.mark.parametrize(
+    ("resource", "allocatable", "used", "asked"),
+    [
+        ("cpu", "4", 3500, 501),
+        ("memory", "16Gi", 15 * 2**30, 2**30 + 1),
+        ("ephemeral-storage", "100Gi", 2**30, 99 * 2**30 + 1),
+        (GPU, "8", 7, 2),
+        ("hugepages-2Mi", "1Gi", 0, 2**30 + 1),
+    ],
+)
+def test_insufficient_resource(resource, allocatable, used, asked):
+    n = node(allocatable={resource: allocatable, "pods": "110"})
+    usage = usage_with(taken(requests={resource: used}))
+    assert fit.resources_problem(wants({resource: asked}), n, usage).startswith(f"Insufficient {resource} (")
+    # One unit less is an exact fit.
+    assert fit.resources_problem(wants({resource: asked - 1}), n, usage) is None
+
+
+def test_insufficient_message_shows_cpu_in_cores():
+    usage = usage_with(taken(requests={"cpu": 2500}))
+    assert fit.resources_problem(wants({"cpu": 2000}), node(), usage) == (
+        "Insufficient cpu (the pod requests 2; node n1 has 1.5 of 4 left)"
+    )
+
+
+def test_every_insufficient_resource_is_named():
+    problem = fit.resources_problem(wants({"cpu": 5000, "memory": 17 * 2**30, GPU: 1}), node(), fit.NodeUsage())
+    assert problem.count("Insufficient") == 3
+    assert "Insufficient cpu" in problem
+    assert "Insufficient memory" in problem
+    assert f"Insufficient {GPU}" in problem
+
+
+def test_a_resource_not_requested_is_not_checked_even_when_overcommitted():
+    usage = usage_with(taken(requests={"memory": 64 * 2**30, GPU: 9}))
+    assert fit.resources_problem(wants({"cpu": 1000}), node(), usage) is None
+    assert fit.resources_problem(wants({"memory": 1}), node(), usage).startswith("Insufficient memory")
+
+
+def test_a_node_lacking_an_extended_resource_is_insufficient():
+    assert fit.resources_problem(wants({GPU: 1}), node(), fit.NodeUsage()) == (
+        f"Insufficient {GPU} (the pod requests 1; node n1 has 0 of 0 left)"
+    )
+
+
+def test_exact_fit():
+    n = node(allocatable={"cpu": "4", "memory": "16Gi", GPU: "8", "pods": "110"})
+    usage = usage_with(taken(requests={"cpu": 1000, "memory": 2**30, GPU: 3}))
+    assert fit.resources_problem(wants({"cpu": 3000, "memory": 15 * 2**30, GPU: 5}), n, usage) is None
+
+
+def test_usage_on_other_nodes_does_not_count():
+    usage = usage_with(taken("n2", requests={"cpu": 4000}))
+    assert fit.resources_problem(wants({"cpu": 4000}), node("n1"), usage) is None
+    assert fit.resources_problem(wants({"cpu": 4000}), node("n2"), usage) is not None
+
+
+def test_assumed_pods_count():
+    usage = fit.NodeUsage()
+    usage.assume("x", taken(requests={"cpu": 3000}))
+    assert fit.resources_problem(wants({"cpu": 2000}), node(), usage) is not None
+    usage.unassume("x")
+    assert fit.resources_problem(wants({"cpu": 2000}), node(), usage) is None
+
+
+def test_problem_checks_affinity_then_ports_then_resources():
+    usage = usage_with(taken(requests={"cpu": 4000}, ports=[("0.0.0.0", "TCP", 80)]))
+    w = wants({"cpu": 1000}, [("0.0.0.0", "TCP", 80)], {"a": "1"})
+    assert "nodeSelector" in fit.problem(w, node(), usage)
+    assert "host port" in fit.problem(w, node(labels={"a": "1"}), usage)
+    w = wants({"cpu": 1000}, [], {"a": "1"})
+    assert fit.problem(w, node(labels={"a": "1"}), usage).startswith("Insufficient cpu")
+    assert fit.problem(w, node(labels={"a": "1"}), fit.NodeUsage()) is None
+
+
+def test_fit_leaves_cordons_and_taints_to_node_problem():
+    cordoned = {
+        **node(),
+        "spec": {"unschedulable": True, "taints": [{"key": "k", "effect": "NoSchedule"}]},
+    }
+    cordoned["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    assert fit.problem(want(), cordoned, fit.NodeUsage()) is None
+    assert "cordoned" in decision.node_problem(cordoned, [])
+    # Tolerating the cordon taint lets the pod past the cordon, but not past the other taint.
+    assert "taint k:NoSchedule" in decision.node_problem(cordoned, [dict(decision.CORDON_TAINT)])
+    assert decision.node_problem(cordoned, [dict(decision.CORDON_TAINT), {"key": "k", "operator": "Exists"}]) is None
+
+
+def test_summary_names_the_first_nodes():
+    refusals = {f"n{i}": f"why n{i}" for i in range(5)}
+    assert fit.summary(refusals) == "why n0; why n1; why n2; and 2 more"
+    assert fit.summary({"b": "B", "a": "A"}) == "A; B"
+
+
+# ---- unsupported ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["podAffinity", "podAntiAffinity"])
+def test_required_pod_affinity_is_unsupported(kind):
+    term = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
+    p = pod([container()], affinity={kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}})
+    assert f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution" in fit.unsupported(p)
+    assert decision.pod_fit(p) == fit.unsupported(p)
+
+
+@pytest.mark.parametrize("kind", ["podAffinity", "podAntiAffinity"])
+def test_preferred_pod_affinity_is_accepted(kind):
+    term = {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
+    p = pod([container()], affinity={kind: {"preferredDuringSchedulingIgnoredDuringExecution": [term]}})
+    assert fit.unsupported(p) is None
+    assert isinstance(decision.pod_fit(p), fit.Want)
+
+
+def spread(when=None):
+    c: dict[str, Any] = {"maxSkew": 1, "topologyKey": "zone", "labelSelector": {"matchLabels": {"a": "b"}}}
+    if when is not None:
+        c["whenUnsatisfiable"] = when
+    return c
+
+
+def test_topology_spread_do_not_schedule_is_unsupported():
+    p = pod([container()], topologySpreadConstraints=[spread("ScheduleAnyway"), spread("DoNotSchedule")])
+    assert "spec.topologySpreadConstraints[1]" in fit.unsupported(p)
+    p = pod([container()], topologySpreadConstraints=[spread()])
+    assert "spec.topologySpreadConstraints[0]" in fit.unsupported(p)
+
+
+def test_topology_spread_schedule_anyway_is_accepted():
+    p = pod([container()], topologySpreadConstraints=[spread("ScheduleAnyway")])
+    assert fit.unsupported(p) is None
+
+
+def test_resource_claims_are_unsupported():
+    p = pod([container()], resourceClaims=[{"name": "gpu", "resourceClaimName": "c"}])
+    assert "spec.resourceClaims" in fit.unsupported(p)
+    assert "spec.resourceClaims" in decision.pod_fit(p)
+
+
+def test_a_plain_pod_asks_for_nothing_unsupported():
+    assert fit.unsupported(pod([container({"cpu": "1"})])) is None
+    assert fit.unsupported(pod([container()], resourceClaims=[], topologySpreadConstraints=[])) is None
+
+
+# ---- want and pod_fit on malformed pods -------------------------------------------------------------------------
+def test_want_reads_the_pod():
+    p = pod(
+        [container({"cpu": "1"}, ports=[{"containerPort": 80, "hostPort": 80}])],
+        nodeSelector={"a": "1"},
+        affinity=required_terms({"matchExpressions": [expr("b", "Exists")]}),
+    )
+    w = fit.want(p)
+    assert w == fit.Want(
+        {"cpu": 1000}, (("0.0.0.0", "TCP", 80),), {"a": "1"}, ({"matchExpressions": [expr("b", "Exists")]},)
+    )
+    assert decision.pod_fit(p) == w
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("spec",), [], "spec"),
+        (("spec",), "x", "spec"),
+        (("spec", "nodeSelector"), {"a": 1}, "spec.nodeSelector"),
+        (("spec", "nodeSelector"), ["a"], "spec.nodeSelector"),
+        (("spec", "affinity"), [1], "spec.affinity"),
+        (("spec", "affinity", "nodeAffinity"), "x", "spec.affinity.nodeAffinity"),
+        ((*TERMS_PATH, "nodeSelectorTerms"), {"a": 1}, "nodeSelectorTerms"),
+        ((*TERMS_PATH, "nodeSelectorTerms"), ["x"], "nodeSelectorTerms"),
+        ((*TERMS_PATH,), [], "nodeSelectorTerms"),
+        (("spec", "containers"), {"a": 1}, "spec.containers"),
+        (("spec", "containers"), ["x"], "spec.containers"),
+        (("spec", "containers", 0, "resources"), [], r"spec\.containers\[0\]\.resources"),
+        (("spec", "containers", 0, "resources", "requests", "cpu"), "fast", r"spec\.containers\[0\]"),
+        (("spec", "containers", 0, "ports"), ["x"], "port"),
+        (("spec", "containers", 0, "ports", 0, "hostPort"), "80", "hostPort"),
+        (("spec", "overhead"), "x", "spec.overhead"),
+    ],
+)
+def test_wrong_shapes_raise_fit_error_and_pod_fit_says_why(path, value, field):
+    p = base_pod()
+    put(p, path, value)
+    with pytest.raises(fit.FitError, match=field):
+        fit.want(p)
+    said = decision.pod_fit(p)
+    assert isinstance(said, str)
+    assert said
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("spec", "affinity", "podAffinity"), "x"),
+        (("spec", "topologySpreadConstraints"), {"a": 1}),
+    ],
+)
+def test_wrong_shapes_of_unsupported_rules_are_reported_by_pod_fit(path, value):
+    p = base_pod()
+    put(p, path, value)
+    with pytest.raises(fit.FitError):
+        fit.unsupported(p)
+    assert isinstance(decision.pod_fit(p), str)
+
+
+@pytest.mark.parametrize("value", [5, True, 1.5])
+def test_a_non_array_ports_field_never_raises(value):
+    p = base_pod()
+    put(p, ("spec", "containers", 0, "ports"), value)
+    assert isinstance(decision.pod_fit(p), str)
+    assert fit.footprint(p) == fit.Footprint("n1", (), ())
+
+
+@pytest.mark.parametrize(
+    "term",
+    [
+        {"matchExpressions": 5},
+        {"matchFields": 5},
+        {"matchExpressions": [{"key": "k", "operator": "Gt", "values": [None]}]},
+    ],
+)
+def test_a_malformed_term_is_refused_naming_the_field(term):
+    w = decision.pod_fit(pod([container()], affinity=required_terms(term)))
+    assert isinstance(w, str) and "nodeSelectorTerms[0]" in w, w
+
+
+# ---- fuzz: no JSON value anywhere makes pod_fit or footprint raise -------------------------------------------------
+def base_pod() -> dict[str, Any]:
+    """A bound pod that reaches every field the rules read."""
+    return {
+        "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [
+                {
+                    "name": "c",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                    "ports": [{"containerPort": 80, "hostPort": 80}],
+                }
+            ],
+            "initContainers": [{"name": "i", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}}],
+            "nodeSelector": {"a": "1"},
+            "affinity": required_terms({"matchExpressions": [expr("k", "In", "v")]}),
+            "overhead": {"cpu": "10m"},
+            "resources": {"requests": {"cpu": "3"}},
+            "topologySpreadConstraints": [spread("ScheduleAnyway")],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def put(p: dict[str, Any], path: tuple, value: Any) -> None:
+    at: Any = p
+    for step in path[:-1]:
+        at = at[step]
+    at[path[-1]] = value
+
+
+FUZZ_PATHS = [
+    ("metadata",),
+    ("spec",),
+    ("spec", "nodeName"),
+    ("spec", "containers"),
+    ("spec", "containers", 0),
+    ("spec", "containers", 0, "resources"),
+    ("spec", "containers", 0, "resources", "requests"),
+    ("spec", "containers", 0, "resources", "requests", "cpu"),
+    ("spec", "containers", 0, "ports"),
+    ("spec", "containers", 0, "ports", 0),
+    ("spec", "containers", 0, "ports", 0, "hostPort"),
+    ("spec", "containers", 0, "ports", 0, "hostIP"),
+    ("spec", "initContainers"),
+    ("spec", "initContainers", 0),
+    ("spec", "initContainers", 0, "restartPolicy"),
+    ("spec", "initContainers", 0, "resources", "requests"),
+    ("spec", "nodeSelector"),
+    ("spec", "affinity"),
+    ("spec", "affinity", "nodeAffinity"),
+    TERMS_PATH,
+    (*TERMS_PATH, "nodeSelectorTerms"),
+    (*TERMS_PATH, "nodeSelectorTerms", 0),
+    (*TERMS_PATH, "nodeSelectorTerms", 0, "matchExpressions"),
+    (*TERMS_PATH, "nodeSelectorTerms", 0, "matchExpressions", 0),
+    (*TERMS_PATH, "nodeSelectorTerms", 0, "matchExpressions", 0, "values"),
+    (*TERMS_PATH, "nodeSelectorTerms", 0, "matchFields"),
+    ("spec", "affinity", "podAffinity"),
+    ("spec", "affinity", "podAntiAffinity"),
+    ("spec", "overhead"),
+    ("spec", "resources"),
+    ("spec", "topologySpreadConstraints"),
+    ("spec", "topologySpreadConstraints", 0),
+    ("spec", "resourceClaims"),
+    ("status",),
+    ("status", "phase"),
+]
+# Field names the rules read, so that generated objects reach them.
+FIELD_NAMES = [
+    "ports",
+    "matchFields",
+    "key",
+    "operator",
+    "values",
+    "containers",
+    "initContainers",
+    "resources",
+    "requests",
+    "restartPolicy",
+    "hostPort",
+    "hostIP",
+    "protocol",
+    "nodeSelector",
+    "affinity",
+    "nodeAffinity",
+    "requiredDuringSchedulingIgnoredDuringExecution",
+    "nodeSelectorTerms",
+    "matchExpressions",
+    "podAffinity",
+    "podAntiAffinity",
+    "topologySpreadConstraints",
+    "whenUnsatisfiable",
+    "resourceClaims",
+    "overhead",
+    "nodeName",
+    "phase",
+    "cpu",
+    "memory",
+    GPU,
+    "hugepages-2Mi",
+]
+LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=8)
+    | st.sampled_from(["Always", "500m", "2Gi", "1e3", "DoNotSchedule", "Succeeded", "0.0.0.0", "-1"])
+)
+JSON = st.recursive(
+    LEAVES,
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(FIELD_NAMES) | st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(FUZZ_PATHS), JSON), min_size=1, max_size=3))
+def test_fuzz_pod_fit_and_footprint_never_raise(changes):
+    p = base_pod()
+    for path, value in changes:
+        try:
+            put(p, path, copy.deepcopy(value))
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier change removed the way there
+    said = decision.pod_fit(p)
+    assert isinstance(said, fit.Want) or (isinstance(said, str) and said)
+    if isinstance(said, fit.Want):  # what pod_fit accepts, the rules judge without raising
+        judged = fit.problem(said, node(labels={"k": "1"}), fit.NodeUsage())
+        assert judged is None or isinstance(judged, str)
+    f = fit.footprint(p)
+    assert f is None or isinstance(f, fit.Footprint)
+    assert fit.footprint(p, "n9") is None or fit.footprint(p, "n9").node == "n9"
+
+
+# ---- footprint --------------------------------------------------------------------------------------------------
+def test_footprint_of_a_bound_pod():
+    p = pod(
+        [container({"memory": "1Gi", "cpu": "1"}, ports=[{"containerPort": 80, "hostPort": 80}])],
+        node_name="n1",
+        phase="Running",
+    )
+    assert fit.footprint(p) == fit.Footprint("n1", (("cpu", 1000), ("memory", 2**30)), (("0.0.0.0", "TCP", 80),))
+
+
+def test_footprint_is_none_unbound_or_finished():
+    assert fit.footprint(pod([container({"cpu": "1"})])) is None
+    assert fit.footprint(pod([container({"cpu": "1"})], node_name="")) is None
+    for phase in ("Succeeded", "Failed"):
+        assert fit.footprint(pod([container({"cpu": "1"})], node_name="n1", phase=phase)) is None
+        assert fit.footprint(pod([container({"cpu": "1"})], phase=phase), "n2") is None
+    for phase in ("Pending", "Running", "Unknown"):
+        assert fit.footprint(pod([container({"cpu": "1"})], node_name="n1", phase=phase)) is not None
+
+
+def test_footprint_uses_the_given_node():
+    p = pod([container({"cpu": "1"})], node_name="n1")
+    assert fit.footprint(p, "n2").node == "n2"
+    assert fit.footprint(pod([container({"cpu": "1"})]), "n3") == fit.Footprint("n3", (("cpu", 1000),), ())
+
+
+def test_footprint_of_unreadable_resources_is_a_pod_without_requests():
+    p = pod([container({"cpu": "lots"}, ports=[{"containerPort": 80, "hostPort": 80}])], node_name="n1")
+    assert fit.footprint(p) == fit.Footprint("n1", (), ())
+
+
+# ---- NodeUsage --------------------------------------------------------------------------------------------------
+def test_set_returns_the_node_with_more_room():
+    usage = fit.NodeUsage()
+    first = taken("a", {"cpu": 1000, GPU: 1}, [("0.0.0.0", "TCP", 80)])
+    assert usage.set("x", first) is None  # new
+    assert usage.set("x", first) is None  # unchanged
+    assert usage.set("x", taken("a", {"cpu": 2000, GPU: 1}, [("0.0.0.0", "TCP", 80)])) is None  # asks more
+    assert usage.set("x", taken("a", {"cpu": 1000, GPU: 1}, [("0.0.0.0", "TCP", 80)])) == "a"  # asks less cpu
+    assert usage.set("x", taken("a", {"cpu": 1000}, [("0.0.0.0", "TCP", 80)])) == "a"  # drops a resource
+    assert usage.set("x", taken("a", {"cpu": 1000})) == "a"  # drops a port
+    assert usage.set("x", taken("a", {"cpu": 1000}, [("0.0.0.0", "TCP", 81)])) is None  # adds a port
+    assert usage.set("x", taken("b", {"cpu": 1000}, [("0.0.0.0", "TCP", 81)])) == "a"  # moves
+    assert usage.set("x", None) == "b"  # leaves
+    assert usage.set("x", None) is None  # already gone
+    assert len(usage) == 0
+
+
+def test_assume_then_the_watch_confirms():
+    usage = fit.NodeUsage()
+    f = taken("a", {"cpu": 1000})
+    usage.assume("x", f)
+    assert usage.requested("a", "cpu") == 1000
+    assert usage.set("x", f) is None
+    assert usage.requested("a", "cpu") == 1000
+    assert usage.pods("a") == 1
+    assert usage.unassume("x") is None  # the watch has spoken: nothing to drop
+    assert usage.pods("a") == 1
+
+
+def test_unassume_drops_what_was_assumed():
+    usage = fit.NodeUsage()
+    usage.assume("x", taken("a", {"cpu": 1000}, [("0.0.0.0", "TCP", 80)]))
+    assert usage.unassume("x") == "a"
+    assert usage.pods("a") == 0
+    assert usage.requested("a", "cpu") == 0
+    assert dict(usage.ports("a")) == {}
+    assert usage.unassume("x") is None
+    assert usage.unassume("never") is None
+
+
+UIDS = ("u1", "u2", "u3")
+NODES = ("a", "b")
+RESOURCES = ("cpu", "memory", GPU)
+PORTS = (("0.0.0.0", "TCP", 80), ("10.0.0.1", "TCP", 80), ("0.0.0.0", "UDP", 53))
+FOOTPRINTS = st.builds(
+    lambda n, requests, ports: fit.Footprint(n, tuple(sorted(requests.items())), tuple(ports)),
+    st.sampled_from(NODES),
+    st.dictionaries(st.sampled_from(RESOURCES), st.integers(1, 3), max_size=3),
+    st.lists(st.sampled_from(PORTS), unique=True, max_size=2),
+)
+
+
+def freed(before: fit.Footprint | None, after: fit.Footprint | None) -> str | None:
+    """The node `set` should name: the old one when the pod left it, moved, or asks less of it."""
+    if before is None or before == after:
+        return None
+    if after is None or after.node != before.node:
+        return before.node
+    had, has = dict(before.requests), dict(after.requests)
+    lower = any(has.get(r, 0) < q for r, q in had.items())
+    dropped = any(p not in after.ports for p in before.ports)
+    return before.node if lower or dropped else None
+
+
+class Usage(RuleBasedStateMachine):
+    """NodeUsage against a model: uid -> (footprint, assumed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.usage = fit.NodeUsage()
+        self.model: dict[str, tuple[fit.Footprint, bool]] = {}
+
+    @rule(uid=st.sampled_from(UIDS), now=st.none() | FOOTPRINTS)
+    def set(self, uid, now):
+        before = self.model.get(uid, (None, False))[0]
+        got = self.usage.set(uid, now)
+        if now is None:
+            self.model.pop(uid, None)
+        else:
+            self.model[uid] = (now, False)
+        assert got == freed(before, now)
+
+    @rule(uid=st.sampled_from(UIDS), now=FOOTPRINTS)
+    def assume(self, uid, now):
+        assert self.usage.assume(uid, now) is None
+        self.model[uid] = (now, True)
+
+    @rule(uid=st.sampled_from(UIDS))
+    def unassume(self, uid):
+        before, assumed = self.model.get(uid, (None, False))
+        got = self.usage.unassume(uid)
+        if assumed:
+            del self.model[uid]
+            assert got == before.node
+        else:
+            assert got is None
+
+    @invariant()
+    def totals_match_a_recount(self):
+        assert len(self.usage) == len(self.model)
+        for n in NODES:
+            here = [f for f, _ in self.model.values() if f.node == n]
+            assert self.usage.pods(n) == len(here)
+            for r in RESOURCES:
+                assert self.usage.requested(n, r) == sum(dict(f.requests).get(r, 0) for f in here)
+            assert dict(self.usage.ports(n)) == dict(Counter(p for f in here for p in f.ports))
+
+
+Usage.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+TestUsage = Usage.TestCase
