@@ -13,7 +13,7 @@ CONTROL_PLANE := etcd kube-apiserver kube-controller-manager kwok
 TEST_TOOLS := $(CONTROL_PLANE) helm
 # What the control-plane scenarios run besides the control plane: Prometheus scrapes the programs (features/metrics).
 # `make test` starts its build in the background first; the `scenarios` step waits for that build or does it.
-SCENARIO_TOOLS := prometheus
+SCENARIO_TOOLS := prometheus kube-scheduler
 # The browser the board's scenarios drive (harness/browser.py): Debian's packages chromium and chromium-driver.
 CHROMIUM := /usr/bin/chromium
 CHROMEDRIVER := /usr/bin/chromedriver

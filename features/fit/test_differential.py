@@ -16,8 +16,15 @@ pinning taken out again, the node as the API has it, and a NodeUsage of the pods
 
 A difference is allowed only where gpu-scheduler refuses the pod as asking for a rule it does not support
 (required pod anti-affinity, DoNotSchedule topology spread); anything else fails with a table of the cases. Where
-both refuse, the reasons are compared too: both run the node's own state first (cordon, taints), then node affinity,
-then host ports, then resources, each stopping at the first rule the node breaks.
+both refuse, the reasons are compared too: both judge the node's own state first (cordon, taints), then node
+affinity, then host ports, then resources, stopping at the first rule the node breaks (resources: every shortage
+listed). One exception kube has: NodeAffinity's PreFilter, before every filter, refuses a node that no term's
+metadata.name matchFields admits ("pod affinity terms conflict"); there the node must break the affinity for
+gpu-scheduler too, whatever rule it names first.
+
+Before a batch's first probe, kube-scheduler is shown to have every node write of the batch: a label is put on a
+sync node last and a pod that needs it is bound (node events reach it in resourceVersion order). The suite takes
+about 50 s on 2 cores; its summary goes to build/fit-differential.json.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import functools
 import json
 import pathlib
 import random
@@ -249,7 +257,11 @@ def existing_pod(rng: random.Random, name: str, node: str) -> dict[str, Any]:
 def _expression(rng: random.Random) -> dict[str, Any]:
     key = rng.choice(("zone", "tier", "disk", "zone", "tier"))
     values = {"zone": ["a", "b", "c"], "tier": [str(i) for i in range(1, 10)] + ["gold"], "disk": ["ssd", "hdd"]}[key]
-    op = rng.choice(("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt") if key == "tier" else ("In", "NotIn", "Exists", "DoesNotExist"))
+    op = rng.choice(
+        ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+        if key == "tier"
+        else ("In", "NotIn", "Exists", "DoesNotExist")
+    )
     if op in ("Exists", "DoesNotExist"):
         return {"key": key, "operator": op}
     if op in ("Gt", "Lt"):
@@ -294,23 +306,27 @@ def _tolerations(rng: random.Random) -> list[dict[str, Any]]:
 
 
 def probe_spec(rng: random.Random, nodes: list[str]) -> dict[str, Any]:
-    """One random probe pod spec (unpinned)."""
+    """One random probe pod spec (unpinned). A plain one (about 2 in 5) asks for modest resources and none of the
+    other rules but tolerations, so that enough cases fit."""
     taken: set[tuple[int, str]] = set()
-    heavy = rng.random() < 0.15
+    rich = 1.0 if rng.random() < 0.6 else 0.0
+    heavy = rng.random() < 0.2 * rich
     cpu_max, memory_max = (4000, 8192) if heavy else (1000, 1536)
     spec: dict[str, Any] = {
         "schedulerName": KUBE_SCHEDULER,
         "containers": [
-            container(f"c{i}", _requests(rng, cpu_max, memory_max, 0.1), _ports(rng, taken, 0.2))
+            container(f"c{i}", _requests(rng, cpu_max, memory_max, 0.06), _ports(rng, taken, 0.25 * rich))
             for i in range(rng.randint(1, 2))
         ],
     }
     inits = []
     if rng.random() < 0.3:
         # A plain init container runs alone: it may ask for more than the others together.
-        inits.append(container("init", _requests(rng, 2 * cpu_max, 2 * memory_max, 0.1), _ports(rng, taken, 0.1)))
+        inits.append(
+            container("init", _requests(rng, 2 * cpu_max, 2 * memory_max, 0.06), _ports(rng, taken, 0.1 * rich))
+        )
     if rng.random() < 0.25:
-        sidecar = container("sidecar", _requests(rng, 500, 1024, 0.1), _ports(rng, taken, 0.3))
+        sidecar = container("sidecar", _requests(rng, 500, 1024, 0.06), _ports(rng, taken, 0.3 * rich))
         inits.insert(rng.randint(0, len(inits)), dict(sidecar, restartPolicy="Always"))
     if inits:
         spec["initContainers"] = inits
@@ -323,21 +339,21 @@ def probe_spec(rng: random.Random, nodes: list[str]) -> dict[str, Any]:
         if rng.random() < 0.7 or not level:
             level["memory"] = f"{asked.get('memory', 0) // 2**20 + rng.randrange(0, 2048, 128)}Mi"
         spec["resources"] = {"requests": level}
-    if rng.random() < 0.1:
+    if rng.random() < 0.12 * rich:
         choices = {"zone": rng.choice("abc"), "disk": rng.choice(("ssd", "hdd")), "tier": str(rng.randint(1, 9))}
         keys = rng.sample(sorted(choices), 1 if rng.random() < 0.7 else 2)
         spec["nodeSelector"] = {k: choices[k] for k in keys}
     affinity: dict[str, Any] = {}
-    if rng.random() < 0.25:
+    if rng.random() < 0.3 * rich:
         terms = [_term(rng, nodes) for _ in range(rng.randint(1, 2))]
         affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
-    if rng.random() < 0.06:
+    if rng.random() < 0.06 * rich:
         affinity["podAntiAffinity"] = {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
             ]
         }
-    elif rng.random() < 0.06:
+    elif rng.random() < 0.06 * rich:
         spec["topologySpreadConstraints"] = [
             {
                 "maxSkew": 1,
@@ -351,7 +367,7 @@ def probe_spec(rng: random.Random, nodes: list[str]) -> dict[str, Any]:
     tolerations = _tolerations(rng)
     if tolerations:
         spec["tolerations"] = tolerations
-    if rng.random() < 0.03:
+    if rng.random() < 0.05 * rich:
         spec["schedulingGates"] = [{"name": "example.com/hold"}]
     return spec
 
@@ -428,8 +444,7 @@ class Case:
             # NodeAffinity's PreFilter, which runs before every Filter (taints included), found that no term's
             # metadata.name matchFields can hold on this node.
             return not self.affinity_refused
-        if "pods" in ours:  # gpu-scheduler stops at too many pods; kube goes on listing what else is short
-            return "pods" not in theirs
+        # Within NodeResourcesFit both list every shortage (too many pods included).
         return ours != theirs
 
 
@@ -513,7 +528,7 @@ def gpu_verdict(pod: dict[str, Any], node: dict[str, Any], usage: fit.NodeUsage)
 
 
 def _labelled(api: SyncClient, label: str, value: str) -> list[dict[str, Any]]:
-    return api.pods(NAMESPACE, labelSelector=f"{label}={value}")
+    return list(api.pods(NAMESPACE, labelSelector=f"{label}={value}"))
 
 
 def _delete_labelled(api: SyncClient, label: str, value: str) -> None:
@@ -551,12 +566,12 @@ def _create_batch(api: SyncClient, rng: random.Random, batch: int) -> list[str]:
         return node_ready(node) and (not body["spec"].get("unschedulable") or CORDON_KEY in taints)
 
     for body in bodies:
-        wait_for(f"node {body['metadata']['name']} Ready", lambda body=body: settled(body), timeout=90)
+        wait_for(f"node {body['metadata']['name']} Ready", functools.partial(settled, body), timeout=90)
     for name, body in zip(names, bodies, strict=True):
         pods = int(body["status"]["allocatable"]["pods"])
-        count = rng.choice((0, 0, 0, 1, 1, 1, 2, 2, pods)) if rng.random() < 0.95 else pods + 1
+        count = rng.choice((0, 0, 0, 1, 1, 1, 2, 2, pods)) if rng.random() < 0.85 else rng.choice((0, 1, pods + 1))
         for i in range(max(0, min(count, 5))):
-            api.create(paths.pods(NAMESPACE), dict(existing_pod(rng, f"{name}-e{i}", name)))
+            api.create(paths.pods(NAMESPACE), existing_pod(rng, f"{name}-e{i}", name))
     _sync_node_cache(api, batch)
     return names
 
@@ -587,8 +602,13 @@ def _run_round(api: SyncClient, rng: random.Random, batch: int, rnd: int, names:
         created[stored["metadata"]["name"]] = (name, stored)
 
     def decided() -> dict[str, tuple[str, str]] | None:
-        verdicts = {p["metadata"]["name"]: kube_verdict(p) for p in _labelled(api, PROBE_LABEL, round_id)}
-        return verdicts if len(verdicts) == len(created) and all(verdicts.values()) else None  # type: ignore[return-value]
+        verdicts = {}
+        for pod in _labelled(api, PROBE_LABEL, round_id):
+            verdict = kube_verdict(pod)
+            if verdict is None:
+                return None
+            verdicts[pod["metadata"]["name"]] = verdict
+        return verdicts if len(verdicts) == len(created) else None
 
     verdicts = wait_for(f"kube-scheduler's verdicts on round {round_id}", decided, timeout=ROUND_TIMEOUT, interval=0.1)
     cases = []
@@ -609,14 +629,20 @@ def _run_round(api: SyncClient, rng: random.Random, batch: int, rnd: int, names:
     return cases
 
 
-def _table(cases: list[Case]) -> str:
-    lines = ["batch round node      | probe | kube-scheduler | gpu-scheduler"]
-    for c in cases:
-        lines.append(
-            f"{c.batch:5} {c.round:5} {c.node:9} | {c.probe} | {c.kube}: {c.kube_message or '-'} | "
-            f"{c.gpu}: {c.gpu_reason or '-'}"
-        )
+def _table(cases: list[Case], limit: int = 40) -> str:
+    lines = ["batch round node   | probe | kube-scheduler | gpu-scheduler"]
+    lines += [
+        f"{c.batch:5} {c.round:5} {c.node:6} | {c.probe} | {c.kube}: {c.kube_message or '-'} | "
+        f"{c.gpu}: {c.gpu_reason or '-'}"
+        for c in cases[:limit]
+    ]
+    if len(cases) > limit:
+        lines.append(f"... and {len(cases) - limit} more")
     return "\n".join(lines)
+
+
+def _unsupported_rule(reason: str) -> str:
+    return "pod anti-affinity" if "podAntiAffinity" in reason else "topology spread" if "topology" in reason else reason
 
 
 def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
@@ -636,25 +662,31 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
     elapsed = time.monotonic() - started
 
     differing = [c for c in cases if c.differs]
-    allowed = [c for c in differing if c.unsupported and c.gpu == REFUSED]
-    wrong = [c for c in differing if c not in allowed]
+    wrong = [c for c in differing if not (c.unsupported and c.gpu == REFUSED)]
     wrong_reasons = [c for c in cases if c.reasons_differ]
     agreed_refusals = collections.Counter(
         coverage_key(c.gpu_reason) for c in cases if c.kube == REFUSED and c.gpu == REFUSED and not c.unsupported
     )
+    fits = sum(c.kube == FITS for c in cases)
+    gated = sum(c.kube == GATED for c in cases)
     by_reason = collections.Counter(
-        "unsupported" if c.unsupported else "other" for c in differing
+        f"unsupported: {_unsupported_rule(c.gpu_reason)}" if c.unsupported else "wrong" for c in differing
     )
     summary = {
+        "kube_scheduler": (plane.cp.bin / "kube-scheduler").resolve().parent.name,
         "seed": SEED,
+        "batches": BATCHES,
+        "rounds_per_batch": ROUNDS_PER_BATCH,
+        "nodes_per_batch": NODES_PER_BATCH,
         "cases": len(cases),
         "agreements": len(cases) - len(differing),
         "differences": len(differing),
         "differences_by_reason": dict(by_reason),
         "wrong_verdicts": len(wrong),
         "wrong_reasons": len(wrong_reasons),
-        "fits": sum(c.kube == FITS for c in cases),
-        "gated": sum(c.kube == GATED for c in cases),
+        "fits": fits,
+        "gated": gated,
+        "unsupported": sum(c.unsupported for c in cases),
         "refusals_by_rule": dict(sorted(agreed_refusals.items())),
         "seconds": round(elapsed, 1),
     }
@@ -662,20 +694,20 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
     SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
     print(
         f"\nfit differential: {len(cases)} cases, {summary['agreements']} agree, {len(differing)} differ "
-        f"({dict(by_reason)}), {len(wrong_reasons)} with other reasons; {summary['fits']} fit, {summary['gated']} "
+        f"({dict(by_reason)}), {len(wrong_reasons)} with other reasons; {fits} fit, {gated} "
         f"gated; refusals by rule {summary['refusals_by_rule']}; {elapsed:.0f}s"
     )
 
     assert not wrong, f"{len(wrong)} case(s) where gpu-scheduler and kube-scheduler disagree:\n" + _table(wrong)
-    assert not wrong_reasons, (
-        f"{len(wrong_reasons)} case(s) where both refuse for different reasons:\n" + _table(wrong_reasons)
+    assert not wrong_reasons, f"{len(wrong_reasons)} case(s) where both refuse for different reasons:\n" + _table(
+        wrong_reasons
     )
     # The generator must have exercised every rule both ways, so that agreement means something.
     for rule in ("cpu", "memory", "pods", "host port", "node affinity", "nodeSelector", "taint", "cordon"):
         assert any(rule == k or rule in k.split(",") for k in agreed_refusals), (
             f"no case was refused for {rule}: {dict(agreed_refusals)}"
         )
-    assert summary["gated"] >= 1, "no probe was gated"
+    assert gated >= 1, "no probe was gated"
     assert any(c.unsupported for c in cases), "no probe asked for an unsupported rule"
-    assert summary["fits"] >= 0.3 * len(cases), f"only {summary['fits']} of {len(cases)} cases fit"
+    assert fits >= 0.3 * len(cases), f"only {fits} of {len(cases)} cases fit"
     assert len(cases) >= 400
