@@ -22,7 +22,6 @@ no limiter at all.
 from __future__ import annotations
 
 import pathlib
-import ssl
 import subprocess
 import sys
 
@@ -32,8 +31,8 @@ from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError
 from gpu_scheduling.kube.leaderelection import ElectionConfig
-from harness.components import Components, LeaderElection
-from harness.processes import Process, free_port
+from harness.components import Components, LeaderElection, start_kube_scheduler
+from harness.processes import Process
 from harness.wait import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -155,41 +154,16 @@ class KubeScheduler(Contender):
     workloads = ("w1", "w2")
 
     def start(self, plane: BenchPlane) -> None:
-        config = plane.dir / "kube-scheduler.yaml"
         kubeconfig, _ = plane.scheduler_identity()
-        config.write_text(f"""apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: {kubeconfig}
-  qps: {CLIENT_QPS}
-  burst: {CLIENT_BURST}
-leaderElection:
-  leaderElect: true
-  leaseDuration: {LEADER_ELECTION.lease_duration:g}s
-  renewDeadline: {LEADER_ELECTION.renew_deadline:g}s
-  retryPeriod: {LEADER_ELECTION.retry_period:g}s
-profiles:
-- schedulerName: {self.scheduler_name}
-""")
-        port = free_port()
-        self.proc = Process(
-            "kube-scheduler",
-            [
-                str(plane.cp.bin / "kube-scheduler"),
-                f"--config={config}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--authentication-kubeconfig={plane.cp.kubeconfig}",
-                f"--authorization-kubeconfig={plane.cp.kubeconfig}",
-                f"--cert-dir={plane.dir / 'kube-scheduler-certs'}",
-            ],
-            plane.cp.logs,
-        ).start()
-        # /readyz includes the scheduler's informer sync; its self-signed serving certificate is not verified.
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE
-        self.proc.wait_http(f"https://127.0.0.1:{port}/readyz", timeout=60, context=insecure)
+        self.proc = start_kube_scheduler(
+            plane.cp,
+            plane.dir,
+            kubeconfig=kubeconfig,
+            scheduler_name=self.scheduler_name,
+            qps=CLIENT_QPS,
+            burst=CLIENT_BURST,
+            leader_election=LEADER_ELECTION,
+        )
         self._wait_leading(plane, "kube-system", "kube-scheduler")
 
     def stop(self) -> None:

@@ -55,6 +55,60 @@ class LeaderElection:
 LEADER_ELECTION = LeaderElection()
 
 
+def start_kube_scheduler(
+    cp: ControlPlane,
+    workdir: pathlib.Path,
+    *,
+    kubeconfig: pathlib.Path | str,
+    scheduler_name: str,
+    qps: int,
+    burst: int,
+    leader_election: LeaderElection | None,
+) -> Process:
+    """The upstream kube-scheduler of the pinned version (cp.bin), one default profile for `scheduler_name`, signed
+    in with `kubeconfig`; with `leader_election` its timings, else alone. Started and waited for until ready (its
+    /readyz includes the informers' sync). The benchmark's contender and the fit differential test both run it."""
+    if leader_election is None:
+        election = "  leaderElect: false"
+    else:
+        election = f"""  leaderElect: true
+  leaseDuration: {leader_election.lease_duration:g}s
+  renewDeadline: {leader_election.renew_deadline:g}s
+  retryPeriod: {leader_election.retry_period:g}s"""
+    config = workdir / "kube-scheduler.yaml"
+    config.write_text(f"""apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: {kubeconfig}
+  qps: {qps}
+  burst: {burst}
+leaderElection:
+{election}
+profiles:
+- schedulerName: {scheduler_name}
+""")
+    port = free_port()
+    proc = Process(
+        "kube-scheduler",
+        [
+            str(cp.bin / "kube-scheduler"),
+            f"--config={config}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--authentication-kubeconfig={cp.kubeconfig}",
+            f"--authorization-kubeconfig={cp.kubeconfig}",
+            f"--cert-dir={workdir / 'kube-scheduler-certs'}",
+        ],
+        cp.logs,
+    ).start()
+    # Its serving certificate is self-signed: not verified.
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE
+    proc.wait_http(f"https://127.0.0.1:{port}/readyz", timeout=60, context=insecure)
+    return proc
+
+
 class SchedulerProcess(Process):
     """One gpu-scheduler with its own health port and log file. With leader election, each start is a new
     candidate with a new identity (`<identity>`, then `<identity>-2`, ...), as a restarted container would be:

@@ -37,7 +37,6 @@ import json
 import pathlib
 import random
 import re
-import ssl
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -47,8 +46,9 @@ import pytest
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.sync import SyncClient
 from gpu_scheduling.scheduler import decision, fit
+from harness.components import start_kube_scheduler
 from harness.controlplane import ControlPlane, create_namespace, node_body, node_ready
-from harness.processes import Process, free_port
+from harness.processes import Process
 from harness.wait import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -81,43 +81,6 @@ class Plane:
     scheduler: Process
 
 
-def _start_kube_scheduler(cp: ControlPlane) -> Process:
-    """kube-scheduler with one default profile for default-scheduler, as bench.contenders.KubeScheduler starts it
-    (leader election off: it is alone)."""
-    config = cp.dir / "kube-scheduler.yaml"
-    config.write_text(f"""apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: {cp.kubeconfig}
-  qps: 1000
-  burst: 1000
-leaderElection:
-  leaderElect: false
-profiles:
-- schedulerName: {KUBE_SCHEDULER}
-""")
-    port = free_port()
-    proc = Process(
-        "kube-scheduler",
-        [
-            str(cp.bin / "kube-scheduler"),
-            f"--config={config}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--authentication-kubeconfig={cp.kubeconfig}",
-            f"--authorization-kubeconfig={cp.kubeconfig}",
-            f"--cert-dir={cp.dir / 'kube-scheduler-certs'}",
-        ],
-        cp.logs,
-    ).start()
-    # /readyz includes the scheduler's informer sync; its self-signed serving certificate is not verified.
-    insecure = ssl.create_default_context()
-    insecure.check_hostname = False
-    insecure.verify_mode = ssl.CERT_NONE
-    proc.wait_http(f"https://127.0.0.1:{port}/readyz", timeout=60, context=insecure)
-    return proc
-
-
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     cp = ControlPlane(tmp_path_factory.mktemp("fit-differential")).start()
@@ -127,7 +90,16 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
             raise RuntimeError(f"no kube-scheduler in {cp.bin}; run `make scenario-toolchain`")
         assert cp.api is not None
         create_namespace(cp.api, NAMESPACE)
-        scheduler = _start_kube_scheduler(cp)
+        # Alone (no leader election), with a limiter high enough never to hold the probes back.
+        scheduler = start_kube_scheduler(
+            cp,
+            cp.dir,
+            kubeconfig=cp.kubeconfig,
+            scheduler_name=KUBE_SCHEDULER,
+            qps=1000,
+            burst=1000,
+            leader_election=None,
+        )
         cp.add_node(SYNC_NODE)
         yield Plane(cp, cp.api, scheduler)
     finally:
