@@ -305,7 +305,9 @@ class Scheduler:
             self._unwait(key)
             self.queue.add(key)
 
-    def _on_node(self, _kind: str, node: dict[str, Any], _old: dict[str, Any] | None) -> None:
+    def _on_node(self, kind: str, node: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        if kind == "DELETED":
+            self.usage.node_gone(node["metadata"]["name"])
         self.claim_path.nodes_changed()
         for key in list(self._waiting.pop(node["metadata"]["name"], ())):
             self._retry(key)

@@ -234,6 +234,7 @@ class NodeUsage:
     its binding is sent, so that concurrent decisions never overcommit a node) and then as its watch says."""
 
     def __init__(self) -> None:
+        self._capacity: dict[str, tuple[str, dict[str, int]]] = {}  # node -> (its resourceVersion, capacity)
         self._by_uid: dict[str, Footprint] = {}
         self._assumed: set[str] = set()
         self._requested: dict[str, dict[str, int]] = {}
@@ -295,6 +296,23 @@ class NodeUsage:
             return None
         return before.node
 
+    def capacity(self, node: Mapping[str, Any]) -> Mapping[str, int]:
+        """`capacity(node)`, read again only when the node's resourceVersion changes (a node object without one, as
+        in unit tests, is read every time)."""
+        name = node["metadata"]["name"]
+        version = node["metadata"].get("resourceVersion")
+        cached = self._capacity.get(name)
+        if cached is not None and version and cached[0] == version:
+            return cached[1]
+        counted = capacity(node)
+        if version:
+            self._capacity[name] = (version, counted)
+        return counted
+
+    def node_gone(self, name: str) -> None:
+        """The node was deleted: forget its capacity (its pods go with their own events)."""
+        self._capacity.pop(name, None)
+
     def pods(self, node: str) -> int:
         return self._pods.get(node, 0)
 
@@ -320,6 +338,11 @@ class Want:
     node_selector: Mapping[str, str]
     terms: tuple[Mapping[str, Any], ...] | None
     """The required node selector terms (any one must match), or None when the pod has none."""
+
+    @property
+    def bare(self) -> bool:
+        """The pod asks nothing of a node but a place among its pods."""
+        return not (self.requests or self.ports or self.node_selector or self.terms is not None)
 
 
 def want(pod: Mapping[str, Any]) -> Want:
@@ -400,23 +423,29 @@ def _allocatable(node: Mapping[str, Any]) -> Mapping[str, Any]:
     return (node.get("status") or {}).get("allocatable") or {}
 
 
+def capacity(node: Mapping[str, Any]) -> dict[str, int]:
+    """The node's allocatable as the rules count it (a value that cannot be read counts as none)."""
+    counted = {}
+    for resource, value in _allocatable(node).items():
+        if _counted(str(resource)) or resource == PODS:
+            try:
+                counted[str(resource)] = amount(str(resource), value, f"status.allocatable.{resource}")
+            except FitError:
+                counted[str(resource)] = 0
+    return counted
+
+
 def resources_problem(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> str | None:
     """NodeResourcesFit: why the pod's requests do not fit what the node has left, or None."""
     name = node["metadata"]["name"]
-    allocatable = _allocatable(node)
-    try:
-        allowed = amount(PODS, allocatable.get(PODS, 0), "status.allocatable.pods")
-    except FitError:
-        allowed = 0
+    has = usage.capacity(node)
+    allowed = has.get(PODS, 0)
     on_node = usage.pods(name)
     short = []
     if on_node + 1 > allowed:
         short.append(f"Too many pods (node {name} has {on_node} of {allowed})")
     for resource, asked in want.requests.items():
-        try:
-            capacity = amount(resource, allocatable.get(resource, 0), f"status.allocatable.{resource}")
-        except FitError:
-            capacity = 0
+        capacity = has.get(resource, 0)
         used = usage.requested(name, resource)
         if asked > capacity - used:
             short.append(
@@ -492,7 +521,12 @@ def affinity_problem(want: Want, node: Mapping[str, Any]) -> str | None:
 
 def problem(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> str | None:
     """Why a pod that wants `want` does not fit `node` now (the first rule it breaks, in kube-scheduler's filter
-    order after the node's own state), or None when it fits."""
+    order after the node's own state), or None when it fits. A claim pod is judged against every GPU node on each
+    attempt, so the common pod that asks nothing of the node costs one comparison per node."""
+    if want.bare:
+        name = node["metadata"]["name"]
+        if usage.pods(name) < usage.capacity(node).get(PODS, 0):
+            return None
     return affinity_problem(want, node) or ports_problem(want, node, usage) or resources_problem(want, node, usage)
 
 
