@@ -1017,3 +1017,54 @@ class Usage(RuleBasedStateMachine):
 
 Usage.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
 TestUsage = Usage.TestCase
+
+
+# ---- capacity, read once per node version ----------------------------------------------------------------------
+def test_capacity_is_read_again_only_when_the_node_changes():
+    usage = fit.NodeUsage()
+    n = node(allocatable={"cpu": "4", "pods": "2"})
+    n["metadata"]["resourceVersion"] = "1"
+    assert usage.capacity(n) == {"cpu": 4000, "pods": 2}
+    same_version = copy.deepcopy(n)
+    same_version["status"]["allocatable"]["cpu"] = "8"
+    assert usage.capacity(same_version)["cpu"] == 4000, "an unchanged resourceVersion is the same node"
+    same_version["metadata"]["resourceVersion"] = "2"
+    assert usage.capacity(same_version)["cpu"] == 8000
+    usage.node_gone("n1")
+    n["metadata"]["resourceVersion"] = "2"  # a node of the same name and version after it was deleted: read afresh
+    assert usage.capacity(n)["cpu"] == 4000
+
+
+def test_a_bare_pod_is_judged_by_the_pod_count_alone():
+    bare = fit.want(pod([container()]))
+    assert bare.bare and not fit.want(pod([container({"cpu": "1"})])).bare
+    n = node(allocatable={"pods": "1"})
+    assert fit.problem(bare, n, fit.NodeUsage()) is None
+    assert fit.problem(bare, n, usage_with(taken())) == "Too many pods (node n1 has 1 of 1)"
+
+
+def test_full_follows_the_pod_count_of_nodes_of_known_capacity():
+    usage = fit.NodeUsage()
+    n = node(allocatable={"pods": "2"})
+    n["metadata"]["resourceVersion"] = "1"
+    usage.set("a", taken())
+    assert not usage.full and not usage.known("n1"), "a node of unknown capacity is never called full"
+    usage.capacity(n)
+    assert usage.known("n1") and not usage.full
+    usage.assume("b", taken())
+    assert usage.full == {"n1"}
+    usage.unassume("b")
+    assert not usage.full
+    usage.set("a", taken("n2"))  # moved away: n1 has room, n2's capacity is unknown
+    usage.set("c", taken())
+    usage.set("d", taken())
+    assert usage.full == {"n1"}
+    bigger = copy.deepcopy(n)
+    bigger["metadata"]["resourceVersion"] = "2"
+    bigger["status"]["allocatable"]["pods"] = "3"
+    usage.capacity(bigger)
+    assert not usage.full
+    usage.set("e", taken())
+    assert usage.full == {"n1"}
+    usage.node_gone("n1")
+    assert not usage.full

@@ -469,7 +469,11 @@ class ClaimPath:
     def _fitting(
         self, wanted: fit.Want, inventory: list[allocator.Node], nodes: Mapping[str, dict[str, Any]]
     ) -> tuple[list[allocator.Node], dict[str, str]]:
-        """The nodes of `inventory` the pod fits now (scheduler.fit), and why each other one does not."""
+        """The nodes of `inventory` the pod fits now (scheduler.fit), and why each other one does not. A pod that asks
+        nothing of a node but a place fits every node whose pod count is not reached: while none is (the common
+        case), that costs nothing per node."""
+        if wanted.bare and not self.usage.full and all(self.usage.known(c.name) for c in inventory):
+            return inventory, {}
         fitting, refused = [], {}
         for candidate in inventory:
             why = fit.problem(wanted, nodes[candidate.name], self.usage)
@@ -493,6 +497,7 @@ class ClaimPath:
             node = nodes.get(name) if name is not None else None
             if node is None or decision.node_problem(node, tolerations) is not None:
                 continue
+            self.usage.capacity(node)  # cached per node version, so that usage.full covers every usable node
             version = (status["metadata"].get("resourceVersion", ""), node["metadata"].get("resourceVersion", ""))
             cached = self._nodes.get(key)
             if cached is None or cached[0] != version:

@@ -235,6 +235,8 @@ class NodeUsage:
 
     def __init__(self) -> None:
         self._capacity: dict[str, tuple[str, dict[str, int]]] = {}  # node -> (its resourceVersion, capacity)
+        self.full: set[str] = set()
+        """Nodes of known capacity whose pod count is reached: no further pod fits them."""
         self._by_uid: dict[str, Footprint] = {}
         self._assumed: set[str] = set()
         self._requested: dict[str, dict[str, int]] = {}
@@ -292,6 +294,9 @@ class NodeUsage:
                 requested[r] = requested.get(r, 0) + q
             if taken.ports:
                 self._ports.setdefault(taken.node, Counter()).update(taken.ports)
+            self._check_full(taken.node)
+        if before is not None and (taken is None or taken.node != before.node):
+            self._check_full(before.node)
         if before is None or (taken is not None and taken.node == before.node and _not_less(taken, before)):
             return None
         return before.node
@@ -307,11 +312,24 @@ class NodeUsage:
         counted = capacity(node)
         if version:
             self._capacity[name] = (version, counted)
+            self._check_full(name)
         return counted
+
+    def known(self, name: str) -> bool:
+        """Whether the node's capacity is cached (so `full` tells whether it is full)."""
+        return name in self._capacity
+
+    def _check_full(self, name: str) -> None:
+        cached = self._capacity.get(name)
+        if cached is not None and self._pods.get(name, 0) >= cached[1].get(PODS, 0):
+            self.full.add(name)
+        else:
+            self.full.discard(name)
 
     def node_gone(self, name: str) -> None:
         """The node was deleted: forget its capacity (its pods go with their own events)."""
         self._capacity.pop(name, None)
+        self.full.discard(name)
 
     def pods(self, node: str) -> int:
         return self._pods.get(node, 0)
