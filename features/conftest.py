@@ -520,6 +520,15 @@ def claim_on_node(world: World, name: str, count: int, policy: str, node: str) -
     )
 
 
+@then(step('the GpuClaim "{name:q}" is {phase} with a message containing "{fragment:q}"'))
+def claim_phase(world: World, name: str, phase: str, fragment: str) -> None:
+    wait_for(
+        f"GpuClaim {name} {phase} mentioning {fragment!r}",
+        lambda: (s := claim_status(world, name)).get("phase") == phase and fragment in s.get("message", ""),
+        timeout=60,
+    )
+
+
 @then(step('the GpuClaim "{name:q}" is Bound with GPUs "{gpus:q}" on {node}'))
 def claim_bound(world: World, name: str, gpus: str, node: str) -> None:
     status = wait_for(

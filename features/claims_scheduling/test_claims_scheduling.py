@@ -62,15 +62,6 @@ def unhealthy_gpu(world: World, gpu: int, node: str) -> None:
     publish(world.cluster.kubeconfig, {node: status})
 
 
-@then(step('the GpuClaim "{name:q}" is {phase} with a message containing "{fragment:q}"'))
-def claim_phase(world: World, name: str, phase: str, fragment: str) -> None:
-    wait_for(
-        f"GpuClaim {name} {phase} mentioning {fragment!r}",
-        lambda: (s := claim_status(world, name)).get("phase") == phase and fragment in s.get("message", ""),
-        timeout=60,
-    )
-
-
 @then(step('the GpuClaim "{name:q}" says "{fragment:q}"'))
 def claim_says(world: World, name: str, fragment: str) -> None:
     assert fragment in claim_status(world, name).get("message", ""), claim_status(world, name)
