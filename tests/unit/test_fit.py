@@ -873,6 +873,7 @@ def test_fuzz_pod_fit_and_footprint_never_raise(changes):
         assert judged is None or isinstance(judged, str)
     f = fit.footprint(p)
     assert f is None or isinstance(f, fit.Footprint)
+    assert fit.footprint(fit.trimmed(p)) == f, "the informer's trimmed view must take what the pod takes"
     assert fit.footprint(p, "n9") is None or fit.footprint(p, "n9").node == "n9"
 
 
@@ -1068,3 +1069,17 @@ def test_full_follows_the_pod_count_of_nodes_of_known_capacity():
     assert usage.full == {"n1"}
     usage.node_gone("n1")
     assert not usage.full
+
+
+def test_the_trimmed_view_takes_what_the_pod_takes_and_keeps_little_else():
+    ports = [{"containerPort": 80, "hostPort": 80}, {"containerPort": 81}]
+    p = pod(
+        [container({"cpu": "1", "memory": "1Gi"}, ports=ports)],
+        init=[container({"cpu": "2"}, sidecar=True, ports=[{"containerPort": 1, "hostPort": 9000}])],
+        node_name="n1",
+        phase="Running",
+    )
+    p["spec"]["containers"][0]["env"] = [{"name": "BIG", "value": "x" * 1000}]
+    view = fit.trimmed(p)
+    assert fit.footprint(view) == fit.footprint(p) and fit.footprint(p).requests
+    assert "env" not in view["spec"]["containers"][0] and len(view["spec"]["containers"][0]["ports"]) == 1

@@ -108,39 +108,6 @@ _RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
 """Field selector of the pods that take room on their node: kube-scheduler's own pod informer has the same."""
 
 
-def fit_view(pod: dict[str, Any]) -> dict[str, Any]:
-    """What the fit rules read of another scheduler's pod, and no more (its requests and host ports): what the
-    informer keeps of each of possibly many thousands of pods."""
-
-    def container(c: Any) -> dict[str, Any]:
-        if not isinstance(c, dict):
-            return {}
-        kept: dict[str, Any] = {"resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
-        ports = [p for p in c.get("ports") or [] if isinstance(p, dict) and p.get("hostPort")]
-        if ports:
-            kept["ports"] = ports
-        if c.get("restartPolicy"):
-            kept["restartPolicy"] = c["restartPolicy"]
-        return kept
-
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    view_spec: dict[str, Any] = {
-        "nodeName": spec.get("nodeName"),
-        "containers": [container(c) for c in spec.get("containers") or []],
-    }
-    if spec.get("initContainers"):
-        view_spec["initContainers"] = [container(c) for c in spec["initContainers"]]
-    for field in ("overhead", "resources"):
-        if spec.get(field):
-            view_spec[field] = spec[field]
-    return {
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
-        "spec": view_spec,
-        "status": {"phase": (pod.get("status") or {}).get("phase")},
-    }
-
-
 def _key(pod: dict[str, Any]) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
@@ -179,7 +146,7 @@ class Scheduler:
             self._on_other_pod,
             params={"fieldSelector": f"spec.schedulerName!={config.name},spec.nodeName!=,{_RUNNING}"},
             name="other-pods",
-            transform=fit_view,
+            transform=fit.trimmed,
         )
         self.usage = fit.NodeUsage()
         self.queue: WorkQueue[str] = WorkQueue()

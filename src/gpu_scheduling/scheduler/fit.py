@@ -228,6 +228,46 @@ def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | No
     return Footprint(str(node), tuple(sorted(requests.items())), ports)
 
 
+def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
+    """What `footprint` reads of a pod, and no more (its requests and host ports, node and phase): what the
+    scheduler's informer keeps of each of possibly many thousands of other schedulers' pods. Kept beside the
+    readers it must serve; tests/unit/test_fit.py checks that `footprint(trimmed(pod)) == footprint(pod)`."""
+
+    def container(c: Any) -> Any:
+        if not isinstance(c, dict):
+            return c  # a shape the readers refuse: kept as it is, so they refuse the view too
+        kept = {k: c[k] for k in ("resources", "restartPolicy") if k in c}
+        resources = c.get("resources")
+        if isinstance(resources, dict):
+            kept["resources"] = {"requests": resources["requests"]} if "requests" in resources else {}
+        ports = c.get("ports")
+        if isinstance(ports, list):
+            ports = [p for p in ports if not isinstance(p, dict) or p.get("hostPort")]
+        if ports:
+            kept["ports"] = ports
+        return kept
+
+    def containers(listed: Any) -> Any:
+        return [container(c) for c in listed] if isinstance(listed, list) else listed
+
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        view_spec: Any = spec
+    else:
+        view_spec = {k: spec[k] for k in ("nodeName", "overhead", "resources") if k in spec}
+        for field in ("containers", "initContainers"):
+            if field in spec:
+                view_spec[field] = containers(spec[field])
+    status = pod.get("status")
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
+        "spec": view_spec,
+        "status": {"phase": status.get("phase")} if isinstance(status, dict) else status,
+    }
+
+
 class NodeUsage:
     """The running totals kube-scheduler's NodeInfo keeps, per node: pods, requested resources, host ports taken.
     O(1) per change: `set` replaces what one pod takes. A pod is counted as soon as it is decided (`assume`, before
