@@ -366,23 +366,15 @@ class ClaimPath:
         else:
             wanted = decision.pod_fit(pod)
             if isinstance(wanted, str):
-                self.released(key)
-                await self.set_claim_status(claim, {"phase": "Pending", "message": wanted})
-                return decision.Unschedulable(f"GpuClaim {claim_name}: {wanted}")
+                return await self._no_node(key, claim, claim_name, wanted)
             tolerations = (pod.get("spec") or {}).get("tolerations") or []
             inventory = self._usable_inventory(nodes, tolerations)
             if not inventory:
-                self.released(key)
-                why = self._no_inventory(nodes, tolerations)
-                await self.set_claim_status(claim, {"phase": "Pending", "message": why})
-                return decision.Unschedulable(f"GpuClaim {claim_name}: {why}")
+                return await self._no_node(key, claim, claim_name, self._no_inventory(nodes, tolerations))
             inventory, refused = self._fitting(wanted, inventory, nodes)
             if not inventory:
-                # Kept as a waiter of no node: a pod that fits nowhere now holds no GPUs back from lower priorities.
-                self.released(key)
                 why = f"the pod fits none of the {len(refused)} nodes with a GPU inventory: {fit.summary(refused)}"
-                await self.set_claim_status(claim, {"phase": "Pending", "message": why})
-                return decision.Unschedulable(f"GpuClaim {claim_name}: {why}")
+                return await self._no_node(key, claim, claim_name, why)
             rank = priority.pod_priority(pod)
             outcome = allocator.allocate(
                 request,
@@ -430,6 +422,13 @@ class ClaimPath:
             )
         return Placed(claim, hold, message, request.strategy)
 
+    async def _no_node(self, key: str, claim: dict[str, Any], claim_name: str, why: str) -> decision.Unschedulable:
+        """Pod `key` has no node to be offered now (`why`): it keeps none for itself (a pod that fits nowhere holds
+        no GPUs back from lower priorities), and it and its claim say why."""
+        self.released(key)
+        await self.set_claim_status(claim, {"phase": "Pending", "message": why})
+        return decision.Unschedulable(f"GpuClaim {claim_name}: {why}")
+
     def released(self, key: str) -> None:
         """Pod `key` waits no more (placed, gone, or can never fit): the nodes it kept are free for lower
         priorities, which are tried again."""
@@ -471,7 +470,7 @@ class ClaimPath:
     ) -> tuple[list[allocator.Node], dict[str, str]]:
         """The nodes of `inventory` the pod fits now (scheduler.fit), and why each other one does not. A pod that asks
         nothing of a node but a place fits every node whose pod count is not reached: while none is (the common
-        case), that costs nothing per node."""
+        case), that costs one dictionary lookup per node (is its capacity known?) instead of judging it."""
         if wanted.bare and not self.usage.full and all(self.usage.known(c.name) for c in inventory):
             return inventory, {}
         fitting, refused = [], {}
