@@ -17,7 +17,7 @@ import re
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from gpu_scheduling import constants, devices, gpumap, patches, podrequest
-from gpu_scheduling.gpumap import json_type, plain, show
+from gpu_scheduling.text import json_type, plain, show
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 

@@ -26,23 +26,15 @@ import dataclasses
 import heapq
 import re
 import threading
-import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, names
+from gpu_scheduling.text import SHOWN_CHARS, describe_char, show
+from gpu_scheduling.text import json_type as json_type  # scheduler.decision still reads it here: moves with its split
 
-# RFC 1123 subdomain, the rule Kubernetes applies to node names and to the names of custom objects (GpuClaim).
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
-MAX_SUBDOMAIN = 253
 _INT_RE = re.compile(r"^[0-9]+$")
 _NAME_INDEX_RE = re.compile(r"-([0-9]+)$")
-
-
-def is_subdomain(name: str) -> bool:
-    """An RFC 1123 subdomain of at most MAX_SUBDOMAIN characters (a valid node or GpuClaim name)."""
-    return len(name) <= MAX_SUBDOMAIN and _SUBDOMAIN_RE.match(name) is not None
 
 
 _NOT_ASCII_RE = re.compile(r"[^\x20-\x7e\t]")  # anything but printable ASCII and tab
@@ -60,9 +52,6 @@ MAX_MAP_CHARS = 256 * 1024
 MAX_PROBLEMS = 10
 """A :class:`MapError` keeps (and its message lists) the first this many problems, then says how many more."""
 
-SHOWN_CHARS = 60
-"""User text quoted in a message is cut to this many characters (then escaped, see :func:`show`)."""
-
 MAX_INDICES_SHOWN = 20
 """A :class:`PodIndexError` for an index missing from the map lists at most this many of the map's indices."""
 
@@ -78,65 +67,6 @@ PARSE_CACHE_ENTRIES = 256
 """... and at most this many distinct maps."""
 
 EXPECTED_FORM = "expected `<index>=<node>:<gpu ids>`, e.g. `0=node1:0,1`"
-
-
-def show(value: object, limit: int = SHOWN_CHARS) -> str:
-    """`value` quoted for a message or a log line: cut to `limit` characters, escaped like :func:`ascii` (so a
-    newline or a control character shows as `\\n`, `\\x00`, never raw), then `…` when it was cut. At most about
-    `3 * limit` characters whatever the input."""
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
-        text = f"<an integer of {value.bit_length()} bits>"  # str() of it could raise past 4300 digits
-    elif isinstance(value, (int, float, bool)) or value is None:
-        text = repr(value)
-    else:
-        text = f"<{type(value).__name__}>"
-    shown = ascii(text[:limit])
-    if len(shown) > 2 * limit + 2:
-        return shown[: 2 * limit + 2] + "…"
-    return shown + "…" if len(text) > limit else shown
-
-
-_PLAIN_RE = re.compile(r"^[A-Za-z0-9._-]{1,253}$")
-
-
-def plain(value: object) -> str:
-    """A name as it is when it is a plain name (letters, digits, `.`, `_`, `-`; at most 253), else :func:`show`."""
-    if isinstance(value, str) and _PLAIN_RE.match(value):
-        return value
-    return show(value)
-
-
-def json_type(value: object) -> str:
-    """The JSON name of a decoded value's type, for messages ("a string", "null", "an array")."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return f"a {type(value).__name__}"
-
-
-def describe_char(ch: str) -> str:
-    """`U+00A0 (NO-BREAK SPACE)`, `U+0000 (control character)`."""
-    name = unicodedata.name(ch, "")
-    if not name:
-        category = unicodedata.category(ch)
-        name = {
-            "Cc": "control character",
-            "Cs": "surrogate",
-            "Co": "private use character",
-            "Cn": "unassigned character",
-        }.get(category, f"character of category {category}")
-    return f"U+{ord(ch):04X} ({name})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,14 +208,8 @@ def _parse_line(number: int, text: str, problems: _Problems) -> Entry | None:
 
     if not node:
         problems.add(number, text, f"missing node name before `:`; {EXPECTED_FORM}")
-    elif not is_subdomain(node):
-        too_long = f", at most {MAX_SUBDOMAIN} characters" if len(node) > MAX_SUBDOMAIN else ""
-        problems.add(
-            number,
-            text,
-            f"node {show(node)} is not a valid Kubernetes node name "
-            f"(lower-case letters, digits, `-` and `.`, starting and ending with a letter or digit{too_long})",
-        )
+    elif not names.is_subdomain(node):
+        problems.add(number, text, f"node {show(node)} is not a valid Kubernetes node name ({names.subdomain_rule()})")
 
     ids: list[int] = []
     if not ids_text:

@@ -16,10 +16,10 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from gpu_scheduling import constants, gpumap
-from gpu_scheduling.gpumap import json_type, plain, show
+from gpu_scheduling import constants, gpumap, names
+from gpu_scheduling.text import json_type, plain, show
 
-MAX_CLAIM_NAME = gpumap.MAX_SUBDOMAIN
+MAX_CLAIM_NAME = names.MAX_SUBDOMAIN
 _ASCII_SPACE = " \t\r\n\f\v"
 
 
@@ -71,11 +71,10 @@ def _claim_name(value: Any) -> str:
         raise PodRequestError(
             f"annotation {constants.CLAIM_ANNOTATION} is empty; expected the name of a GpuClaim in the pod's namespace"
         )
-    if not gpumap.is_subdomain(name):
+    if not names.is_subdomain(name):
         raise PodRequestError(
             f"annotation {constants.CLAIM_ANNOTATION}={show(name)} is not a valid GpuClaim name: expected an RFC 1123 "
-            f"subdomain of at most {MAX_CLAIM_NAME} characters (lower-case letters, digits, `-` and `.`, starting "
-            "and ending with a letter or digit)"
+            f"subdomain ({names.subdomain_rule(MAX_CLAIM_NAME)})"
         )
     return name
 
