@@ -56,9 +56,9 @@ MAX_INDICES_SHOWN = 20
 """A :class:`PodIndexError` for an index missing from the map lists at most this many of the map's indices."""
 
 PARSE_CACHE_BYTES = 8 * 1024 * 1024
-"""The parse cache holds at most about this many bytes, all entries together: the map text (its key) plus
-:data:`CACHE_BYTES_PER_ENTRY` per parsed line (measured with tracemalloc). 256 maps of 100 lines take
-about 7 MB."""
+"""A :class:`ParseCache` holds, by default, at most about this many bytes, all entries together: the map text
+(its key) plus :data:`CACHE_BYTES_PER_ENTRY` per parsed line (measured with tracemalloc). 256 maps of 100 lines
+take about 7 MB."""
 
 CACHE_BYTES_PER_ENTRY = 260
 """Estimated memory of one parsed line (an :class:`Entry`, its node name, ids and dict slot) in the cache."""
@@ -277,11 +277,17 @@ def parse(text: str) -> GpuMap:
     return GpuMap(entries)
 
 
-class _ParseCache:
-    """LRU of parse results keyed by the map text, bounded in entries and in estimated bytes (the key, plus
-    CACHE_BYTES_PER_ENTRY per parsed line; a MapError keeps at most MAX_PROBLEMS small problems)."""
+class ParseCache:
+    """Recent parse results keyed by the map text, valid or not: at most `max_entries` distinct maps and about
+    `max_bytes` bytes (the key, plus CACHE_BYTES_PER_ENTRY per parsed line; a MapError keeps at most MAX_PROBLEMS
+    small problems), least recently used first out. Every replica of a StatefulSet carries the same map, so the
+    scheduler and the webhook parse it once per group instead of once per pod (profiling showed parsing a 100-line
+    map per pod as their largest cost).
 
-    def __init__(self, max_entries: int, max_bytes: int):
+    The program that parses owns one and passes it to :func:`podrequest.read` / :func:`entry_for_pod` (its
+    `bytes` and `len()` say how full it is); nothing here keeps one. Safe to share between threads."""
+
+    def __init__(self, max_entries: int = PARSE_CACHE_ENTRIES, max_bytes: int = PARSE_CACHE_BYTES):
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.bytes = 0
@@ -289,6 +295,22 @@ class _ParseCache:
             collections.OrderedDict()
         )
         self._lock = threading.Lock()
+
+    def parse(self, text: str) -> GpuMap:
+        """:func:`parse`, answered from the cache when `text` was seen. The result must not be modified; a
+        malformed map raises a fresh MapError each time (a raised one keeps its traceback)."""
+        if not isinstance(text, str):
+            return parse(text)  # raises
+        result = self.get(text)
+        if result is None:
+            try:
+                result = parse(text)
+            except MapError as exc:
+                result = (tuple(exc.problems), exc.total)
+            self.put(text, result)
+        if isinstance(result, tuple):
+            raise MapError(list(result[0]), result[1])
+        return result
 
     def get(self, text: str) -> GpuMap | tuple[tuple[Problem, ...], int] | None:
         with self._lock:
@@ -320,28 +342,14 @@ class _ParseCache:
             self.bytes = 0
 
 
-parse_cache = _ParseCache(PARSE_CACHE_ENTRIES, PARSE_CACHE_BYTES)
-"""The cache behind :func:`parse_cached` (its `bytes` and `len()` say how full it is)."""
+_UNOWNED = ParseCache()
+"""Used only by callers that pass no cache yet (the scheduler's decide and the ledger's decoder, the webhook's
+review): each of them is to own a ParseCache and pass it, and then this goes. Not part of the API."""
 
 
-def parse_cached(text: str) -> GpuMap:
-    """:func:`parse`, remembering recent distinct maps (valid or not), at most :data:`PARSE_CACHE_ENTRIES` of
-    them and about :data:`PARSE_CACHE_BYTES` bytes in all, least recently used first out. Every
-    replica of a StatefulSet carries the same map, so the scheduler and the webhook parse it once per group
-    instead of once per pod (profiling showed parsing a 100-line map per pod as their largest cost). The result
-    must not be modified."""
-    if not isinstance(text, str):
-        return parse(text)  # raises
-    result = parse_cache.get(text)
-    if result is None:
-        try:
-            result = parse(text)
-        except MapError as exc:
-            result = (tuple(exc.problems), exc.total)
-        parse_cache.put(text, result)
-    if isinstance(result, tuple):
-        raise MapError(list(result[0]), result[1])  # a fresh exception each time: a raised one keeps its traceback
-    return result
+def parse_with(maps: ParseCache | None, text: str) -> GpuMap:
+    """`maps.parse(text)`; a caller that passes no cache still parses each distinct map once (see _UNOWNED)."""
+    return (_UNOWNED if maps is None else maps).parse(text)
 
 
 def encode(gpu_map: GpuMap | Mapping[int, Entry]) -> str:
@@ -401,8 +409,9 @@ def pod_index(metadata: Mapping[str, Any]) -> int:
     return _index_value(match.group(1), f"the index {show(match.group(1))} at the end of pod name {show(name)}")
 
 
-def entry_for_pod(metadata: Mapping[str, Any]) -> Entry | None:
-    """The map entry of a pod, or None when the pod has no map annotation.
+def entry_for_pod(metadata: Mapping[str, Any], maps: ParseCache | None = None) -> Entry | None:
+    """The map entry of a pod, or None when the pod has no map annotation; the map parsed through `maps` when
+    the caller keeps a cache.
 
     Raises :class:`MapError` for a malformed map and :class:`PodIndexError` for an index that cannot be resolved
     or is missing from the map (and for metadata of the wrong shape). See also
@@ -422,5 +431,4 @@ def entry_for_pod(metadata: Mapping[str, Any]) -> Entry | None:
         raise MapError(
             [Problem(1, "", f"annotation {constants.MAP_ANNOTATION} is {json_type(text)}; expected a string")]
         )
-    gpu_map = parse_cached(text)
-    return gpu_map.entry_for(pod_index(metadata))
+    return parse_with(maps, text).entry_for(pod_index(metadata))

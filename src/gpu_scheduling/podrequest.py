@@ -79,8 +79,9 @@ def _claim_name(value: Any) -> str:
     return name
 
 
-def read(metadata: Any) -> Request:
-    """What the pod with this metadata asks for: its map entry, its GpuClaim's name, or None (neither).
+def read(metadata: Any, maps: gpumap.ParseCache | None = None) -> Request:
+    """What the pod with this metadata asks for: its map entry, its GpuClaim's name, or None (neither). The map is
+    parsed through `maps`, the caller's cache.
 
     Raises :class:`gpumap.PodMapError` (and nothing else) for any other shape: metadata, annotations or labels
     that are not objects, a map or claim annotation that is not a string, an empty or invalid claim name, both
@@ -103,8 +104,7 @@ def read(metadata: Any) -> Request:
             f"annotation {constants.MAP_ANNOTATION} is {json_type(text)}; expected a string "
             "of `<index>=<node>:<gpu ids>` lines"
         )
-    gpu_map = gpumap.parse_cached(text)
-    return MapRequest(gpu_map.entry_for(gpumap.pod_index(metadata)))
+    return MapRequest(gpumap.parse_with(maps, text).entry_for(gpumap.pod_index(metadata)))
 
 
 def claim_name(metadata: Any) -> str:
