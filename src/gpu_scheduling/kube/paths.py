@@ -153,26 +153,43 @@ def gpu_node_status_status(name: str) -> str:
 
 # ---- Kubernetes' own resources that the harness, the scenarios and the benchmark call ------------------------
 
+NAMESPACE: Final = Resource("Namespace", "namespaces", constants.CORE_API_VERSION, False)
+CONFIG_MAP: Final = Resource("ConfigMap", "configmaps", constants.CORE_API_VERSION, True)
+SERVICE_ACCOUNT: Final = Resource("ServiceAccount", "serviceaccounts", constants.CORE_API_VERSION, True)
+PERSISTENT_VOLUME: Final = Resource("PersistentVolume", "persistentvolumes", constants.CORE_API_VERSION, False)
+PERSISTENT_VOLUME_CLAIM: Final = Resource(
+    "PersistentVolumeClaim", "persistentvolumeclaims", constants.CORE_API_VERSION, True
+)
+POD_DISRUPTION_BUDGET: Final = Resource("PodDisruptionBudget", "poddisruptionbudgets", "policy/v1", True)
+PRIORITY_CLASS: Final = Resource("PriorityClass", "priorityclasses", "scheduling.k8s.io/v1", False)
+STORAGE_CLASS: Final = Resource("StorageClass", "storageclasses", "storage.k8s.io/v1", False)
+CRD: Final = Resource("CustomResourceDefinition", "customresourcedefinitions", "apiextensions.k8s.io/v1", False)
+MUTATING_WEBHOOK_CONFIGURATION: Final = Resource(
+    "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "admissionregistration.k8s.io/v1", False
+)
+SELF_SUBJECT_REVIEW: Final = Resource("SelfSubjectReview", "selfsubjectreviews", "authentication.k8s.io/v1", False)
+
 APPS_API: Final = STATEFULSET.base
-POLICY_API: Final = "/apis/policy/v1"
-NAMESPACES: Final = f"{CORE_API}/namespaces"
-SELF_SUBJECT_REVIEWS: Final = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-CRDS: Final = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-MUTATING_WEBHOOK_CONFIGURATIONS: Final = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-STORAGE_CLASSES: Final = "/apis/storage.k8s.io/v1/storageclasses"
-PERSISTENT_VOLUMES: Final = f"{CORE_API}/persistentvolumes"
+POLICY_API: Final = POD_DISRUPTION_BUDGET.base
+NAMESPACES: Final = NAMESPACE.collection()
+SELF_SUBJECT_REVIEWS: Final = SELF_SUBJECT_REVIEW.collection()
+CRDS: Final = CRD.collection()
+MUTATING_WEBHOOK_CONFIGURATIONS: Final = MUTATING_WEBHOOK_CONFIGURATION.collection()
+STORAGE_CLASSES: Final = STORAGE_CLASS.collection()
+PERSISTENT_VOLUMES: Final = PERSISTENT_VOLUME.collection()
+PRIORITY_CLASSES: Final = PRIORITY_CLASS.collection()
 
 
 def namespace(name: str) -> str:
-    return f"{NAMESPACES}/{name}"
+    return NAMESPACE.item(name)
 
 
 def config_map(namespace_: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace_}/configmaps/{name}"
+    return CONFIG_MAP.item(name, namespace_)
 
 
 def service_account(namespace_: str, name: str) -> str:
-    return f"{namespace(namespace_)}/serviceaccounts/{name}"
+    return SERVICE_ACCOUNT.item(name, namespace_)
 
 
 def service_account_token(namespace_: str, name: str) -> str:
@@ -202,23 +219,20 @@ def deployment(namespace_: str, name: str) -> str:
 
 
 def pod_disruption_budget(namespace_: str, name: str) -> str:
-    return f"{POLICY_API}/namespaces/{namespace_}/poddisruptionbudgets/{name}"
+    return POD_DISRUPTION_BUDGET.item(name, namespace_)
 
 
 def persistent_volume(name: str) -> str:
-    return f"{PERSISTENT_VOLUMES}/{name}"
+    return PERSISTENT_VOLUME.item(name)
 
 
 def persistent_volume_claims(namespace_: str) -> str:
-    return f"{namespace(namespace_)}/persistentvolumeclaims"
+    return PERSISTENT_VOLUME_CLAIM.collection(namespace_)
 
 
 def persistent_volume_claim(namespace_: str, name: str) -> str:
-    return f"{persistent_volume_claims(namespace_)}/{name}"
-
-
-PRIORITY_CLASSES: Final = "/apis/scheduling.k8s.io/v1/priorityclasses"
+    return PERSISTENT_VOLUME_CLAIM.item(name, namespace_)
 
 
 def priority_class(name: str) -> str:
-    return f"{PRIORITY_CLASSES}/{name}"
+    return PRIORITY_CLASS.item(name)
