@@ -55,7 +55,7 @@ TOPOLOGY_MODES: Final = ("Ignore", "Preferred", "Required")
 
 MAX_COUNT: Final = 64  # GPUs of one claim: more than any node has
 MAX_REPLICAS: Final = 64  # pods of one StatefulSet made from the page
-MAX_GPU_ID: Final = 9999  # as the map's ids (gpumap.MAX_GPU_ID_DIGITS)
+MAX_GPU_ID: Final = 10**gpumap.MAX_GPU_ID_DIGITS - 1  # as the map's ids
 MAX_BANDWIDTH_GBPS: Final = 1_000_000
 MAX_MEMORY_MIB: Final = 2**31 - 1  # the CRD's integer; no GPU comes near
 MAX_SELECTOR_LABELS: Final = 16
@@ -64,7 +64,7 @@ MAX_SELECTOR_LABELS: Final = 16
 MAX_STATEFULSET_NAME: Final = 52
 MAX_NAME: Final = names.MAX_LABEL  # a DNS label (pod names become hostnames)
 MAX_STRING: Final = 1024  # any single-line field; the map is bounded by gpumap itself and the body size
-SHOWN_CHARS: Final = 60  # user text quoted in a message is cut to this many characters
+SHOWN_CHARS: Final = text.SHOWN_CHARS  # user text quoted in a message is cut to this many characters
 
 _INT_TEXT_RE = re.compile(r"^[0-9]{1,12}$")
 
