@@ -232,20 +232,13 @@ def _tail(err: bytes, lines: int = 5) -> str:
     return " | ".join(text.splitlines()[-lines:])[:2000]
 
 
-def _run_bounded(
-    argv: list[str],
-    env: dict[str, str],
-    *,
-    interactive: bool,
-    timeout: float,
-    limit: int,
-    who: str,
-    install_hint: str = "",
-) -> tuple[int, bytes, bytes]:
-    """Run `argv`, reading at most `limit` bytes of stdout (and of stderr, unless interactive: then the plugin
-    talks to the terminal); killed past `timeout` seconds or `limit` bytes. Returns (exit code, stdout, stderr)."""
+def _spawn(
+    argv: list[str], env: dict[str, str], *, interactive: bool, who: str, install_hint: str
+) -> subprocess.Popen[bytes]:
+    """Start the plugin with its stdout (and, unless interactive, its stderr) piped; ExecPluginError naming it
+    when it cannot be started."""
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             argv,
             env=env,
             stdin=None if interactive else subprocess.DEVNULL,
@@ -260,6 +253,20 @@ def _run_bounded(
     except OSError as exc:
         raise ExecPluginError(f"{who} cannot be run: {exc.strerror or exc}") from None
 
+
+def _run_bounded(
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    interactive: bool,
+    timeout: float,
+    limit: int,
+    who: str,
+    install_hint: str = "",
+) -> tuple[int, bytes, bytes]:
+    """Run `argv`, reading at most `limit` bytes of stdout (and of stderr, unless interactive: then the plugin
+    talks to the terminal); killed past `timeout` seconds or `limit` bytes. Returns (exit code, stdout, stderr)."""
+    proc = _spawn(argv, env, interactive=interactive, who=who, install_hint=install_hint)
     overflow = threading.Event()
     chunks: dict[str, bytearray] = {"out": bytearray(), "err": bytearray()}
 
