@@ -17,7 +17,7 @@ import re
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from gpu_scheduling import constants, devices, gpumap, patches, podrequest
-from gpu_scheduling.gpumap import json_type, plain, show
+from gpu_scheduling.text import json_type, plain, show
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -204,7 +204,12 @@ def _cuda_from_allocation() -> dict[str, Any]:
     }
 
 
-def review_pod(request: AdmissionRequest, gpu_resource: str | None = None, isolated: bool = False) -> AdmissionReview:
+def review_pod(
+    request: AdmissionRequest,
+    gpu_resource: str | None = None,
+    isolated: bool = False,
+    maps: gpumap.ParseCache | None = None,
+) -> AdmissionReview:
     """Decide on one request: patch CUDA_VISIBLE_DEVICES in, deny with a reason, or allow untouched.
 
     Only the CREATE of a Pod is looked at. What the pod asks for is read by :func:`podrequest.read`, the same
@@ -224,7 +229,7 @@ def review_pod(request: AdmissionRequest, gpu_resource: str | None = None, isola
     pod = request.get("object") or {}
     warning = ""
     try:
-        asked = podrequest.read(pod.get("metadata"))
+        asked = podrequest.read(pod.get("metadata"), maps)
         if asked is None:
             return allow(uid)
         count = podrequest.count_containers(pod)

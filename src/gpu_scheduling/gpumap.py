@@ -26,23 +26,15 @@ import dataclasses
 import heapq
 import re
 import threading
-import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, names
+from gpu_scheduling.text import SHOWN_CHARS, describe_char, show
+from gpu_scheduling.text import json_type as json_type  # scheduler.decision still reads it here: moves with its split
 
-# RFC 1123 subdomain, the rule Kubernetes applies to node names and to the names of custom objects (GpuClaim).
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
-MAX_SUBDOMAIN = 253
 _INT_RE = re.compile(r"^[0-9]+$")
 _NAME_INDEX_RE = re.compile(r"-([0-9]+)$")
-
-
-def is_subdomain(name: str) -> bool:
-    """An RFC 1123 subdomain of at most MAX_SUBDOMAIN characters (a valid node or GpuClaim name)."""
-    return len(name) <= MAX_SUBDOMAIN and _SUBDOMAIN_RE.match(name) is not None
 
 
 _NOT_ASCII_RE = re.compile(r"[^\x20-\x7e\t]")  # anything but printable ASCII and tab
@@ -60,16 +52,13 @@ MAX_MAP_CHARS = 256 * 1024
 MAX_PROBLEMS = 10
 """A :class:`MapError` keeps (and its message lists) the first this many problems, then says how many more."""
 
-SHOWN_CHARS = 60
-"""User text quoted in a message is cut to this many characters (then escaped, see :func:`show`)."""
-
 MAX_INDICES_SHOWN = 20
 """A :class:`PodIndexError` for an index missing from the map lists at most this many of the map's indices."""
 
 PARSE_CACHE_BYTES = 8 * 1024 * 1024
-"""The parse cache holds at most about this many bytes, all entries together: the map text (its key) plus
-:data:`CACHE_BYTES_PER_ENTRY` per parsed line (measured with tracemalloc). 256 maps of 100 lines take
-about 7 MB."""
+"""A :class:`ParseCache` holds, by default, at most about this many bytes, all entries together: the map text
+(its key) plus :data:`CACHE_BYTES_PER_ENTRY` per parsed line (measured with tracemalloc). 256 maps of 100 lines
+take about 7 MB."""
 
 CACHE_BYTES_PER_ENTRY = 260
 """Estimated memory of one parsed line (an :class:`Entry`, its node name, ids and dict slot) in the cache."""
@@ -78,65 +67,6 @@ PARSE_CACHE_ENTRIES = 256
 """... and at most this many distinct maps."""
 
 EXPECTED_FORM = "expected `<index>=<node>:<gpu ids>`, e.g. `0=node1:0,1`"
-
-
-def show(value: object, limit: int = SHOWN_CHARS) -> str:
-    """`value` quoted for a message or a log line: cut to `limit` characters, escaped like :func:`ascii` (so a
-    newline or a control character shows as `\\n`, `\\x00`, never raw), then `…` when it was cut. At most about
-    `3 * limit` characters whatever the input."""
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
-        text = f"<an integer of {value.bit_length()} bits>"  # str() of it could raise past 4300 digits
-    elif isinstance(value, (int, float, bool)) or value is None:
-        text = repr(value)
-    else:
-        text = f"<{type(value).__name__}>"
-    shown = ascii(text[:limit])
-    if len(shown) > 2 * limit + 2:
-        return shown[: 2 * limit + 2] + "…"
-    return shown + "…" if len(text) > limit else shown
-
-
-_PLAIN_RE = re.compile(r"^[A-Za-z0-9._-]{1,253}$")
-
-
-def plain(value: object) -> str:
-    """A name as it is when it is a plain name (letters, digits, `.`, `_`, `-`; at most 253), else :func:`show`."""
-    if isinstance(value, str) and _PLAIN_RE.match(value):
-        return value
-    return show(value)
-
-
-def json_type(value: object) -> str:
-    """The JSON name of a decoded value's type, for messages ("a string", "null", "an array")."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return f"a {type(value).__name__}"
-
-
-def describe_char(ch: str) -> str:
-    """`U+00A0 (NO-BREAK SPACE)`, `U+0000 (control character)`."""
-    name = unicodedata.name(ch, "")
-    if not name:
-        category = unicodedata.category(ch)
-        name = {
-            "Cc": "control character",
-            "Cs": "surrogate",
-            "Co": "private use character",
-            "Cn": "unassigned character",
-        }.get(category, f"character of category {category}")
-    return f"U+{ord(ch):04X} ({name})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,14 +208,8 @@ def _parse_line(number: int, text: str, problems: _Problems) -> Entry | None:
 
     if not node:
         problems.add(number, text, f"missing node name before `:`; {EXPECTED_FORM}")
-    elif not is_subdomain(node):
-        too_long = f", at most {MAX_SUBDOMAIN} characters" if len(node) > MAX_SUBDOMAIN else ""
-        problems.add(
-            number,
-            text,
-            f"node {show(node)} is not a valid Kubernetes node name "
-            f"(lower-case letters, digits, `-` and `.`, starting and ending with a letter or digit{too_long})",
-        )
+    elif not names.is_subdomain(node):
+        problems.add(number, text, f"node {show(node)} is not a valid Kubernetes node name ({names.subdomain_rule()})")
 
     ids: list[int] = []
     if not ids_text:
@@ -353,11 +277,17 @@ def parse(text: str) -> GpuMap:
     return GpuMap(entries)
 
 
-class _ParseCache:
-    """LRU of parse results keyed by the map text, bounded in entries and in estimated bytes (the key, plus
-    CACHE_BYTES_PER_ENTRY per parsed line; a MapError keeps at most MAX_PROBLEMS small problems)."""
+class ParseCache:
+    """Recent parse results keyed by the map text, valid or not: at most `max_entries` distinct maps and about
+    `max_bytes` bytes (the key, plus CACHE_BYTES_PER_ENTRY per parsed line; a MapError keeps at most MAX_PROBLEMS
+    small problems), least recently used first out. Every replica of a StatefulSet carries the same map, so the
+    scheduler and the webhook parse it once per group instead of once per pod (profiling showed parsing a 100-line
+    map per pod as their largest cost).
 
-    def __init__(self, max_entries: int, max_bytes: int):
+    The program that parses owns one and passes it to :func:`podrequest.read` / :func:`entry_for_pod` (its
+    `bytes` and `len()` say how full it is); nothing here keeps one. Safe to share between threads."""
+
+    def __init__(self, max_entries: int = PARSE_CACHE_ENTRIES, max_bytes: int = PARSE_CACHE_BYTES):
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.bytes = 0
@@ -365,6 +295,22 @@ class _ParseCache:
             collections.OrderedDict()
         )
         self._lock = threading.Lock()
+
+    def parse(self, text: str) -> GpuMap:
+        """:func:`parse`, answered from the cache when `text` was seen. The result must not be modified; a
+        malformed map raises a fresh MapError each time (a raised one keeps its traceback)."""
+        if not isinstance(text, str):
+            return parse(text)  # raises
+        result = self.get(text)
+        if result is None:
+            try:
+                result = parse(text)
+            except MapError as exc:
+                result = (tuple(exc.problems), exc.total)
+            self.put(text, result)
+        if isinstance(result, tuple):
+            raise MapError(list(result[0]), result[1])
+        return result
 
     def get(self, text: str) -> GpuMap | tuple[tuple[Problem, ...], int] | None:
         with self._lock:
@@ -396,28 +342,14 @@ class _ParseCache:
             self.bytes = 0
 
 
-parse_cache = _ParseCache(PARSE_CACHE_ENTRIES, PARSE_CACHE_BYTES)
-"""The cache behind :func:`parse_cached` (its `bytes` and `len()` say how full it is)."""
+_UNOWNED = ParseCache()
+"""Used only by callers that pass no cache yet (the scheduler's decide and the ledger's decoder, the webhook's
+review): each of them is to own a ParseCache and pass it, and then this goes. Not part of the API."""
 
 
-def parse_cached(text: str) -> GpuMap:
-    """:func:`parse`, remembering recent distinct maps (valid or not), at most :data:`PARSE_CACHE_ENTRIES` of
-    them and about :data:`PARSE_CACHE_BYTES` bytes in all, least recently used first out. Every
-    replica of a StatefulSet carries the same map, so the scheduler and the webhook parse it once per group
-    instead of once per pod (profiling showed parsing a 100-line map per pod as their largest cost). The result
-    must not be modified."""
-    if not isinstance(text, str):
-        return parse(text)  # raises
-    result = parse_cache.get(text)
-    if result is None:
-        try:
-            result = parse(text)
-        except MapError as exc:
-            result = (tuple(exc.problems), exc.total)
-        parse_cache.put(text, result)
-    if isinstance(result, tuple):
-        raise MapError(list(result[0]), result[1])  # a fresh exception each time: a raised one keeps its traceback
-    return result
+def parse_with(maps: ParseCache | None, text: str) -> GpuMap:
+    """`maps.parse(text)`; a caller that passes no cache still parses each distinct map once (see _UNOWNED)."""
+    return (_UNOWNED if maps is None else maps).parse(text)
 
 
 def encode(gpu_map: GpuMap | Mapping[int, Entry]) -> str:
@@ -477,8 +409,9 @@ def pod_index(metadata: Mapping[str, Any]) -> int:
     return _index_value(match.group(1), f"the index {show(match.group(1))} at the end of pod name {show(name)}")
 
 
-def entry_for_pod(metadata: Mapping[str, Any]) -> Entry | None:
-    """The map entry of a pod, or None when the pod has no map annotation.
+def entry_for_pod(metadata: Mapping[str, Any], maps: ParseCache | None = None) -> Entry | None:
+    """The map entry of a pod, or None when the pod has no map annotation; the map parsed through `maps` when
+    the caller keeps a cache.
 
     Raises :class:`MapError` for a malformed map and :class:`PodIndexError` for an index that cannot be resolved
     or is missing from the map (and for metadata of the wrong shape). See also
@@ -498,5 +431,4 @@ def entry_for_pod(metadata: Mapping[str, Any]) -> Entry | None:
         raise MapError(
             [Problem(1, "", f"annotation {constants.MAP_ANNOTATION} is {json_type(text)}; expected a string")]
         )
-    gpu_map = parse_cached(text)
-    return gpu_map.entry_for(pod_index(metadata))
+    return parse_with(maps, text).entry_for(pod_index(metadata))

@@ -16,10 +16,10 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from gpu_scheduling import constants, gpumap
-from gpu_scheduling.gpumap import json_type, plain, show
+from gpu_scheduling import constants, gpumap, names
+from gpu_scheduling.text import json_type, plain, show
 
-MAX_CLAIM_NAME = gpumap.MAX_SUBDOMAIN
+MAX_CLAIM_NAME = names.MAX_SUBDOMAIN
 _ASCII_SPACE = " \t\r\n\f\v"
 
 
@@ -71,17 +71,17 @@ def _claim_name(value: Any) -> str:
         raise PodRequestError(
             f"annotation {constants.CLAIM_ANNOTATION} is empty; expected the name of a GpuClaim in the pod's namespace"
         )
-    if not gpumap.is_subdomain(name):
+    if not names.is_subdomain(name):
         raise PodRequestError(
             f"annotation {constants.CLAIM_ANNOTATION}={show(name)} is not a valid GpuClaim name: expected an RFC 1123 "
-            f"subdomain of at most {MAX_CLAIM_NAME} characters (lower-case letters, digits, `-` and `.`, starting "
-            "and ending with a letter or digit)"
+            f"subdomain ({names.subdomain_rule(MAX_CLAIM_NAME)})"
         )
     return name
 
 
-def read(metadata: Any) -> Request:
-    """What the pod with this metadata asks for: its map entry, its GpuClaim's name, or None (neither).
+def read(metadata: Any, maps: gpumap.ParseCache | None = None) -> Request:
+    """What the pod with this metadata asks for: its map entry, its GpuClaim's name, or None (neither). The map is
+    parsed through `maps`, the caller's cache.
 
     Raises :class:`gpumap.PodMapError` (and nothing else) for any other shape: metadata, annotations or labels
     that are not objects, a map or claim annotation that is not a string, an empty or invalid claim name, both
@@ -104,8 +104,7 @@ def read(metadata: Any) -> Request:
             f"annotation {constants.MAP_ANNOTATION} is {json_type(text)}; expected a string "
             "of `<index>=<node>:<gpu ids>` lines"
         )
-    gpu_map = gpumap.parse_cached(text)
-    return MapRequest(gpu_map.entry_for(gpumap.pod_index(metadata)))
+    return MapRequest(gpumap.parse_with(maps, text).entry_for(gpumap.pod_index(metadata)))
 
 
 def claim_name(metadata: Any) -> str:

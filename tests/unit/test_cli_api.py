@@ -27,6 +27,7 @@ def test_resource_paths_are_the_projects_own():
         "pods",
         "leases.coordination.k8s.io",
     )
+    assert api.Resource is paths.Resource and api.GPU_CLAIMS is paths.GPU_CLAIM  # one model, not a copy
 
 
 class Plugin:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_scheduling import gpumap
+from gpu_scheduling import gpumap, podrequest
 from gpu_scheduling.gpumap import Entry
 
 TAKE_HOME = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
@@ -147,19 +147,36 @@ def test_random_text_never_crashes(text):
         assert exc.problems and all(p.line >= 1 for p in exc.problems)
 
 
-def test_parse_cached_parses_each_distinct_map_once():
+def test_parse_cache_parses_each_distinct_map_once():
     text = "0=node1:0\n1=node2:1\n"
-    first = gpumap.parse_cached(text)
+    maps = gpumap.ParseCache()
+    first = maps.parse(text)
     assert first == gpumap.parse(text)
-    assert gpumap.parse_cached(text) is first
+    assert maps.parse(text) is first
 
 
-def test_parse_cached_raises_a_fresh_error_with_every_problem_each_time():
+def test_parse_caches_belong_to_their_owner():
+    """Two owners' caches share nothing, and a pod is read through the cache its caller passes."""
+    text = "0=node1:0\n1=node2:1\n"
+    mine, other = gpumap.ParseCache(), gpumap.ParseCache()
+    first = mine.parse(text)
+    assert other.parse(text) is not first and len(other) == 1
+    meta = {"name": "a-1", "annotations": {"gpu-scheduling-map": text}}
+    read = podrequest.read(meta, mine)
+    assert isinstance(read, podrequest.MapRequest) and read.entry is first.entries[1]
+    assert gpumap.entry_for_pod(meta, mine) is first.entries[1]
+    fresh = gpumap.ParseCache()
+    podrequest.read(meta, fresh)
+    assert len(fresh) == 1 and fresh.get(text) is not None
+
+
+def test_parse_cache_raises_a_fresh_error_with_every_problem_each_time():
     text = "0=node1:x\nbroken\n"
     errors = []
+    maps = gpumap.ParseCache()
     for _ in range(2):
         with pytest.raises(gpumap.MapError) as info:
-            gpumap.parse_cached(text)
+            maps.parse(text)
         errors.append(info.value)
     assert errors[0] is not errors[1]
     assert [p.line for p in errors[1].problems] == [1, 2]
@@ -288,19 +305,20 @@ def test_wrong_type_map():
 
 
 def test_parse_cache_is_bounded_in_bytes_and_lru():
-    gpumap.parse_cache.clear()
+    maps = gpumap.ParseCache()
     keep = "0=n:0\n"
-    gpumap.parse_cached(keep)
+    maps.parse(keep)
     for i in range(300):  # 300 distinct maps of about 100 KB: 30 MB of text offered
         text = f"{i}=n:0\n" + "#" * 100_000
         with pytest.raises(gpumap.MapError):
-            gpumap.parse_cached(text)
-        gpumap.parse_cached(keep)  # used again and again: stays
-        assert gpumap.parse_cache.bytes <= gpumap.PARSE_CACHE_BYTES
-        assert len(gpumap.parse_cache) <= gpumap.PARSE_CACHE_ENTRIES
-    assert gpumap.parse_cache.get(keep) is not None
-    assert gpumap.parse_cache.get("0=n:0\n" + "#" * 100_000) is None  # the oldest went first
+            maps.parse(text)
+        maps.parse(keep)  # used again and again: stays
+        assert maps.bytes <= gpumap.PARSE_CACHE_BYTES
+        assert len(maps) <= gpumap.PARSE_CACHE_ENTRIES
+    assert maps.get(keep) is not None
+    assert maps.get("0=n:0\n" + "#" * 100_000) is None  # the oldest went first
     big = "".join(f"{i}=n:0\n" for i in range(20_000))  # counted by its entries too
-    gpumap.parse_cached(big)
-    assert gpumap.parse_cache.bytes <= gpumap.PARSE_CACHE_BYTES
-    gpumap.parse_cache.clear()
+    maps.parse(big)
+    assert maps.bytes <= gpumap.PARSE_CACHE_BYTES
+    maps.clear()
+    assert len(maps) == 0 and maps.bytes == 0

@@ -33,3 +33,17 @@ def test_lease_paths():
     assert paths.leases("ns") == "/apis/coordination.k8s.io/v1/namespaces/ns/leases"
     assert paths.lease("ns", "l") == "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"
     assert paths.GPU_LEASES == "/apis/coordination.k8s.io/v1/namespaces/gpu-scheduling/leases"
+
+
+def test_one_resource_model_gives_every_path():
+    """The path functions and `kubectl gpu`'s resources are one model: a Resource's base, collection and item."""
+    assert paths.POD.base == paths.CORE_API and paths.GPU_CLAIM.base == paths.GPU_API
+    assert paths.DAEMONSET.base == "/apis/apps/v1"
+    assert paths.POD.collection(None) == "/api/v1/pods" and paths.POD.collection("") == "/api/v1/pods"
+    assert paths.NODE.collection("ignored") == "/api/v1/nodes"  # cluster-scoped: no namespace in its path
+    assert paths.STATEFULSET.item("s", "ns") == "/apis/apps/v1/namespaces/ns/statefulsets/s"
+    assert paths.EVENT.collection("ns") == "/api/v1/namespaces/ns/events"
+    assert (paths.GPU_SCHEDULING_POLICY.group, paths.NODE.group) == ("gpu.scheduling", "")
+    assert paths.GPU_NODE_STATUS.full == "gpunodestatuses.gpu.scheduling"
+    assert paths.statefulset("ns", "s") == paths.STATEFULSET.item("s", "ns")
+    assert paths.deployment("ns", "d") == "/apis/apps/v1/namespaces/ns/deployments/d"

@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from gpu_scheduling import constants, gpumap
+from gpu_scheduling import constants, gpumap, names, text
 
 #: Form keys common to both kinds, and each kind's own.
 COMMON_KEYS: Final = ("kind", "namespace", "name")
@@ -55,19 +55,17 @@ TOPOLOGY_MODES: Final = ("Ignore", "Preferred", "Required")
 
 MAX_COUNT: Final = 64  # GPUs of one claim: more than any node has
 MAX_REPLICAS: Final = 64  # pods of one StatefulSet made from the page
-MAX_GPU_ID: Final = 9999  # as the map's ids (gpumap.MAX_GPU_ID_DIGITS)
+MAX_GPU_ID: Final = 10**gpumap.MAX_GPU_ID_DIGITS - 1  # as the map's ids
 MAX_BANDWIDTH_GBPS: Final = 1_000_000
 MAX_MEMORY_MIB: Final = 2**31 - 1  # the CRD's integer; no GPU comes near
 MAX_SELECTOR_LABELS: Final = 16
 #: A StatefulSet's name is at most 52 characters: its pods' `controller-revision-hash` label value is
 #: `<name>-<10 characters>` and a label value is at most 63.
 MAX_STATEFULSET_NAME: Final = 52
-MAX_NAME: Final = 63  # a DNS label (pod names become hostnames)
+MAX_NAME: Final = names.MAX_LABEL  # a DNS label (pod names become hostnames)
 MAX_STRING: Final = 1024  # any single-line field; the map is bounded by gpumap itself and the body size
-SHOWN_CHARS: Final = 60  # user text quoted in a message is cut to this many characters
+SHOWN_CHARS: Final = text.SHOWN_CHARS  # user text quoted in a message is cut to this many characters
 
-_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _INT_TEXT_RE = re.compile(r"^[0-9]{1,12}$")
 
 CONTAINER_NAME: Final = "check"
@@ -169,14 +167,10 @@ def _choice(form: Mapping[str, Any], key: str, choices: Sequence[str], default: 
 def _dns_label(form: Mapping[str, Any], key: str, limit: int, p: _Problems) -> str | None:
     value = form.get(key)
     if _absent(value):
-        p.add(key, f"{key} is required: a DNS label (lower-case letters, digits and '-', at most {limit})")
+        p.add(key, f"{key} is required: a DNS label ({names.label_rule(limit)})")
         return None
-    if not isinstance(value, str) or len(value) > limit or not _DNS_LABEL_RE.match(value):
-        p.add(
-            key,
-            f"{key} must be a DNS label (lower-case letters, digits and '-', starting and ending with a letter or "
-            f"digit, at most {limit} characters), got {_shown(value)}",
-        )
+    if not names.is_label(value, limit):
+        p.add(key, f"{key} must be a DNS label ({names.label_rule(limit)}), got {_shown(value)}")
         return None
     return value
 
@@ -192,7 +186,7 @@ def _shown(value: Any) -> str:
         return f"an integer of {value.bit_length()} bits"  # str() of it could raise past 4300 digits
     if isinstance(value, (int, float)):
         return json.dumps(value)
-    return gpumap.json_type(value)
+    return text.json_type(value)
 
 
 def _prefer_ids(form: Mapping[str, Any], p: _Problems) -> list[int]:
@@ -233,13 +227,10 @@ def _prefer_ids(form: Mapping[str, Any], p: _Problems) -> list[int]:
 def _label_key_problem(key: str) -> str | None:
     """Why `key` is not a Kubernetes label key (`[prefix/]name`), or None."""
     prefix, _, name = key.rpartition("/")
-    if prefix and not gpumap.is_subdomain(prefix):
+    if prefix and not names.is_subdomain(prefix):
         return f"the prefix {_shown(prefix)} is not a DNS subdomain"
-    if len(name) > 63 or not _LABEL_NAME_RE.match(name):
-        return (
-            f"{_shown(name)} is not a label name (letters, digits, '-', '_' and '.', starting and ending with a "
-            "letter or digit, at most 63)"
-        )
+    if not names.is_label_name(name):
+        return f"{_shown(name)} is not a label name ({names.LABEL_NAME_RULE})"
     return None
 
 
@@ -282,11 +273,9 @@ def _selector(form: Mapping[str, Any], p: _Problems) -> dict[str, str]:
         if not isinstance(v, str):
             p.add("selector", f"selector value of {_shown(k)} must be a string, got {_shown(v)}")
             return {}
-        if v and (len(v) > 63 or not _LABEL_NAME_RE.match(v)):
+        if v and not names.is_label_name(v):
             p.add(
-                "selector",
-                f"selector value {_shown(v)} of {_shown(k)} is not a label value (letters, digits, '-', '_' and "
-                "'.', starting and ending with a letter or digit, at most 63)",
+                "selector", f"selector value {_shown(v)} of {_shown(k)} is not a label value ({names.LABEL_NAME_RULE})"
             )
             return {}
         if k in labels:
@@ -472,7 +461,7 @@ def build(form: Any, settings: Settings) -> Workload:
     """The objects `form` asks for. Raises FormError (422 naming the fields at fault; 403 for a namespace the
     board may not create in, checked before any other field so that a refusal says so first)."""
     if not isinstance(form, dict):
-        raise FormError([("body", f"the body must be a JSON object (the form), got {gpumap.json_type(form)}")])
+        raise FormError([("body", f"the body must be a JSON object (the form), got {text.json_type(form)}")])
     namespace = check_namespace(form.get("namespace"), settings)
     p = _Problems()
     known = set(COMMON_KEYS) | set(CLAIM_KEYS) | set(STATEFULSET_KEYS)

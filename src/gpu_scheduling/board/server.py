@@ -32,7 +32,6 @@ import html.parser
 import importlib.resources
 import json
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
@@ -41,11 +40,12 @@ import aiohttp
 import prometheus_client
 from aiohttp import web
 
-from gpu_scheduling import constants, gpumap, health
+from gpu_scheduling import constants, health, names
 from gpu_scheduling.board import forms
 from gpu_scheduling.board.state import Board, Changes
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import AlreadyExists, ApiError, NotFound
+from gpu_scheduling.text import show
 
 log = logging.getLogger("gpu_scheduling.board")
 
@@ -455,7 +455,7 @@ def decode_body(body: bytes) -> Any:
     except RecursionError:
         raise Refusal(400, f"the body nests deeper than {MAX_DEPTH} levels", "body") from None
     except ValueError as exc:
-        raise Refusal(400, f"the body is not JSON: {gpumap.show(str(exc), 120)}", "body") from None
+        raise Refusal(400, f"the body is not JSON: {show(str(exc), 120)}", "body") from None
     if _depth(value) > MAX_DEPTH:
         raise Refusal(400, f"the body nests deeper than {MAX_DEPTH} levels", "body")
     return value
@@ -528,9 +528,7 @@ class BoardServer:
     def _http_refusal(request: web.Request, exc: web.HTTPException) -> Refusal:
         headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
         if exc.status == 404:
-            message = (
-                f"no such path {gpumap.show(request.path)}; the board serves /, /api/state, /api/config, /api/events"
-            )
+            message = f"no such path {show(request.path)}; the board serves /, /api/state, /api/config, /api/events"
         elif exc.status == 405:
             message = f"{request.method} is not allowed here; allowed: {exc.headers.get('Allow', '')}"
         elif exc.status == 413:
@@ -555,11 +553,11 @@ class BoardServer:
         if origin is None:
             raise Refusal(403, f"the request has no Origin header; only the board's own page ({own}) may write")
         if origin.lower() != own:
-            raise Refusal(403, f"Origin {gpumap.show(origin)} is not the board's own ({own}); refused")
+            raise Refusal(403, f"Origin {show(origin)} is not the board's own ({own}); refused")
 
     async def _read_body(self, request: web.Request) -> bytes:
         if request.content_type != "application/json":
-            raise Refusal(415, f"the body must be application/json, got {gpumap.show(request.content_type)}", "body")
+            raise Refusal(415, f"the body must be application/json, got {show(request.content_type)}", "body")
         limit = self.config.max_body
         if request.content_length is not None and request.content_length > limit:
             raise Refusal(413, f"the body is {request.content_length} bytes; at most {limit} are allowed", "body")
@@ -702,8 +700,8 @@ class BoardServer:
         except forms.FormError as exc:
             raise Refusal(exc.status, exc.message, exc.field) from None
         name = request.match_info["name"]
-        if len(name) > forms.MAX_NAME or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
-            raise Refusal(422, f"name {gpumap.show(name)} is not a workload name (a DNS label)", "name")
+        if not names.is_label(name, forms.MAX_NAME):
+            raise Refusal(422, f"name {show(name)} is not a workload name (a DNS label)", "name")
         api = self._client()
         selector = forms.selector(name)
         found: list[tuple[str, str, JSON]] = []  # kind, path, object

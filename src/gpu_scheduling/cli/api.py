@@ -4,17 +4,16 @@ an exec plugin's expired credential is retried once with a fresh one, and a netw
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
 
-from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.client import Client
 from gpu_scheduling.kube.config import ClusterConfig, ConfigError
 from gpu_scheduling.kube.errors import ApiError, Forbidden, NotFound, Unauthorized
+from gpu_scheduling.kube.paths import Resource as Resource  # the cli's modules name it from here
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -34,48 +33,15 @@ class CliError(Exception):
         self.problems = problems or [message]
 
 
-@dataclasses.dataclass(frozen=True)
-class Resource:
-    kind: str
-    plural: str
-    api_version: str
-    base: str  # the API's path, from kube.paths
-    namespaced: bool
-
-    @property
-    def group(self) -> str:
-        return self.api_version.rpartition("/")[0]
-
-    @property
-    def full(self) -> str:
-        """`plural.group` as kubectl and RBAC name it (`pods` for the core group)."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    def collection(self, namespace: str | None = None) -> str:
-        if self.namespaced and namespace:
-            return f"{self.base}/namespaces/{namespace}/{self.plural}"
-        return f"{self.base}/{self.plural}"
-
-    def item(self, name: str, namespace: str | None = None) -> str:
-        return f"{self.collection(namespace)}/{name}"
-
-
-GPU_CLAIMS = Resource(constants.GPU_CLAIM_KIND, constants.GPU_CLAIM_PLURAL, constants.API_VERSION, paths.GPU_API, True)
-GPU_NODE_STATUSES = Resource(
-    constants.GPU_NODE_STATUS_KIND, constants.GPU_NODE_STATUS_PLURAL, constants.API_VERSION, paths.GPU_API, False
-)
-POLICIES = Resource(
-    constants.GPU_SCHEDULING_POLICY_KIND,
-    constants.GPU_SCHEDULING_POLICY_PLURAL,
-    constants.API_VERSION,
-    paths.GPU_API,
-    False,
-)
-PODS = Resource("Pod", "pods", constants.CORE_API_VERSION, paths.CORE_API, True)
-NODES = Resource("Node", "nodes", constants.CORE_API_VERSION, paths.CORE_API, False)
-LEASES = Resource("Lease", "leases", constants.LEASE_API_VERSION, paths.COORDINATION_API, True)
-DEPLOYMENTS = Resource("Deployment", "deployments", "apps/v1", paths.APPS_API, True)
-DAEMONSETS = Resource("DaemonSet", "daemonsets", "apps/v1", paths.APPS_API, True)
+#: The resources `kubectl gpu` reads and writes (the one path model, `kube.paths.Resource`).
+GPU_CLAIMS = paths.GPU_CLAIM
+GPU_NODE_STATUSES = paths.GPU_NODE_STATUS
+POLICIES = paths.GPU_SCHEDULING_POLICY
+PODS = paths.POD
+NODES = paths.NODE
+LEASES = paths.LEASE
+DEPLOYMENTS = paths.DEPLOYMENT
+DAEMONSETS = paths.DAEMONSET
 
 
 def where(res: Resource, namespace: str | None) -> str:

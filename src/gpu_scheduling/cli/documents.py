@@ -5,16 +5,13 @@ errors out. Whether a claim a pod names exists in the cluster is the caller's qu
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import yaml
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, names
 
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 #: The kinds accepted and the apiVersion each must carry.
 KINDS = {constants.GPU_CLAIM_KIND: constants.API_VERSION, "Pod": constants.CORE_API_VERSION}
 #: Annotations that only the scheduler's Binding may write (the admission policies refuse them at creation).
@@ -141,11 +138,14 @@ def _check_one(index: int, doc: Any, namespace: str, scheduler_name: str) -> Doc
             else ""
         )
         return [*problems, f"{where} ({kind}): metadata.name is missing{why}"]
-    if not isinstance(name, str) or len(name) > 253 or not _NAME.fullmatch(name):
-        return [*problems, f"{where} ({kind}): metadata.name {name!r} is not a valid name (lower-case DNS subdomain)"]
+    if not names.is_subdomain(name):
+        return [*problems, f"{where} ({kind}): metadata.name {name!r} is not a valid name ({names.subdomain_rule()})"]
     ns = meta.get("namespace") or namespace
-    if not isinstance(ns, str) or len(ns) > 63 or not _LABEL.fullmatch(ns):
-        return [*problems, f"{where} ({kind} {name}): metadata.namespace {ns!r} is not a valid namespace name"]
+    if not names.is_label(ns):
+        return [
+            *problems,
+            f"{where} ({kind} {name}): metadata.namespace {ns!r} is not a valid namespace name ({names.label_rule()})",
+        ]
     where = f"{where} ({kind} {ns}/{name})"
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):

@@ -4,14 +4,12 @@ accepts as written. Pure."""
 from __future__ import annotations
 
 import json
-import re
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, names
 
 DEFAULT_NAME = "gpu-workload"
 DEFAULT_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 POLICIES = ("contiguous", "spread")
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def render(
@@ -23,8 +21,8 @@ def render(
     scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME,
 ) -> str:
     """The template's text; ValueError for a name, count, strategy or policy the API would refuse."""
-    if len(name) > 63 or not _NAME.fullmatch(name):
-        raise ValueError(f"--name {name!r} is not a valid name (lower-case letters, digits and '-', at most 63)")
+    if not names.is_label(name):
+        raise ValueError(f"--name {name!r} is not a valid name ({names.label_rule()})")
     if gpus < 1:
         raise ValueError(f"--gpus must be at least 1, got {gpus}")
     if strategy is not None and strategy not in constants.STRATEGIES:
