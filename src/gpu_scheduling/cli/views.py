@@ -232,7 +232,7 @@ def claim_headers(all_namespaces: bool, wide: bool) -> list[str]:
 
 def phase_counts(claims: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Claims per phase, the CRD's phases first (with zeros), then `<none>` for claims no scheduler has seen."""
-    counts = dict.fromkeys(("Pending", "Reserved", "Bound", "Failed"), 0)
+    counts: dict[str, int] = dict.fromkeys(constants.CLAIM_PHASES, 0)
     for claim in claims:
         phase = claim_phase(claim)
         counts[phase] = counts.get(phase, 0) + 1
