@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -721,3 +722,37 @@ def test_a_late_bound_event_of_a_pod_already_gone_is_not_a_second_holder():
     assert [h.uid for h in state.ledger.holders_of(("n1", 1))] == ["p2"]
     state.settle_and_check_no_release_is_lost()
     state.teardown()
+
+
+@pytest.mark.parametrize(
+    "hold",
+    [
+        Hold("u1", "ns/train-0", "node2", (0, 1), "Exclusive", "claim", "train", True),
+        Hold("u2", "ns/one", "node1", (7,), "Shared", "claim", "shared", True),
+        Hold("u3", "ns/wide", "a.b-c.example.com", (3, 0, 12), "Exclusive", "claim", "wide", True),
+    ],
+)
+def test_allocation_annotations_read_back_as_the_hold(hold):
+    """The Binding's annotations (objects.allocation_annotations) are what objects.hold_from_pod reads back."""
+    ns, name = hold.pod.split("/")
+    annotations = objects.allocation_annotations(hold) | {constants.CLAIM_ANNOTATION: hold.claim}
+    pod = {
+        "metadata": {"uid": hold.uid, "namespace": ns, "name": name, "annotations": annotations},
+        "spec": {"nodeName": hold.node},
+    }
+    assert objects.hold_from_pod(pod) == hold
+    assert annotations[constants.GPU_IDS_ANNOTATION] == ",".join(map(str, hold.gpu_ids))
+
+
+@pytest.mark.parametrize("allocated", ["node1:", "node1:x", "node1:1,,a", "", "node1:" + "1," * 3000, ":"], ids=repr)
+def test_an_allocation_annotation_that_cannot_be_read_holds_nothing(allocated):
+    pod = {
+        "metadata": {
+            "uid": "u",
+            "namespace": "ns",
+            "name": "p",
+            "annotations": {constants.ALLOCATED_ANNOTATION: allocated},
+        },
+        "spec": {"nodeName": "node1"},
+    }
+    assert objects.hold_from_pod(pod) is None
