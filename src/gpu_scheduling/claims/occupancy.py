@@ -177,7 +177,7 @@ def pod_hold(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Pod:
-    key: str  # "<namespace>/<name>"
+    key: str  # "<namespace>/<name>", or "<name>" without a namespace (as an informer keys it)
     uid: str
     namespace: str
     name: str
@@ -211,7 +211,7 @@ def read_pod(obj: object) -> Pod | None:
     if phase not in FINISHED:
         hold = pod_hold(uid, namespace, name, strings(meta.get("labels")), annotations, node)
     allocated = text(annotations.get(constants.ALLOCATED_ANNOTATION))
-    return Pod(f"{namespace}/{name}", uid, namespace, name, node, phase, hold, allocated)
+    return Pod(f"{namespace}/{name}" if namespace else name, uid, namespace, name, node, phase, hold, allocated)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -342,15 +342,24 @@ class Finding:
     kind: Kind
     node: str | None  # None: a Lease that names no node
     gpu: int | None  # None: about the node (or the object) as a whole
-    message: str
+    message: str  # in the board's words; the fields below let another reader word it its own way
+    lease: str = ""  # the Lease's name, where one is concerned
+    pod: str = ""  # the pod concerned ("<namespace>/<name>", or as a Lease names it)
+    why: str = ""  # lease-without-allocation: "gone", "finished" or "elsewhere" (it holds other GPUs)
+    allocated: str | None = None  # the pod's allocation annotation, where a pod is concerned
 
     @property
     def severity(self) -> Severity:
         return FINDINGS[self.kind]
 
+    @property
+    def lease_finding(self) -> bool:
+        """Whether it is about the GPU Leases against the pods' allocations (kubectl gpu health's gpu-leases)."""
+        return self.kind.startswith("lease-") or self.kind == "allocation-without-lease"
 
-def _finding(kind: Kind, node: str | None, gpu: int | None, message: str) -> Finding:
-    return Finding(kind, node, gpu, message[:MAX_MESSAGE])
+
+def _finding(kind: Kind, node: str | None, gpu: int | None, message: str, **fields: Any) -> Finding:
+    return Finding(kind, node, gpu, message[:MAX_MESSAGE], **fields)
 
 
 def _finding_order(finding: Finding) -> tuple[str, str]:
@@ -445,21 +454,27 @@ class _Builder(Generic[P]):
         elif "lease" not in holder.sources:
             holder.sources.append("lease")
 
-    def flag(self, gpu: int, kind: Kind, message: str) -> None:
-        self.findings.setdefault(gpu, []).append(_finding(kind, self.name, gpu, message))
+    def flag(self, gpu: int, kind: Kind, message: str, **fields: Any) -> None:
+        self.findings.setdefault(gpu, []).append(_finding(kind, self.name, gpu, message, **fields))
 
     def lease(self, lease: Lease, record: LeaseRecord, pod_of: Callable[[str], P | None]) -> None:
         name, gpu = self.name, record.gpu
         self.leased.setdefault(gpu, set()).update(record.holders)
         self.exclusivity.setdefault(gpu, set()).add(record.exclusivity)
         if not record.holders:
-            self.flag(gpu, "lease-without-holder", f"Lease {lease.name} of GPU {gpu} of {name} names no holder")
+            self.flag(
+                gpu,
+                "lease-without-holder",
+                f"Lease {lease.name} of GPU {gpu} of {name} names no holder",
+                lease=lease.name,
+            )
         for uid in record.holders:
             named = pod_of(uid)
             if named is None:
                 who = record.pods.get(uid) or f"uid:{uid}"
                 self.lease_holder(gpu, uid, who)
-                self.flag(gpu, "lease-without-allocation", f"Lease {lease.name} names pod {who}, which is gone")
+                message = f"Lease {lease.name} names pod {who}, which is gone"
+                self.flag(gpu, "lease-without-allocation", message, lease=lease.name, pod=who, why="gone")
                 continue
             self.hold(gpu, named, "lease")
             hold = named.hold
@@ -468,6 +483,10 @@ class _Builder(Generic[P]):
                     gpu,
                     "lease-without-allocation",
                     f"Lease {lease.name} names pod {named.ref}, which is finished ({named.phase})",
+                    lease=lease.name,
+                    pod=named.ref,
+                    why="finished",
+                    allocated=named.allocated,
                 )
             elif named.node is None:
                 self.flag(
@@ -475,6 +494,9 @@ class _Builder(Generic[P]):
                     "lease-names-unbound-pod",
                     f"Lease {lease.name} names pod {named.ref} for GPU {gpu} of {name}, but the pod is not bound "
                     "(the scheduler binds it just after taking the Lease)",
+                    lease=lease.name,
+                    pod=named.ref,
+                    allocated=named.allocated,
                 )
             elif hold is None or hold.source != "claim" or hold.node != name or gpu not in hold.gpu_ids:
                 if hold is not None and hold.source == "map":
@@ -485,6 +507,10 @@ class _Builder(Generic[P]):
                     gpu,
                     "lease-without-allocation",
                     f"Lease {lease.name} names pod {named.ref} for GPU {gpu} of {name}, but the pod holds {what}",
+                    lease=lease.name,
+                    pod=named.ref,
+                    why="elsewhere",
+                    allocated=named.allocated,
                 )
 
     def gpu(self, gpu: int, device: Device | None, listed: bool) -> Gpu[P]:
@@ -573,6 +599,7 @@ def node(
                     name,
                     None,
                     f"Lease {lease.name} carries the GPU Lease label but no node or GPU label that can be read",
+                    lease=lease.name,
                 )
             )
         else:
@@ -587,6 +614,8 @@ def node(
                     "allocation-without-lease",
                     f"pod {pod.ref} holds GPU {gpu} of {name} ({constants.ALLOCATED_ANNOTATION} {pod.allocated}), "
                     "but no Lease names it",
+                    pod=pod.ref,
+                    allocated=pod.allocated,
                 )
     gpus = tuple(
         b.gpu(gpu, listed.get(gpu), bool(listed)) for gpu in sorted(listed.keys() | b.holders.keys() | b.leased.keys())
@@ -618,16 +647,10 @@ class Occupancy:
 def cluster(inventories: Iterable[object], pods: Iterable[object], leases: Iterable[object]) -> Occupancy:
     """The occupancy of every node any of the objects names (GpuNodeStatuses, pods, GPU Leases: objects of any
     shape; what is not a GPU Lease among `leases` is left out)."""
-    by_inventory: dict[str, Inventory] = {}
-    for obj in inventories:
-        inventory = read_inventory(obj)
-        if inventory is not None:
-            by_inventory.setdefault(inventory.name, inventory)
-    by_key: dict[str, Pod] = {}
-    for obj in pods:
-        pod = read_pod(obj)
-        if pod is not None:
-            by_key.setdefault(pod.key, pod)
+    # Of two objects with one key, the later counts (as an informer's ADDED replaces what it had).
+    by_inventory = {i.name: i for i in map(read_inventory, inventories) if i is not None}
+    by_key = {p.key: p for p in map(read_pod, pods) if p is not None}
+    by_lease = {lease.key: lease for lease in map(read_lease, leases) if lease is not None}
     by_uid: dict[str, Pod] = {}
     holding: dict[str, list[Pod]] = {}
     for key in sorted(by_key):
@@ -638,7 +661,8 @@ def cluster(inventories: Iterable[object], pods: Iterable[object], leases: Itera
             holding.setdefault(pod.hold.node, []).append(pod)
     by_node: dict[str, list[Lease]] = {}
     orphans: list[Finding] = []
-    for lease in sorted((lease for lease in map(read_lease, leases) if lease is not None), key=lambda x: x.key):
+    for key in sorted(by_lease):
+        lease = by_lease[key]
         if lease.node is not None:
             by_node.setdefault(lease.node, []).append(lease)
         else:
@@ -648,6 +672,7 @@ def cluster(inventories: Iterable[object], pods: Iterable[object], leases: Itera
                     None,
                     None,
                     f"Lease {lease.name} carries the GPU Lease label but no node or GPU label that can be read",
+                    lease=lease.name,
                 )
             )
     names = by_inventory.keys() | holding.keys() | by_node.keys()
