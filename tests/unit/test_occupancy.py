@@ -10,6 +10,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
 from gpu_scheduling import constants
+from gpu_scheduling.agent import inventory as agent
 from gpu_scheduling.board.state import Board
 from gpu_scheduling.claims import objects, occupancy
 from gpu_scheduling.cli import health, views
@@ -83,7 +84,8 @@ def pod(draw: st.DrawFn, index: int) -> dict[str, Any]:
 def lease(draw: st.DrawFn) -> dict[str, Any]:
     node, gpu = draw(st.sampled_from(NODES)), draw(gpu_ids)
     uids = draw(st.lists(st.sampled_from(["u0", "u1", "u2", "u3", "u9"]), max_size=2, unique=True))
-    body = objects.lease_body(node, gpu, draw(st.sampled_from(["Exclusive", "Shared"])), {u: f"ns/x-{u}" for u in uids})
+    who = {f"u{i}": f"ns/{name}" for i, name in enumerate(PODS)} | {"u9": "ns/gone"}
+    body = objects.lease_body(node, gpu, draw(st.sampled_from(["Exclusive", "Shared"])), {u: who[u] for u in uids})
     broken = draw(st.sampled_from(["", "", "gpu-label", "node", "annotations"]))
     if broken == "gpu-label":
         body["metadata"]["labels"][constants.LEASE_GPU_LABEL] = draw(st.sampled_from(["x", "-1", "1234567"]))
@@ -191,3 +193,23 @@ def test_the_model_reads_every_source_and_flags_each_disagreement() -> None:
     for inventories, pods, leases, expected in cases:
         model = occupancy.cluster(inventories, pods, leases)
         assert {(f.kind, f.gpu) for f in model.all_findings()} == expected, (pods, leases)
+
+
+@FUZZ
+@given(cluster())
+def test_the_agent_writes_in_use_by_as_the_board_counts_holders(objs: tuple[list[Any], list[Any], list[Any]]) -> None:
+    """Each node's agent reads the GPU Leases of its node and the pods bound to it; what it writes as inUseBy is
+    never out of step with the board's holders of the same objects. (A pod whose allocation names another node than
+    the one it is bound to is left out: no agent sees it.)"""
+    _, pods, leases = objs
+    pods = [
+        p for p in pods if (read := occupancy.read_pod(p)) is None or read.hold is None or read.hold.node == read.node
+    ]
+    written = []
+    for name in NODES:
+        bound = [p for p in pods if occupancy.mapping(p.get("spec")).get("nodeName") == name]
+        own = [obj for obj in leases if (lease := occupancy.read_lease(obj)) is not None and lease.node == name]
+        status = agent.node_status([{"id": gpu, "health": "Healthy"} for gpu in range(6)], own, bound)
+        written.append({"metadata": {"name": name}, "spec": {"nodeName": name}, "status": status})
+    doc = board_of(written, pods, leases)
+    assert not [f for f in board_findings(doc) if f[2] == "in-use-by-out-of-step"]
