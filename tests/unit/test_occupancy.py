@@ -213,3 +213,51 @@ def test_the_agent_writes_in_use_by_as_the_board_counts_holders(objs: tuple[list
         written.append({"metadata": {"name": name}, "spec": {"nodeName": name}, "status": status})
     doc = board_of(written, pods, leases)
     assert not [f for f in board_findings(doc) if f[2] == "in-use-by-out-of-step"]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-1, 10) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
+keys = st.sampled_from(
+    [
+        "metadata",
+        "spec",
+        "status",
+        "name",
+        "namespace",
+        "uid",
+        "labels",
+        "annotations",
+        "nodeName",
+        "phase",
+        "devices",
+        "id",
+        "health",
+        "inUseBy",
+        "kubeletPods",
+        "holderIdentity",
+        constants.LEASE_LABEL,
+        constants.LEASE_GPU_LABEL,
+        constants.LEASE_NODE_LABEL,
+        constants.ALLOCATED_ANNOTATION,
+        constants.MAP_ANNOTATION,
+    ]
+)
+shaped = st.recursive(
+    json_values,
+    lambda inner: st.dictionaries(keys, inner | st.sampled_from(["node1", "0", "gpu", "0=node1:0"]), max_size=5),
+)
+
+
+@FUZZ
+@given(st.lists(shaped, max_size=4), st.lists(shaped, max_size=4), st.lists(shaped, max_size=4))
+def test_no_object_of_any_shape_makes_a_reader_raise(
+    inventories: list[Any], pods: list[Any], leases: list[Any]
+) -> None:
+    occupancy.cluster(inventories, pods, leases)
+    views.findings(inventories, leases, pods)
+    views.node_views(inventories, [], leases, pods)
+    health.occupancy_checks(inventories, leases, pods)
+    health.inventories(inventories, [])
