@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpu_scheduling import constants
-from gpu_scheduling.claims import objects, occupancy
+from gpu_scheduling.claims import occupancy
 from gpu_scheduling.cli import views
 from gpu_scheduling.cli.api import (
     DAEMONSETS,
@@ -210,8 +210,8 @@ async def leases(api: Api, ctx: Ctx, settle: float) -> list[Check]:
         )
         claim_pods = sum(
             1
-            for p in pods
-            if not views.finished(p) and (hold := objects.hold_from_pod(p)) is not None and hold.source == "claim"
+            for p in map(occupancy.read_pod, pods)
+            if p is not None and p.hold is not None and p.hold.source == "claim"
         )
         return occupancy_checks(inventory_objs, lease_objs, pods), len(lease_objs), claim_pods
 
@@ -234,7 +234,8 @@ async def leases(api: Api, ctx: Ctx, settle: float) -> list[Check]:
 
 async def run(api: Api, ctx: Ctx) -> int:
     inventory_objs, nodes = await asyncio.gather(api.list(GPU_NODE_STATUSES), api.list(NODES))
-    probe_node = next((n for n in (objects.inventory_node(i) for i in inventory_objs) if n), "probe-node")
+    read = [i for i in map(occupancy.read_inventory, inventory_objs) if i is not None and i.foreign is None]
+    probe_node = next((i.name for i in read), "probe-node")
     results = await asyncio.gather(
         _guard("scheduler-leader", lambda: leader(api, ctx)),
         _guard("webhook", lambda: webhook(api, ctx, probe_node)),
