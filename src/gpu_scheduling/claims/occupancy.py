@@ -457,6 +457,36 @@ class _Builder(Generic[P]):
     def flag(self, gpu: int, kind: Kind, message: str, **fields: Any) -> None:
         self.findings.setdefault(gpu, []).append(_finding(kind, self.name, gpu, message, **fields))
 
+    def pods(self, holding: Iterable[P]) -> list[P]:
+        """Count the holds of `holding`; the claim pods among them."""
+        claim_pods = []
+        for pod in holding:
+            hold = pod.hold
+            if hold is None:
+                continue
+            for gpu in hold.gpu_ids:
+                self.hold(gpu, pod, hold.source)
+                self.exclusivity.setdefault(gpu, set()).add(hold.exclusivity)
+            if hold.source == "claim":
+                claim_pods.append(pod)
+        return claim_pods
+
+    def unleased(self, claim_pods: Iterable[P]) -> None:
+        """Flag each GPU of a claim pod that no Lease names it for (once every Lease was read)."""
+        for pod in claim_pods:
+            hold = pod.hold
+            assert hold is not None
+            for gpu in hold.gpu_ids:
+                if pod.uid not in self.leased.get(gpu, ()):
+                    self.flag(
+                        gpu,
+                        "allocation-without-lease",
+                        f"pod {pod.ref} holds GPU {gpu} of {self.name} ({constants.ALLOCATED_ANNOTATION} "
+                        f"{pod.allocated}), but no Lease names it",
+                        pod=pod.ref,
+                        allocated=pod.allocated,
+                    )
+
     def lease(self, lease: Lease, record: LeaseRecord, pod_of: Callable[[str], P | None]) -> None:
         name, gpu = self.name, record.gpu
         self.leased.setdefault(gpu, set()).update(record.holders)
@@ -557,6 +587,16 @@ class _Builder(Generic[P]):
         return Gpu(gpu, device, tuple(shown), exclusive, tuple(findings))
 
 
+def _unreadable(lease: Lease, node: str | None) -> Finding:
+    return _finding(
+        "lease-unreadable",
+        node,
+        None,
+        f"Lease {lease.name} carries the GPU Lease label but no node or GPU label that can be read",
+        lease=lease.name,
+    )
+
+
 def node(
     name: str,
     inventory: Inventory | None,
@@ -567,63 +607,34 @@ def node(
     """Node `name` from its GpuNodeStatus (`inventory`), the live bound pods holding its GPUs (`holding`, each with
     a `hold` on this node), the GPU Leases shown on it (`leases`) and the pods by uid (`pod_of`: any pod, bound or
     not, on any node; None when no pod has that uid). Holders and findings come in the order given."""
-    usable = inventory is not None and inventory.foreign is None
-    listed = {d.id: d for d in inventory.devices} if inventory is not None and usable else {}
+    foreign = inventory.foreign if inventory is not None else None
+    listed = {d.id: d for d in inventory.devices} if inventory is not None and foreign is None else {}
     node_findings: list[Finding] = []
-    if inventory is not None and inventory.foreign is not None:
+    if foreign is not None:
         node_findings.append(
             _finding(
                 "foreign-inventory",
                 name,
                 None,
-                f"GpuNodeStatus {name} names node {inventory.foreign} in spec.nodeName; its inventory is ignored "
+                f"GpuNodeStatus {name} names node {foreign} in spec.nodeName; its inventory is ignored "
                 "(an inventory may describe only the node it is named after)",
             )
         )
     b: _Builder[P] = _Builder(name)
-    claim_pods: list[P] = []
-    for pod in holding:
-        hold = pod.hold
-        if hold is None:
-            continue
-        for gpu in hold.gpu_ids:
-            b.hold(gpu, pod, hold.source)
-            b.exclusivity.setdefault(gpu, set()).add(hold.exclusivity)
-        if hold.source == "claim":
-            claim_pods.append(pod)
+    claim_pods = b.pods(holding)
     for lease in leases:
         if lease.record is None:
-            node_findings.append(
-                _finding(
-                    "lease-unreadable",
-                    name,
-                    None,
-                    f"Lease {lease.name} carries the GPU Lease label but no node or GPU label that can be read",
-                    lease=lease.name,
-                )
-            )
+            node_findings.append(_unreadable(lease, name))
         else:
             b.lease(lease, lease.record, pod_of)
-    for pod in claim_pods:
-        hold = pod.hold
-        assert hold is not None
-        for gpu in hold.gpu_ids:
-            if pod.uid not in b.leased.get(gpu, ()):
-                b.flag(
-                    gpu,
-                    "allocation-without-lease",
-                    f"pod {pod.ref} holds GPU {gpu} of {name} ({constants.ALLOCATED_ANNOTATION} {pod.allocated}), "
-                    "but no Lease names it",
-                    pod=pod.ref,
-                    allocated=pod.allocated,
-                )
+    b.unleased(claim_pods)
     gpus = tuple(
         b.gpu(gpu, listed.get(gpu), bool(listed)) for gpu in sorted(listed.keys() | b.holders.keys() | b.leased.keys())
     )
     node_findings.sort(key=_finding_order)
     return NodeOccupancy(
         name,
-        inventory is not None and usable,
+        inventory is not None and foreign is None,
         gpus,
         tuple(node_findings),
         total=len(listed),
@@ -666,15 +677,7 @@ def cluster(inventories: Iterable[object], pods: Iterable[object], leases: Itera
         if lease.node is not None:
             by_node.setdefault(lease.node, []).append(lease)
         else:
-            orphans.append(
-                _finding(
-                    "lease-unreadable",
-                    None,
-                    None,
-                    f"Lease {lease.name} carries the GPU Lease label but no node or GPU label that can be read",
-                    lease=lease.name,
-                )
-            )
+            orphans.append(_unreadable(lease, None))
     names = by_inventory.keys() | holding.keys() | by_node.keys()
     return Occupancy(
         {
