@@ -12,7 +12,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from gpu_scheduling import constants
-from gpu_scheduling.claims import allocator, objects
+from gpu_scheduling.claims import allocator, objects, occupancy
 from gpu_scheduling.claims.ledger import Hold, LeaseRecord, Ledger
 
 
@@ -192,6 +192,35 @@ class ApiPod:
     name: str
     bound: Hold | None = None  # what the Binding said, once bound
     alive: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerPod:
+    """A pod as the occupancy model reads it, from what the ledger knows of it."""
+
+    hold: Hold
+    phase: str | None = "Running"
+    finished: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.hold.pod
+
+    @property
+    def uid(self) -> str:
+        return self.hold.uid
+
+    @property
+    def ref(self) -> str:
+        return self.hold.pod
+
+    @property
+    def node(self) -> str | None:
+        return self.hold.node
+
+    @property
+    def allocated(self) -> str | None:
+        return None
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -498,6 +527,24 @@ class LedgerMachine(RuleBasedStateMachine):
         for key, holds in users.items():
             if len(holds) > 1:
                 assert all(h.exclusivity == "Shared" for h in holds), (key, holds)
+
+    @invariant()
+    def the_ledger_and_the_occupancy_model_count_the_same_gpus_busy(self) -> None:
+        """The ledger (what the scheduler allocates from) and the occupancy model (what the board and kubectl gpu
+        show) read from the same holds and Leases: the same GPUs are busy, and the same of them Exclusive."""
+        holds, leases = list(self.ledger.holds()), list(self.ledger.leases())
+        for node in {h.node for h in holds} | {lease.node for lease in leases}:
+            model = occupancy.node(
+                node,
+                None,
+                (LedgerPod(h) for h in holds if h.node == node),
+                (occupancy.Lease(r.name, r.name, r, r.node) for r in leases if r.node == node),
+                lambda uid: LedgerPod(h) if (h := self.ledger.hold(uid)) is not None else None,
+            )
+            holdings = self.ledger.holdings(node)
+            assert {g for h in holdings for g in h.gpu_ids} == {g.id for g in model.gpus if g.holders}, node
+            exclusive = {g for h in holdings if h.exclusivity == "Exclusive" for g in h.gpu_ids}
+            assert exclusive == {g.id for g in model.gpus if g.holders and g.exclusivity == "Exclusive"}, node
 
     @rule(now=st.sampled_from([True, False, False, False, False]))
     def settle_and_check_no_release_is_lost(self, now: bool = True) -> None:
