@@ -22,7 +22,7 @@ from gpu_scheduling.claims.occupancy import Finding
 from gpu_scheduling.cli.output import NONE, created_age, parse_time
 
 JSON = dict[str, Any]
-FINISHED = ("Succeeded", "Failed")
+FINISHED = occupancy.FINISHED
 
 
 def finished(pod: Mapping[str, Any]) -> bool:
