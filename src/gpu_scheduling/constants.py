@@ -5,7 +5,7 @@ The Jinja templates of the test-bed take the same keys from inventory variables;
 compares the two so they cannot drift apart.
 """
 
-from typing import Final
+from typing import Final, Literal, get_args
 
 #: Pod annotation holding the map `<index>=<node>:<gpu ids>`, one entry per line (the take-home's contract).
 MAP_ANNOTATION: Final = "gpu-scheduling-map"
@@ -59,16 +59,33 @@ GPU_SCHEDULING_POLICY_KIND: Final = "GpuSchedulingPolicy"
 GPU_SCHEDULING_POLICY_PLURAL: Final = "gpuschedulingpolicies"
 POLICY_NAME: Final = "default"
 
+# The GpuClaim's enums, each spelled once (as the CRDs spell them, charts/gpu-scheduler/crds; a unit test compares):
+# the type the pure code reads and the tuple of its values the programs validate with.
+
 #: Node strategies for GpuClaims (`spec.strategy`, the policy's `defaultStrategy`, `--strategy`): BestFit packs
 #: (the default), LeastUtilized spreads, RoundRobin takes the next feasible node after the last one it chose.
-STRATEGIES: Final = ("BestFit", "LeastUtilized", "RoundRobin")
+Strategy = Literal["BestFit", "LeastUtilized", "RoundRobin"]
+STRATEGIES: Final[tuple[Strategy, ...]] = get_args(Strategy)
+#: How a claim's GPUs are chosen within a node (`spec.devices.policy`).
+Policy = Literal["contiguous", "spread", "preferIds"]
+POLICIES: Final[tuple[Policy, ...]] = get_args(Policy)
+#: Whether a claim's GPUs may be shared (`spec.devices.exclusivity`); the scheduler refuses MIG.
+Exclusivity = Literal["Exclusive", "Shared", "MIG"]
+EXCLUSIVITIES: Final[tuple[Exclusivity, ...]] = get_args(Exclusivity)
+#: Whether a claim's GPUs must share an NVLink island (`spec.topology.mode`).
+TopologyMode = Literal["Required", "Preferred", "Ignore"]
+TOPOLOGY_MODES: Final[tuple[TopologyMode, ...]] = get_args(TopologyMode)
+#: A GpuClaim's `status.phase`.
+ClaimPhase = Literal["Pending", "Reserved", "Bound", "Failed"]
+CLAIM_PHASES: Final[tuple[ClaimPhase, ...]] = get_args(ClaimPhase)
 DEFAULT_STRATEGY: Final = "BestFit"
 #: Environment variable that sets the scheduler's `--strategy` (the reference's name).
 STRATEGY_ENV: Final = "SCHEDULING_STRATEGY"
 
 #: Order pending claim pods are served in (the policy's `queueOrder`): Priority (pod priority, then age) or FIFO
 #: (age alone).
-QUEUE_ORDERS: Final = ("Priority", "FIFO")
+QueueOrder = Literal["Priority", "FIFO"]
+QUEUE_ORDERS: Final[tuple[QueueOrder, ...]] = get_args(QueueOrder)
 DEFAULT_QUEUE_ORDER: Final = "Priority"
 
 #: Pod annotation naming the pod's GpuClaim (same namespace), set by the user.

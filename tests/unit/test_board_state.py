@@ -369,13 +369,15 @@ def test_flag_messages_name_the_lease_and_the_pod():
     assert (holder["pod"], holder["sources"], holder["workload"]) == ("default/gone", ["lease"], "default/Pod/gone")
 
 
-def test_a_pending_pod_named_by_a_lease_is_not_flagged():
+def test_a_pending_pod_named_by_a_lease_is_flagged_as_unbound_not_as_without_allocation():
+    """The scheduler takes the Lease just before the bind: for that moment (or for good, when the bind failed and the
+    Lease stayed) the board says so as `kubectl gpu health` does, and not as a Lease without an allocation."""
     doc = board_of(
         ("gpunodestatuses", inventory("node1", in_use={0: ["default/train-0"]})),
         ("pods", claim_pod("train-0", "u1", None)),
         ("leases", lease("node1", 0, {"u1": "default/train-0"})),
     ).document()
-    assert flags(doc) == set()
+    assert flags(doc) == {("node1", 0, "lease-names-unbound-pod")}
     assert gpu(doc, "node1", 0)["holders"][0]["sources"] == ["lease"]
     assert gpu(doc, "node1", 0)["holders"][0]["phase"] == "Pending"
 

@@ -77,8 +77,9 @@ def test_node_view_counts_free_allocated_unhealthy_islands_utilization_memory():
         device(2, "b", health="Unhealthy", utilizationPercent=100, memoryTotalMiB=81920, memoryUsedMiB=0),
         device(3, "b"),
     ]
-    held = views.holders([], [claim_pod("train", "u1", "node1:0,2")])
-    [view] = views.node_views([inventory("node1", devices)], [node("node1")], held)
+    leases = [lease("node1", 0, {"u1": "ns/train"}), lease("node1", 2, {"u1": "ns/train"})]
+    pods = [claim_pod("train", "u1", "node1:0,2")]
+    [view] = views.node_views([inventory("node1", devices)], [node("node1")], leases, pods)
     assert (view.total, view.free, view.allocated, view.unhealthy) == (4, 2, 2, 1)
     assert view.islands == {"a": (1, 2), "b": (1, 2)}
     assert view.utilization == 50  # healthy GPUs only
@@ -89,7 +90,7 @@ def test_node_view_counts_free_allocated_unhealthy_islands_utilization_memory():
 
 
 def test_node_view_without_utilization_or_memory_or_node():
-    [view] = views.node_views([inventory("node9", [device(0)])], [], {})
+    [view] = views.node_views([inventory("node9", [device(0)])], [])
     assert views.node_row(view, NOW, wide=True) == ["node9", "1", "1", "0", "1", "-", "<no node>", "-", "a=1"]
     assert not view.exists
 
@@ -98,7 +99,6 @@ def test_inventories_naming_another_node_are_left_out_and_views_are_sorted():
     found = views.node_views(
         [inventory("node2", [device(0)]), inventory("node1", [device(0)]), inventory("evil", [device(0)], "node3")],
         [node("node1"), node("node2")],
-        {},
     )
     assert [v.name for v in found] == ["node1", "node2"]
 

@@ -259,11 +259,21 @@ def test_kubectl_gpu_health_fails_a_gpu_the_kubelet_gave_to_another_pod() -> Non
         ]
     }
     inv = {"metadata": {"name": "node1"}, "spec": {"nodeName": "node1"}, "status": status}
-    checks = health.inventories([inv], [{"metadata": {"name": "node1"}}])
+
+    def map_pod(name: str, gpu: int) -> dict:
+        # The holders the kubelet's assignment is compared with: pods a, b and c hold GPUs 3, 4 and 5 by their map.
+        meta = {"name": name, "namespace": "ns", "uid": name, "labels": {constants.POD_INDEX_LABEL: "0"}}
+        meta["annotations"] = {constants.MAP_ANNOTATION: f"0=node1:{gpu}"}
+        return {"metadata": meta, "spec": {"nodeName": "node1"}, "status": {"phase": "Running"}}
+
+    pods = [map_pod("a", 3), map_pod("b", 4), map_pod("c", 5)]
+    checks = health.occupancy_checks([inv], [], pods)
     failing = [c for c in checks if c.status == health.FAIL]
     assert len(failing) == 1 and "GPU 3 to ns/x" in failing[0].detail, checks
-    status["devices"][0]["kubeletPods"] = ["ns/a"]
+    assert failing[0].name == "inventory/node1"
     assert not [c for c in health.inventories([inv], [{"metadata": {"name": "node1"}}]) if c.status == health.FAIL]
+    status["devices"][0]["kubeletPods"] = ["ns/a"]
+    assert not [c for c in health.occupancy_checks([inv], [], pods) if c.status == health.FAIL]
 
 
 def test_the_agent_publishes_the_kubelets_view_only_when_fresh(tmp_path: Any) -> None:

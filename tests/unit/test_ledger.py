@@ -7,11 +7,12 @@ from __future__ import annotations
 import dataclasses
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from gpu_scheduling import constants
-from gpu_scheduling.claims import allocator, objects
+from gpu_scheduling.claims import allocator, objects, occupancy
 from gpu_scheduling.claims.ledger import Hold, LeaseRecord, Ledger
 
 
@@ -191,6 +192,35 @@ class ApiPod:
     name: str
     bound: Hold | None = None  # what the Binding said, once bound
     alive: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerPod:
+    """A pod as the occupancy model reads it, from what the ledger knows of it."""
+
+    hold: Hold
+    phase: str | None = "Running"
+    finished: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.hold.pod
+
+    @property
+    def uid(self) -> str:
+        return self.hold.uid
+
+    @property
+    def ref(self) -> str:
+        return self.hold.pod
+
+    @property
+    def node(self) -> str | None:
+        return self.hold.node
+
+    @property
+    def allocated(self) -> str | None:
+        return None
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -498,6 +528,24 @@ class LedgerMachine(RuleBasedStateMachine):
             if len(holds) > 1:
                 assert all(h.exclusivity == "Shared" for h in holds), (key, holds)
 
+    @invariant()
+    def the_ledger_and_the_occupancy_model_count_the_same_gpus_busy(self) -> None:
+        """The ledger (what the scheduler allocates from) and the occupancy model (what the board and kubectl gpu
+        show) read from the same holds and Leases: the same GPUs are busy, and the same of them Exclusive."""
+        holds, leases = list(self.ledger.holds()), list(self.ledger.leases())
+        for node in {h.node for h in holds} | {lease.node for lease in leases}:
+            model = occupancy.node(
+                node,
+                None,
+                (LedgerPod(h) for h in holds if h.node == node),
+                (occupancy.Lease(r.name, r.name, r, r.node) for r in leases if r.node == node),
+                lambda uid: LedgerPod(h) if (h := self.ledger.hold(uid)) is not None else None,
+            )
+            holdings = self.ledger.holdings(node)
+            assert {g for h in holdings for g in h.gpu_ids} == {g.id for g in model.gpus if g.holders}, node
+            exclusive = {g for h in holdings if h.exclusivity == "Exclusive" for g in h.gpu_ids}
+            assert exclusive == {g.id for g in model.gpus if g.holders and g.exclusivity == "Exclusive"}, node
+
     @rule(now=st.sampled_from([True, False, False, False, False]))
     def settle_and_check_no_release_is_lost(self, now: bool = True) -> None:
         """Deliver every event, finish every placement as failed, reconcile until quiet: then no Lease may name a
@@ -721,3 +769,37 @@ def test_a_late_bound_event_of_a_pod_already_gone_is_not_a_second_holder():
     assert [h.uid for h in state.ledger.holders_of(("n1", 1))] == ["p2"]
     state.settle_and_check_no_release_is_lost()
     state.teardown()
+
+
+@pytest.mark.parametrize(
+    "hold",
+    [
+        Hold("u1", "ns/train-0", "node2", (0, 1), "Exclusive", "claim", "train", True),
+        Hold("u2", "ns/one", "node1", (7,), "Shared", "claim", "shared", True),
+        Hold("u3", "ns/wide", "a.b-c.example.com", (3, 0, 12), "Exclusive", "claim", "wide", True),
+    ],
+)
+def test_allocation_annotations_read_back_as_the_hold(hold):
+    """The Binding's annotations (objects.allocation_annotations) are what objects.hold_from_pod reads back."""
+    ns, name = hold.pod.split("/")
+    annotations = objects.allocation_annotations(hold) | {constants.CLAIM_ANNOTATION: hold.claim}
+    pod = {
+        "metadata": {"uid": hold.uid, "namespace": ns, "name": name, "annotations": annotations},
+        "spec": {"nodeName": hold.node},
+    }
+    assert objects.hold_from_pod(pod) == hold
+    assert annotations[constants.GPU_IDS_ANNOTATION] == ",".join(map(str, hold.gpu_ids))
+
+
+@pytest.mark.parametrize("allocated", ["node1:", "node1:x", "node1:1,,a", "", "node1:" + "1," * 3000, ":"], ids=repr)
+def test_an_allocation_annotation_that_cannot_be_read_holds_nothing(allocated):
+    pod = {
+        "metadata": {
+            "uid": "u",
+            "namespace": "ns",
+            "name": "p",
+            "annotations": {constants.ALLOCATED_ANNOTATION: allocated},
+        },
+        "spec": {"nodeName": "node1"},
+    }
+    assert objects.hold_from_pod(pod) is None

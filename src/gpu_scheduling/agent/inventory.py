@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpu_scheduling.claims import objects
+from gpu_scheduling.claims import occupancy
 
 #: The agent's default declaration (nodes without the annotation constants.SIMULATED_ANNOTATION): 8 GPUs, 0-3 in
 #: one NVLink island at 600 GB/s, 4-7 in another at 64 GB/s, all healthy, each with the default 80 GB of memory,
@@ -166,21 +166,29 @@ def node_status(
 ) -> dict[str, Any]:
     """The GpuNodeStatus status: the devices as read (health, island, bandwidth, and memory and utilization where
     the GPU reports them) with inUseBy (the pods holding each GPU, "<namespace>/<name>" where known, replacing any
-    inUseBy the devices had) from the node's GPU Leases and the map pods bound to it, and the counts. With the
+    inUseBy the devices had) as the occupancy model counts them (claims.occupancy, what the board and kubectl gpu
+    show) from the node's GPU Leases and the pods bound to it (map entries, allocations), and the counts. With the
     kubelet's view (`kubelet`: GPU -> pods, from gpu-device-plugin), each device also says which pods the kubelet
     gave a device of it to (`kubeletPods`)."""
-    users: dict[int, set[str]] = {}
-    for lease in leases:
-        record = objects.lease_record(lease)
-        if record is not None:
-            users.setdefault(record.gpu, set()).update(record.pods.get(h, h) for h in record.holders)
-    for pod in pods:
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        hold = objects.hold_from_pod(pod)
-        if hold is not None and hold.source == "map":
-            for gpu in hold.gpu_ids:
-                users.setdefault(gpu, set()).add(hold.pod)
+    by_key = {p.key: p for p in map(occupancy.read_pod, pods) if p is not None}
+    by_uid: dict[str, occupancy.Pod] = {}
+    for key in sorted(by_key):
+        if by_key[key].uid:
+            by_uid.setdefault(by_key[key].uid, by_key[key])
+    # The pods are those bound to this node and the Leases this node's: the model's node name plays no part. A pod
+    # whose allocation names another node than the one it is bound to holds nothing here.
+    model = occupancy.node(
+        "",
+        None,
+        (p for _, p in sorted(by_key.items()) if p.hold is not None and p.hold.node == p.node),
+        [lease for lease in map(occupancy.read_lease, leases) if lease is not None],
+        by_uid.get,
+    )
+    # A Lease holder no pod here has is written as the Lease names it, else by its uid.
+    users = {
+        gpu.id: {h.uid if h.known is None and h.pod == f"uid:{h.uid}" else h.pod for h in gpu.holders}
+        for gpu in model.gpus
+    }
     out = [dict(d, inUseBy=sorted(users.get(d["id"], ()))) for d in devices]
     if kubelet is not None:
         for d in out:

@@ -49,9 +49,9 @@ CLAIM_KEYS: Final = (
 STATEFULSET_KEYS: Final = ("replicas", "map")
 KINDS: Final = ("claim", "statefulset")
 
-POLICIES: Final = ("contiguous", "spread", "preferIds")
-EXCLUSIVITIES: Final = ("Exclusive", "Shared")  # MIG exists in the CRD but the scheduler refuses it
-TOPOLOGY_MODES: Final = ("Ignore", "Preferred", "Required")
+POLICIES: Final = constants.POLICIES
+EXCLUSIVITIES: Final = tuple(e for e in constants.EXCLUSIVITIES if e != "MIG")  # the scheduler refuses MIG
+TOPOLOGY_MODES: Final = tuple(sorted(constants.TOPOLOGY_MODES))  # as the page's select lists them
 
 MAX_COUNT: Final = 64  # GPUs of one claim: more than any node has
 MAX_REPLICAS: Final = 64  # pods of one StatefulSet made from the page

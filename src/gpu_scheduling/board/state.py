@@ -20,48 +20,39 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from gpu_scheduling import constants
-from gpu_scheduling import devices as devices_
-from gpu_scheduling.claims import objects
-from gpu_scheduling.claims.ledger import Hold, LeaseRecord
+from gpu_scheduling.claims import occupancy
+from gpu_scheduling.claims.ledger import Hold
+from gpu_scheduling.claims.occupancy import MAX_GPUS_PER_HOLD as MAX_GPUS_PER_HOLD
+from gpu_scheduling.claims.occupancy import MAX_MESSAGE as MAX_MESSAGE
+from gpu_scheduling.claims.occupancy import MAX_TEXT as MAX_TEXT
+from gpu_scheduling.claims.occupancy import Finding, Holder
+from gpu_scheduling.claims.occupancy import Inventory as _Status
+from gpu_scheduling.claims.occupancy import Lease as _Lease
+from gpu_scheduling.claims.occupancy import integer as _integer
+from gpu_scheduling.claims.occupancy import items as _list
+from gpu_scheduling.claims.occupancy import mapping as _mapping
+from gpu_scheduling.claims.occupancy import string as _string
+from gpu_scheduling.claims.occupancy import strings as _strings
+from gpu_scheduling.claims.occupancy import text as _text
 
 JSON = dict[str, Any]
 
 #: The resources `apply` understands (the informers' names); anything else is ignored.
 RESOURCES: Final = ("nodes", "gpunodestatuses", "pods", "gpuclaims", "leases", "policies")
 
-#: The kinds of FLAG, with their severity.
-FLAG_SEVERITY: Final = {
-    "lease-without-allocation": "error",
-    "allocation-without-lease": "error",
-    "exclusive-shared": "error",
-    "unknown-gpu": "error",
-    "in-use-by-out-of-step": "warning",
-    "lease-unreadable": "error",
-    "foreign-inventory": "error",
-    "kubelet-disagrees": "error",
-}
+#: The kinds of FLAG, with their severity (the occupancy model's findings).
+FLAG_SEVERITY: Final = occupancy.FINDINGS
 
 #: Bounds on what one object may put into the document.
-MAX_MESSAGE: Final = 1024  # characters of a flag message or a pending reason
-MAX_TEXT: Final = 253  # characters of other copied text (island, health, label values, timestamps)
 MAX_PENDING: Final = 500  # entries of `pending` (summary.pending is the true count)
 MAX_CREATED: Final = 500  # workloads in `created`
 MAX_CREATED_OBJECTS: Final = 100  # objects per created workload
-MAX_GPU_ID: Final = 999_999  # the largest GPU id a Lease label can carry (6 digits); larger ids are ignored
-MAX_GPUS_PER_HOLD: Final = 256  # distinct GPU ids one pod can be shown holding
-MAX_HOLDERS_PER_LEASE: Final = 256  # holders read from one Lease
-MAX_DEVICES: Final = 1024  # devices read from one GpuNodeStatus
-MAX_IN_USE_BY: Final = 256  # inUseBy entries read per device
-_SHOWN = 5  # items named in a message before "and N more"
 
-_FINISHED = ("Succeeded", "Failed")
-_SOURCE_ORDER = {"map": 0, "claim": 1, "lease": 2}
-_LEASE_NAME_RE = re.compile(r"^gpu-(.+)-([0-9]{1,6})$")
+_FINISHED = occupancy.FINISHED
 
 
 # ---- changes -----------------------------------------------------------------------------------------------------
@@ -98,40 +89,6 @@ class Changes:
 # ---- reading fields of any type ------------------------------------------------------------------------------------
 
 
-_EMPTY: Mapping[str, Any] = {}  # never modified
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    if type(value) is dict:  # the common case, checked first: isinstance against an ABC is slow
-        return value
-    return value if isinstance(value, Mapping) else _EMPTY
-
-
-def _string(value: object) -> str | None:
-    """`value` when it is a non-empty string (an identity: never cut), else None."""
-    return value if type(value) is str and value else None
-
-
-def _text(value: object, limit: int = MAX_TEXT) -> str | None:
-    """`value` cut to `limit` characters when it is a string (for display), else None."""
-    return value[:limit] if type(value) is str else None
-
-
-def _integer(value: object) -> int | None:
-    return value if type(value) is int else None  # not a bool, nor a float
-
-
-def _strings(value: object) -> dict[str, str]:
-    """The string-to-string items of a mapping (labels, annotations); anything else is dropped."""
-    if type(value) is not dict and not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if type(k) is str and type(v) is str}
-
-
-def _list(value: object) -> list[Any]:
-    return value if type(value) is list else []
-
-
 def one_line(value: object, limit: int = MAX_MESSAGE) -> str:
     """A string on one line of at most `limit` characters ("" for anything that is not a string)."""
     if not isinstance(value, str):
@@ -139,17 +96,8 @@ def one_line(value: object, limit: int = MAX_MESSAGE) -> str:
     return " ".join(value[: limit * 4].split())[:limit]
 
 
-def _listing(items: Sequence[str]) -> str:
-    shown = ", ".join(items[:_SHOWN])
-    return shown + (f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
-
-
-def _flag(kind: str, message: str) -> JSON:
-    return {"kind": kind, "severity": FLAG_SEVERITY[kind], "message": message[:MAX_MESSAGE]}
-
-
-def _flag_order(flag: JSON) -> tuple[str, str]:
-    return (flag["kind"], flag["message"])
+def _flag(finding: Finding) -> JSON:
+    return {"kind": finding.kind, "severity": finding.severity, "message": finding.message}
 
 
 # The records below are built per event: plain slotted dataclasses (a frozen one's __init__ is several times slower).
@@ -264,36 +212,6 @@ class _Pod:
         )
 
 
-def _hold(meta: _Meta, node: str | None) -> Hold | None:
-    """What a live bound pod holds (objects.hold_from_pod on the pod's well-typed fields), its GPU ids bounded."""
-    if node is None:
-        return None
-    clean = {
-        "metadata": {
-            "name": meta.name,
-            "namespace": meta.namespace,
-            "uid": meta.uid,
-            "labels": meta.labels,
-            "annotations": meta.annotations,
-        },
-        "spec": {"nodeName": node},
-    }
-    try:
-        hold = objects.hold_from_pod(clean)
-    except (ValueError, LookupError, TypeError):  # an annotation no reader can make sense of: it holds nothing
-        return None
-    if hold is None:
-        return None
-    ids = hold.gpu_ids
-    if len(ids) > 1 or not 0 <= ids[0] <= MAX_GPU_ID:
-        ids = tuple(dict.fromkeys(g for g in ids if 0 <= g <= MAX_GPU_ID))[:MAX_GPUS_PER_HOLD]
-        if not ids:
-            return None
-    if ids is hold.gpu_ids and len(hold.exclusivity) <= 64 and len(hold.claim) <= MAX_TEXT:
-        return hold
-    return dataclasses.replace(hold, gpu_ids=ids, exclusivity=hold.exclusivity[:64], claim=hold.claim[:MAX_TEXT])
-
-
 def _scheduled_false(status: Mapping[str, Any]) -> str:
     for cond in _list(status.get("conditions")):
         cond = _mapping(cond)
@@ -336,103 +254,14 @@ def _pod(obj: Mapping[str, Any], scheduler_name: str) -> _Pod | None:
         name=meta.name,
         node=node,
         phase=phase,
-        hold=None if phase in _FINISHED else _hold(meta, node),
+        hold=None
+        if phase in _FINISHED
+        else occupancy.pod_hold(meta.uid, meta.namespace, meta.name, meta.labels, meta.annotations, node),
         claim=claim,
         workload=workload,
         allocated=_text(meta.annotations.get(constants.ALLOCATED_ANNOTATION)),
         pending=pending,
         made=_made(meta, "Pod"),
-    )
-
-
-@dataclasses.dataclass(slots=True)
-class _Lease:
-    key: str
-    name: str
-    record: LeaseRecord | None  # None: unreadable (no node or GPU label)
-    node: str | None  # the node it is shown on: the record's, else the best guess (labels, then its name)
-
-
-def _lease(obj: Mapping[str, Any]) -> _Lease | None:
-    """A GPU Lease (one carrying the GPU Lease label); None for anything else."""
-    meta = _meta(obj)
-    if meta is None or meta.labels.get(constants.LEASE_LABEL) != constants.LEASE_LABEL_VALUE:
-        return None
-    holder = _string(_mapping(obj.get("spec")).get("holderIdentity"))
-    # Only well-typed fields, and no resourceVersion: a renewal that changes nothing else changes nothing here.
-    clean = {
-        "metadata": {"name": meta.name, "labels": meta.labels, "annotations": meta.annotations},
-        "spec": {"holderIdentity": holder},
-    }
-    try:
-        record = objects.lease_record(clean)
-    except (ValueError, LookupError, TypeError):  # a reader shared with the scheduler: the board outlives its bugs
-        record = None
-    if record is not None and record.gpu > MAX_GPU_ID:
-        record = None
-    if record is not None:
-        if len(record.holders) > 1 or len(record.exclusivity) > 64:
-            holders = tuple(dict.fromkeys(record.holders))[:MAX_HOLDERS_PER_LEASE]
-            record = dataclasses.replace(
-                record,
-                holders=holders,
-                pods={uid: record.pods[uid] for uid in holders if uid in record.pods},
-                exclusivity=record.exclusivity[:64],
-            )
-        return _Lease(meta.key, meta.name, record, record.node)
-    match = _LEASE_NAME_RE.match(meta.name)
-    guess = (
-        meta.annotations.get(constants.LEASE_NODE_ANNOTATION)
-        or meta.labels.get(constants.LEASE_NODE_LABEL)
-        or (match.group(1) if match else None)
-    )
-    return _Lease(meta.key, meta.name, None, guess)
-
-
-@dataclasses.dataclass(slots=True)
-class _Device:
-    id: int
-    island: str
-    health: str
-    in_use_by: tuple[str, ...] | None
-    kubelet_pods: tuple[str, ...] | None  # the pods the kubelet gave a device of it (None: no device plugin)
-    fields: JSON  # the GPU document's fields the inventory alone gives (never modified)
-
-
-def _device(value: object) -> _Device | None:
-    device = _mapping(value)
-    get = device.get
-    gpu = get("id")
-    if type(gpu) is not int or not 0 <= gpu <= MAX_GPU_ID:
-        return None
-    island = _text(get("island")) or "default"
-    health = _text(get("health"), 64) or "Healthy"
-    in_use = get("inUseBy")
-    kubelet = get("kubeletPods")
-    return _Device(
-        gpu,
-        island,
-        health,
-        (
-            tuple(dict.fromkeys(u[:MAX_TEXT] for u in in_use[:MAX_IN_USE_BY] if type(u) is str))
-            if type(in_use) is list
-            else None
-        ),
-        (
-            tuple(dict.fromkeys(u[:MAX_TEXT] for u in kubelet[:MAX_IN_USE_BY] if type(u) is str))
-            if type(kubelet) is list
-            else None
-        ),
-        {
-            "id": gpu,
-            "known": True,
-            "island": island,
-            "bandwidthGBps": _integer(get("bandwidthGBps")) or 0,
-            "health": health,
-            "memoryTotalMiB": _integer(get("memoryTotalMiB")),
-            "memoryUsedMiB": _integer(get("memoryUsedMiB")),
-            "utilizationPercent": _integer(get("utilizationPercent")),
-        },
     )
 
 
@@ -448,30 +277,6 @@ def _unknown_gpu(gpu: int) -> JSON:
         "memoryUsedMiB": None,
         "utilizationPercent": None,
     }
-
-
-def _holder_order(holder: JSON) -> tuple[str, str]:
-    return (holder["pod"], holder["uid"])
-
-
-@dataclasses.dataclass(slots=True)
-class _Status:
-    name: str
-    foreign: str | None  # spec.nodeName when it names another node: the inventory is then ignored
-    devices: tuple[_Device, ...]  # by id, each id once (the first entry wins)
-
-
-def _status(obj: Mapping[str, Any], name: str) -> _Status:
-    spec_node = _string(_mapping(obj.get("spec")).get("nodeName"))
-    clean = {"metadata": {"name": name}, "spec": {"nodeName": spec_node}}
-    if objects.inventory_node(clean) is None:
-        return _Status(name, spec_node, ())
-    devices: dict[int, _Device] = {}
-    for value in _list(_mapping(obj.get("status")).get("devices"))[:MAX_DEVICES]:
-        device = _device(value)
-        if device is not None:
-            devices.setdefault(device.id, device)
-    return _Status(name, None, tuple(devices[g] for g in sorted(devices)))
 
 
 @dataclasses.dataclass(slots=True)
@@ -636,9 +441,9 @@ class Board:
         if resource == "pods":
             self._set_pod(key, None if deleted else _pod(obj, self._scheduler_name))
         elif resource == "leases":
-            self._set_lease(key, None if deleted else _lease(obj))
+            self._set_lease(key, None if deleted else occupancy.read_lease(obj))
         elif resource == "gpunodestatuses":  # cluster-scoped: keyed by name
-            self._set_status(name, None if deleted else _status(obj, name))
+            self._set_status(name, None if deleted else occupancy.read_inventory(obj))
         elif resource == "nodes":
             self._set_node(name, None if deleted else _node(obj, self._levels))
         elif resource == "gpuclaims":
@@ -921,234 +726,72 @@ class Board:
     def _build_node(self, name: str) -> tuple[JSON, _Counts]:
         node = self._nodes.get(name)
         status = self._statuses.get(name)
-        devices = {d.id: d for d in status.devices} if status is not None and status.foreign is None else {}
-        node_flags: list[JSON] = []
-        if status is not None and status.foreign is not None:
-            node_flags.append(
-                _flag(
-                    "foreign-inventory",
-                    f"GpuNodeStatus {name} names node {status.foreign} in spec.nodeName; its inventory is ignored "
-                    "(an inventory may describe only the node it is named after)",
-                )
-            )
-        holders: dict[int, dict[str, JSON]] = {}  # GPU -> holder key -> HOLDER (sources as a list, sorted below)
-        exclusivity: dict[int, set[str]] = {}
-        flags: dict[int, list[JSON]] = {}
-        claim_pods: list[_Pod] = []
-        for key in sorted(self._node_pods.get(name, ())):
-            pod = self._pods[key]
-            hold = pod.hold
-            assert hold is not None
-            for gpu in hold.gpu_ids:
-                _holder(holders.setdefault(gpu, {}), pod, hold.source)
-                exclusivity.setdefault(gpu, set()).add(hold.exclusivity)
-            if hold.source == "claim":
-                claim_pods.append(pod)
-        leased: dict[int, set[str]] = {}  # GPU -> uids its Leases name
-        for key in sorted(self._node_leases.get(name, ())):
-            lease = self._leases[key]
-            record = lease.record
-            if record is None:
-                node_flags.append(
-                    _flag(
-                        "lease-unreadable",
-                        f"Lease {lease.name} carries the GPU Lease label but no node or GPU label that can be read",
-                    )
-                )
-                continue
-            gpu = record.gpu
-            leased.setdefault(gpu, set()).update(record.holders)
-            exclusivity.setdefault(gpu, set()).add(record.exclusivity)
-            for uid in record.holders:
-                named = self._pod_of(uid)
-                gpu_flags = flags.setdefault(gpu, [])
-                if named is None:
-                    who = record.pods.get(uid) or f"uid:{uid}"
-                    _lease_holder(holders.setdefault(gpu, {}), uid, who)
-                    gpu_flags.append(
-                        _flag("lease-without-allocation", f"Lease {lease.name} names pod {who}, which is gone")
-                    )
-                    continue
-                _holder(holders.setdefault(gpu, {}), named, "lease")
-                hold = named.hold
-                if named.finished:
-                    gpu_flags.append(
-                        _flag(
-                            "lease-without-allocation",
-                            f"Lease {lease.name} names pod {named.ref}, which is finished ({named.phase})",
-                        )
-                    )
-                elif named.node is not None and (
-                    hold is None or hold.source != "claim" or hold.node != name or gpu not in hold.gpu_ids
-                ):
-                    if hold is not None and hold.source == "map":
-                        what = f"its {constants.MAP_ANNOTATION} entry ({hold.node}:{_ids(hold.gpu_ids)})"
-                    else:
-                        what = f"{constants.ALLOCATED_ANNOTATION} {named.allocated or '<none>'}"
-                    gpu_flags.append(
-                        _flag(
-                            "lease-without-allocation",
-                            f"Lease {lease.name} names pod {named.ref} for GPU {gpu} of {name}, but the pod holds "
-                            f"{what}",
-                        )
-                    )
-                # A live pod not bound yet is not flagged: the scheduler creates the Lease before it binds.
-        for pod in claim_pods:
-            assert pod.hold is not None
-            for gpu in pod.hold.gpu_ids:
-                if pod.uid not in leased.get(gpu, ()):
-                    flags.setdefault(gpu, []).append(
-                        _flag(
-                            "allocation-without-lease",
-                            f"pod {pod.ref} holds GPU {gpu} of {name} ({constants.ALLOCATED_ANNOTATION} "
-                            f"{pod.allocated}), but no Lease names it",
-                        )
-                    )
+        model = occupancy.node(
+            name,
+            status,
+            (self._pods[key] for key in sorted(self._node_pods.get(name, ()))),
+            (self._leases[key] for key in sorted(self._node_leases.get(name, ()))),
+            self._pod_of,
+        )
         gpus: list[JSON] = []
         islands: dict[str, list[int]] = {}
-        allocated = free = unhealthy = flag_count = 0
-        for gpu in sorted(devices.keys() | holders.keys() | leased.keys()):
-            device = devices.get(gpu)
-            found = holders.get(gpu)
-            shown = sorted(found.values(), key=_holder_order) if found else []
-            for h in shown:
-                if len(h["sources"]) > 1:
-                    h["sources"].sort(key=_SOURCE_ORDER.__getitem__)
-            gpu_flags = flags.get(gpu) or []
-            kinds = exclusivity.get(gpu)
-            exclusive = (
-                None
-                if not kinds
-                else "Exclusive"
-                if "Exclusive" in kinds
-                else "Shared"
-                if "Shared" in kinds
-                else min(kinds)
-            )
-            if exclusive == "Exclusive" and len(shown) > 1:
-                gpu_flags.append(
-                    _flag(
-                        "exclusive-shared",
-                        f"GPU {gpu} of {name} is Exclusive but has {len(shown)} holder pods: "
-                        f"{_listing([h['pod'] for h in shown])}",
-                    )
-                )
-            if device is None and devices and shown:
-                gpu_flags.append(
-                    _flag(
-                        "unknown-gpu",
-                        f"GPU {gpu} of {name} is held by {_listing([h['pod'] for h in shown])}, but the "
-                        f"GpuNodeStatus of {name} does not list it",
-                    )
-                )
-            if device is not None and device.in_use_by is not None and _out_of_step(device.in_use_by, shown):
-                gpu_flags.append(
-                    _flag(
-                        "in-use-by-out-of-step",
-                        f"the GpuNodeStatus of {name} says GPU {gpu} is in use by "
-                        f"[{_listing(device.in_use_by)}], the holders are [{_listing([h['pod'] for h in shown])}] "
-                        "(the agent's copy lags by up to its period)",
-                    )
-                )
-            if device is not None and device.kubelet_pods:
-                strangers = devices_.kubelet_disagreements(device.kubelet_pods, [h["pod"] for h in shown])
-                if strangers:
-                    gpu_flags.append(
-                        _flag(
-                            "kubelet-disagrees",
-                            f"the kubelet of {name} gave a device of GPU {gpu} to {_listing(strangers)}, which "
-                            f"gpu-scheduler did not give GPU {gpu} (its holders: "
-                            f"[{_listing([h['pod'] for h in shown])}])",
-                        )
-                    )
-            if len(gpu_flags) > 1:
-                gpu_flags.sort(key=_flag_order)
-            flag_count += len(gpu_flags)
-            if shown:
-                allocated += 1
+        flag_count = len(model.findings)
+        for gpu in model.gpus:
+            device = gpu.device
             if device is not None:
-                islands.setdefault(device.island, []).append(gpu)
-                if device.health != "Healthy":
-                    unhealthy += 1
-                elif not shown:
-                    free += 1
+                islands.setdefault(device.island, []).append(gpu.id)
                 doc = dict(device.fields)
                 doc["inUseBy"] = list(device.in_use_by) if device.in_use_by is not None else None
                 doc["kubeletPods"] = list(device.kubelet_pods) if device.kubelet_pods is not None else None
             else:
-                doc = _unknown_gpu(gpu)
+                doc = _unknown_gpu(gpu.id)
                 doc["inUseBy"] = None
                 doc["kubeletPods"] = None
-            doc["exclusivity"] = exclusive
-            doc["holders"] = shown
-            doc["flags"] = gpu_flags
+            doc["exclusivity"] = gpu.exclusivity
+            doc["holders"] = [_holder(h) for h in gpu.holders]
+            doc["flags"] = [_flag(f) for f in gpu.findings]
+            flag_count += len(gpu.findings)
             gpus.append(doc)
-        node_flags.sort(key=_flag_order)
-        flag_count += len(node_flags)
         labels = dict(node.labels) if node else {}
         return {
             "name": name,
             "path": [labels.get(level, "") for level in self._levels],
             "ready": node.ready if node else None,
-            "inventory": status is not None and status.foreign is None,
+            "inventory": model.inventory,
             "labels": labels,
-            "total": len(devices),
-            "allocated": allocated,
-            "unhealthy": unhealthy,
+            "total": model.total,
+            "allocated": model.allocated,
+            "unhealthy": model.unhealthy,
             "islands": [{"name": island, "gpus": islands[island]} for island in sorted(islands)],
             "gpus": gpus,
-            "flags": node_flags,
-        }, (len(devices), allocated, free, unhealthy, flag_count)
+            "flags": [_flag(f) for f in model.findings],
+        }, (model.total, model.allocated, model.free, model.unhealthy, flag_count)
 
 
-def _ids(ids: Iterable[int]) -> str:
-    return ",".join(str(i) for i in ids)
-
-
-def _holder(holders: dict[str, JSON], pod: _Pod, source: str) -> None:
-    key = pod.uid or f"pod:{pod.key}"
-    holder = holders.get(key)
-    if holder is None:
-        holders[key] = {
+def _holder(holder: Holder[_Pod]) -> JSON:
+    pod = holder.known
+    if pod is not None:
+        return {
             "pod": pod.ref,
             "namespace": pod.namespace,
             "name": pod.name,
             "uid": pod.uid,
-            "sources": [source],
+            "sources": list(holder.sources),
             "claim": pod.claim,
             "workload": pod.workload,
             "phase": pod.phase,
         }
-    elif source not in holder["sources"]:
-        holder["sources"].append(source)
-
-
-def _lease_holder(holders: dict[str, JSON], uid: str, who: str) -> None:
-    """A Lease holder whose pod the board does not know: named as the Lease names it."""
-    if uid in holders:
-        if "lease" not in holders[uid]["sources"]:
-            holders[uid]["sources"].append("lease")
-        return
+    # A Lease holder whose pod the board does not know: named as the Lease names it.
+    who = holder.pod
     namespace, slash, pod_name = who.partition("/")
     known = bool(slash and namespace and pod_name)
-    holders[uid] = {
+    return {
         "pod": who,
         "namespace": namespace if known else None,
         "name": pod_name if known else None,
-        "uid": uid,
-        "sources": ["lease"],
+        "uid": holder.uid,
+        "sources": list(holder.sources),
         "claim": None,
         "workload": f"{namespace}/Pod/{pod_name}" if known else who,
         "phase": None,
     }
-
-
-def _out_of_step(in_use_by: tuple[str, ...], holders: list[JSON]) -> bool:
-    """The agent's inUseBy names other pods than the holders (it writes a Lease holder's uid where the Lease gives
-    no name, so a uid matches its holder too)."""
-    if not in_use_by:
-        return bool(holders)
-    named = set(in_use_by)
-    if any(h["pod"] not in named and h["uid"] not in named for h in holders):
-        return True
-    return bool(named - {h["pod"] for h in holders} - {h["uid"] for h in holders})

@@ -38,10 +38,10 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
-Policy = Literal["contiguous", "spread", "preferIds"]
-Exclusivity = Literal["Exclusive", "Shared", "MIG"]
-TopologyMode = Literal["Required", "Preferred", "Ignore"]
-Strategy = Literal["BestFit", "LeastUtilized", "RoundRobin"]
+from gpu_scheduling.constants import Exclusivity as Exclusivity
+from gpu_scheduling.constants import Policy as Policy
+from gpu_scheduling.constants import Strategy as Strategy
+from gpu_scheduling.constants import TopologyMode as TopologyMode
 
 
 @dataclasses.dataclass(frozen=True)

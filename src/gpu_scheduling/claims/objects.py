@@ -164,6 +164,17 @@ def lease_holder_annotations(holders: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def allocation_annotations(hold: Hold) -> dict[str, str]:
+    """The annotations the Binding of a claim pod carries onto it: what `hold_from_pod` reads back as `hold`
+    (with the pod's own claim annotation and node)."""
+    ids = ",".join(map(str, hold.gpu_ids))
+    return {
+        constants.ALLOCATED_ANNOTATION: f"{hold.node}:{ids}",
+        constants.GPU_IDS_ANNOTATION: ids,
+        constants.EXCLUSIVITY_ANNOTATION: hold.exclusivity,
+    }
+
+
 def hold_from_pod(pod: Mapping[str, Any]) -> Hold | None:
     """What a bound pod holds, read from the pod alone: its allocation annotations (claim pods) or its map entry
     (map pods). None when it holds no GPU (or its annotations cannot be read: nothing to hold then)."""

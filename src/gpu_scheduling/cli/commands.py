@@ -72,7 +72,7 @@ async def _node_views(api: Api, ctx: Ctx) -> list[views.NodeView]:
     nodes, inventories, leases, pods = await asyncio.gather(
         api.list(NODES), api.list(GPU_NODE_STATUSES), _gpu_leases(api), _scheduler_pods(api, ctx)
     )
-    return views.node_views(inventories, nodes, views.holders(leases, pods))
+    return views.node_views(inventories, nodes, leases, pods)
 
 
 def _select(
@@ -151,7 +151,7 @@ async def status(api: Api, ctx: Ctx) -> int:
             api.get_optional(LEASES, ctx.scheduler_name, constants.LEASE_NAMESPACE),
         ),
     )
-    node_views = views.node_views(inventories, nodes_, views.holders(leases, pods))
+    node_views = views.node_views(inventories, nodes_, leases, pods)
     policy_view = views.policy_view(policy)
     leader = views.leader_view(leader_lease, ctx.now)
     phases = views.phase_counts(claims_)

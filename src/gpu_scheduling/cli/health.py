@@ -8,9 +8,11 @@
 - inventories: every GpuNodeStatus names an existing node (and itself); nodes with unhealthy GPUs WARN.
 - chart workloads: where the chart's Deployments and DaemonSet exist (label app.kubernetes.io/part-of), each has
   all its replicas ready; where they do not (the programs run as processes), OK saying so.
-- gpu-leases: every GPU Lease names only live pods whose allocation annotation holds that GPU, and every GPU of a
-  bound claim pod has a Lease naming it. The scheduler releases a Lease moments after its pod goes, so a finding
-  counts only if it is still there after `--settle` seconds.
+- gpu-leases: the occupancy model's findings (claims.occupancy, the board's flags): every GPU Lease names a holder,
+  and only live bound pods whose allocation annotation holds that GPU; every GPU of a bound claim pod has a Lease
+  naming it; no Exclusive GPU has two holders, no held GPU is missing from its node's inventory, and the kubelet gave
+  a GPU's devices only to its holders (`inventory/<node>`). The scheduler releases a Lease moments after its pod
+  goes, so a finding counts only if it is still there after `--settle` seconds.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gpu_scheduling import constants, devices
-from gpu_scheduling.claims import objects
+from gpu_scheduling import constants
+from gpu_scheduling.claims import occupancy
 from gpu_scheduling.cli import views
 from gpu_scheduling.cli.api import (
     DAEMONSETS,
@@ -137,39 +139,25 @@ def inventories(inventory_objs: list[JSON], nodes: list[JSON]) -> list[Check]:
         return [Check(WARN, name, "no GpuNodeStatus: no claim can be placed (is the inventory agent running?)")]
     existing = {n["metadata"]["name"] for n in nodes}
     checks = []
-    for inv in sorted(inventory_objs, key=lambda i: i["metadata"]["name"]):
-        inv_name = inv["metadata"]["name"]
-        node = objects.inventory_node(inv)
-        if node is None:
-            spec_node = (inv.get("spec") or {}).get("nodeName")
+    read = [i for i in map(occupancy.read_inventory, inventory_objs) if i is not None]
+    for inv in sorted(read, key=lambda i: i.name):
+        if inv.foreign is not None:
             checks.append(
-                Check(FAIL, f"inventory/{inv_name}", f"spec.nodeName is {spec_node!r}: ignored by the scheduler")
+                Check(FAIL, f"inventory/{inv.name}", f"spec.nodeName is {inv.foreign!r}: ignored by the scheduler")
             )
-        elif node not in existing:
-            checks.append(Check(FAIL, f"inventory/{inv_name}", f"node {node} does not exist (a stale GpuNodeStatus)"))
-    for inv in sorted(inventory_objs, key=lambda i: i["metadata"]["name"]):
-        for device in (inv.get("status") or {}).get("devices") or []:
-            kubelet, in_use = device.get("kubeletPods"), device.get("inUseBy") or []
-            if not isinstance(kubelet, list) or not isinstance(in_use, list):
-                continue  # no device plugin on that node: nothing to cross-check
-            strangers = devices.kubelet_disagreements([str(p) for p in kubelet], [str(p) for p in in_use])
-            if strangers:
-                checks.append(
-                    Check(
-                        FAIL,
-                        f"inventory/{inv['metadata']['name']}",
-                        f"the kubelet gave a device of GPU {device.get('id')} to {', '.join(strangers[:5])}, which "
-                        f"gpu-scheduler did not give it (in use by: {', '.join(map(str, in_use[:5])) or 'none'})",
-                    )
-                )
-    for view in views.node_views(inventory_objs, nodes, {}):
+        elif inv.name not in existing:
+            checks.append(
+                Check(FAIL, f"inventory/{inv.name}", f"node {inv.name} does not exist (a stale GpuNodeStatus)")
+            )
+    found = views.node_views(inventory_objs, nodes)
+    for view in found:
         if view.unhealthy:
             ids = ",".join(str(i) for i in view.unhealthy_ids)
             checks.append(
                 Check(WARN, f"inventory/{view.name}", f"{view.unhealthy} of {view.total} GPUs unhealthy: {ids}")
             )
     if not checks:
-        total = sum(len((i.get("status") or {}).get("devices") or []) for i in inventory_objs)
+        total = sum(view.total for view in found)
         checks.append(Check(OK, name, f"{len(inventory_objs)} nodes, {total} GPUs, all healthy, every node exists"))
     return checks
 
@@ -196,20 +184,36 @@ async def workloads(api: Api) -> list[Check]:
     return checks
 
 
+def occupancy_checks(inventory_objs: list[JSON], lease_objs: list[JSON], pods: list[JSON]) -> list[Check]:
+    """The findings of the occupancy model (the board's flags) on these objects, one check each: those about the
+    GPU Leases and the allocations as `gpu-leases`, the others as `inventory/<node>`. Left out: foreign-inventory
+    (`inventories` says it) and in-use-by-out-of-step (the agent's inUseBy is a copy that lags by up to its period,
+    a warning on the board)."""
+    out = []
+    for finding in views.findings(inventory_objs, lease_objs, pods):
+        if finding.kind in ("foreign-inventory", "in-use-by-out-of-step"):
+            continue
+        status = FAIL if finding.severity == "error" else WARN
+        name = "gpu-leases" if finding.lease_finding else f"inventory/{finding.node}"
+        out.append(Check(status, name, views.finding_text(finding)))
+    return out
+
+
 async def leases(api: Api, ctx: Ctx, settle: float) -> list[Check]:
     name = "gpu-leases"
 
-    async def findings() -> tuple[list[str], int, int]:
-        lease_objs, pods = await asyncio.gather(
+    async def findings() -> tuple[list[Check], int, int]:
+        inventory_objs, lease_objs, pods = await asyncio.gather(
+            api.list(GPU_NODE_STATUSES),
             api.list(LEASES, constants.LEASE_NAMESPACE, labelSelector=constants.GPU_LEASE_SELECTOR),
             api.list(PODS, None, fieldSelector=f"spec.schedulerName={ctx.scheduler_name}"),
         )
         claim_pods = sum(
             1
-            for p in pods
-            if not views.finished(p) and (hold := objects.hold_from_pod(p)) is not None and hold.source == "claim"
+            for p in map(occupancy.read_pod, pods)
+            if p is not None and p.hold is not None and p.hold.source == "claim"
         )
-        return views.lease_findings(lease_objs, pods), len(lease_objs), claim_pods
+        return occupancy_checks(inventory_objs, lease_objs, pods), len(lease_objs), claim_pods
 
     found, count, claim_pods = await findings()
     deadline = time.monotonic() + settle
@@ -217,17 +221,21 @@ async def leases(api: Api, ctx: Ctx, settle: float) -> list[Check]:
         await asyncio.sleep(1)
         again, count, claim_pods = await findings()
         found = [f for f in again if f in found]  # only what is still there
-    if not found:
-        return [Check(OK, name, f"{count} GPU Leases agree with the allocations of {claim_pods} bound claim pods")]
-    shown = [Check(FAIL, name, f) for f in found[:MAX_FINDINGS]]
-    if len(found) > MAX_FINDINGS:
-        shown.append(Check(FAIL, name, f"and {len(found) - MAX_FINDINGS} more"))
+    others = [c for c in found if c.name != name]  # about the inventories (the kubelet's assignment, unknown GPUs)
+    leased = [c for c in found if c.name == name]
+    if not leased:
+        agree = f"{count} GPU Leases agree with the allocations of {claim_pods} bound claim pods"
+        return [*others, Check(OK, name, agree)]
+    shown = [*others, *leased[:MAX_FINDINGS]]
+    if len(leased) > MAX_FINDINGS:
+        shown.append(Check(FAIL, name, f"and {len(leased) - MAX_FINDINGS} more"))
     return shown
 
 
 async def run(api: Api, ctx: Ctx) -> int:
     inventory_objs, nodes = await asyncio.gather(api.list(GPU_NODE_STATUSES), api.list(NODES))
-    probe_node = next((n for n in (objects.inventory_node(i) for i in inventory_objs) if n), "probe-node")
+    read = [i for i in map(occupancy.read_inventory, inventory_objs) if i is not None and i.foreign is None]
+    probe_node = next((i.name for i in read), "probe-node")
     results = await asyncio.gather(
         _guard("scheduler-leader", lambda: leader(api, ctx)),
         _guard("webhook", lambda: webhook(api, ctx, probe_node)),

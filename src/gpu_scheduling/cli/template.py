@@ -9,7 +9,7 @@ from gpu_scheduling import constants, names
 
 DEFAULT_NAME = "gpu-workload"
 DEFAULT_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
-POLICIES = ("contiguous", "spread")
+POLICIES = tuple(p for p in constants.POLICIES if p != "preferIds")  # the template names no ids to prefer
 
 
 def render(

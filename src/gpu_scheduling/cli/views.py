@@ -2,9 +2,10 @@
 of the node and claim tables, pending pods, the policy, the leader, and whether the GPU Leases agree with the pods'
 allocations. Pure: objects in, rows and findings out (the commands fetch, this module reads).
 
-Who holds a GPU is what the scheduler's ledger counts: the holders of its GPU Lease (claim pods) and the live map
-pods bound to its node (which take no Lease), and the allocation annotation of live claim pods. The inventory
-agent's `inUseBy` is not used: it is a copy that lags by up to its period.
+Who holds a GPU, how many are free and where the sources disagree is the occupancy model's answer
+(claims.occupancy), the one the board shows: the holders of its GPU Lease, the live map pods bound to its node
+(which take no Lease) and the allocation annotation of live claim pods. The inventory agent's `inUseBy` is not
+used: it is a copy that lags by up to its period.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpu_scheduling import constants
-from gpu_scheduling.claims import objects
+from gpu_scheduling.claims import occupancy
+from gpu_scheduling.claims.occupancy import Finding
 from gpu_scheduling.cli.output import NONE, created_age, parse_time
 
 JSON = dict[str, Any]
-FINISHED = ("Succeeded", "Failed")
+FINISHED = occupancy.FINISHED
 
 
 def finished(pod: Mapping[str, Any]) -> bool:
@@ -36,20 +38,12 @@ def ref(obj: Mapping[str, Any]) -> str:
 
 
 def holders(leases: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, set[str]]]:
-    """node -> GPU id -> the pods ("<namespace>/<name>", or a uid where no name is known) holding it."""
-    held: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for lease in leases:
-        record = objects.lease_record(lease)
-        if record is not None:
-            held[record.node][record.gpu].update(record.pods.get(h, h) for h in record.holders)
-    for pod in pods:
-        if finished(pod):
-            continue
-        hold = objects.hold_from_pod(pod)
-        if hold is not None:
-            for gpu in hold.gpu_ids:
-                held[hold.node][gpu].add(hold.pod)
-    return held
+    """node -> GPU id -> the pods ("<namespace>/<name>", or as its Lease names it) holding it."""
+    model = occupancy.cluster((), pods, leases)
+    return {
+        name: {gpu.id: {h.pod for h in gpu.holders} for gpu in node.gpus if gpu.holders}
+        for name, node in model.nodes.items()
+    }
 
 
 # ---- nodes -----------------------------------------------------------------------------------------------------
@@ -80,56 +74,51 @@ class NodeView:
 def node_views(
     inventories: Iterable[Mapping[str, Any]],
     nodes: Iterable[Mapping[str, Any]],
-    held: Mapping[str, Mapping[int, set[str]]],
+    leases: Iterable[Mapping[str, Any]] = (),
+    pods: Iterable[Mapping[str, Any]] = (),
 ) -> list[NodeView]:
     """One view per GpuNodeStatus the scheduler reads (one naming another node in spec.nodeName is ignored, as the
-    scheduler ignores it), in name order."""
+    scheduler ignores it), in name order; its GPUs held by `pods` and `leases` (the GPU Leases)."""
+    inventories = list(inventories)
     by_name = {n["metadata"]["name"]: n for n in nodes}
-    views = []
+    model = occupancy.cluster(inventories, pods, leases)
+    views: list[NodeView] = []
     for inv in inventories:
-        name = objects.inventory_node(inv)
-        if name is None:
+        read = occupancy.read_inventory(inv)
+        if read is None or read.foreign is not None or any(v.name == read.name for v in views):
             continue
-        devices = sorted((inv.get("status") or {}).get("devices") or [], key=lambda d: int(d.get("id", 0)))
-        taken = held.get(name, {})
+        counts = model.nodes[read.name]
         islands: dict[str, list[int]] = {}
-        free = allocated = 0
-        unhealthy: list[int] = []
         utils: list[int] = []
         mem_used = mem_total = 0
         mem_reported = False
-        for d in devices:
-            gpu = int(d.get("id", 0))
-            healthy = d.get("health", "Healthy") == "Healthy"
-            busy = bool(taken.get(gpu))
-            island = islands.setdefault(str(d.get("island") or "default"), [0, 0])
+        for gpu in counts.gpus:
+            d = gpu.device
+            if d is None:
+                continue
+            island = islands.setdefault(d.island, [0, 0])
             island[1] += 1
-            if busy:
-                allocated += 1
-            if not healthy:
-                unhealthy.append(gpu)
-            elif not busy:
-                free += 1
+            if d.healthy and not gpu.holders:
                 island[0] += 1
-            if healthy and d.get("utilizationPercent") is not None:
-                utils.append(int(d["utilizationPercent"]))
-            if d.get("memoryTotalMiB") is not None:
+            if d.healthy and d.fields["utilizationPercent"] is not None:
+                utils.append(d.fields["utilizationPercent"])
+            if d.fields["memoryTotalMiB"] is not None:
                 mem_reported = True
-                mem_total += int(d["memoryTotalMiB"])
-                mem_used += int(d.get("memoryUsedMiB") or 0)
+                mem_total += d.fields["memoryTotalMiB"]
+                mem_used += d.fields["memoryUsedMiB"] or 0
         views.append(
             NodeView(
-                name=name,
-                total=len(devices),
-                free=free,
-                allocated=allocated,
-                unhealthy=len(unhealthy),
+                name=read.name,
+                total=counts.total,
+                free=counts.free,
+                allocated=counts.allocated,
+                unhealthy=counts.unhealthy,
                 islands={k: (v[0], v[1]) for k, v in sorted(islands.items())},
                 utilization=sum(utils) / len(utils) if utils else None,
                 memory_used_mib=mem_used if mem_reported else None,
                 memory_total_mib=mem_total if mem_reported else None,
-                unhealthy_ids=tuple(unhealthy),
-                node=by_name.get(name),
+                unhealthy_ids=tuple(g.id for g in counts.gpus if g.device is not None and not g.device.healthy),
+                node=by_name.get(read.name),
                 inventory=inv,
             )
         )
@@ -232,7 +221,7 @@ def claim_headers(all_namespaces: bool, wide: bool) -> list[str]:
 
 def phase_counts(claims: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Claims per phase, the CRD's phases first (with zeros), then `<none>` for claims no scheduler has seen."""
-    counts = dict.fromkeys(("Pending", "Reserved", "Bound", "Failed"), 0)
+    counts: dict[str, int] = dict.fromkeys(constants.CLAIM_PHASES, 0)
     for claim in claims:
         phase = claim_phase(claim)
         counts[phase] = counts.get(phase, 0) + 1
@@ -368,45 +357,35 @@ def leader_view(lease: Mapping[str, Any] | None, now: datetime.datetime) -> Lead
 # ---- leases against allocations (health) -----------------------------------------------------------------------
 
 
+def findings(
+    inventories: Iterable[Mapping[str, Any]], leases: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> list[Finding]:
+    """Every finding of the occupancy model (the board's flags) on these objects, the GPU Lease findings first."""
+    found = occupancy.cluster(inventories, pods, leases).all_findings()
+    return sorted(found, key=lambda f: (f.lease_finding is False, f.lease or f.pod or f.node or "", f.gpu or 0))
+
+
+def finding_text(finding: Finding) -> str:
+    """One finding as kubectl gpu words it (the board words it as `finding.message`)."""
+    where = f"({finding.node} GPU {finding.gpu})"
+    if finding.kind == "lease-unreadable":
+        return f"Lease {finding.lease} carries the GPU Lease label but no node or GPU label"
+    if finding.kind == "lease-without-holder":
+        return f"Lease {finding.lease} {where} names no holder"
+    if finding.kind == "lease-without-allocation" and finding.why in ("gone", "finished"):
+        return f"Lease {finding.lease} {where} names pod {finding.pod}, which is gone or finished"
+    if finding.kind in ("lease-without-allocation", "lease-names-unbound-pod"):
+        return f"Lease {finding.lease} {where} names pod {finding.pod}, whose allocation is {finding.allocated or NONE}"
+    if finding.kind == "allocation-without-lease":
+        return (
+            f"pod {finding.pod} holds GPU {finding.gpu} of {finding.node} ({constants.ALLOCATED_ANNOTATION}), but no "
+            "Lease names it"
+        )
+    return finding.message
+
+
 def lease_findings(leases: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Disagreements between the GPU Leases and the pods' allocations: a Lease naming a pod that is gone, finished
-    or holds another GPU; a bound claim pod's GPU without a Lease naming it. Empty when they agree."""
-    findings = []
-    live = {p["metadata"].get("uid"): p for p in pods if not finished(p)}
-    by_gpu: dict[tuple[str, int], Any] = {}
-    for lease in leases:
-        name = lease["metadata"]["name"]
-        record = objects.lease_record(lease)
-        if record is None:
-            findings.append(f"Lease {name} carries the GPU Lease label but no node or GPU label")
-            continue
-        by_gpu[(record.node, record.gpu)] = record
-        if not record.holders:
-            findings.append(f"Lease {name} ({record.node} GPU {record.gpu}) names no holder")
-        for uid in record.holders:
-            who = record.pods.get(uid, f"uid {uid}")
-            pod = live.get(uid)
-            if pod is None:
-                findings.append(
-                    f"Lease {name} ({record.node} GPU {record.gpu}) names pod {who}, which is gone or finished"
-                )
-                continue
-            hold = objects.hold_from_pod(pod)
-            if hold is None or hold.source != "claim" or hold.node != record.node or record.gpu not in hold.gpu_ids:
-                allocated = ((pod["metadata"].get("annotations") or {}).get(constants.ALLOCATED_ANNOTATION)) or NONE
-                findings.append(
-                    f"Lease {name} ({record.node} GPU {record.gpu}) names pod {ref(pod)}, whose allocation is "
-                    f"{allocated}"
-                )
-    for pod in live.values():
-        hold = objects.hold_from_pod(pod)
-        if hold is None or hold.source != "claim":
-            continue
-        for gpu in hold.gpu_ids:
-            record = by_gpu.get((hold.node, gpu))
-            if record is None or hold.uid not in record.holders:
-                findings.append(
-                    f"pod {hold.pod} holds GPU {gpu} of {hold.node} ({constants.ALLOCATED_ANNOTATION}), but no Lease "
-                    "names it"
-                )
-    return findings
+    """Disagreements between the GPU Leases and the pods' allocations: a Lease naming no pod, a pod that is gone,
+    finished, not bound or holding another GPU; a bound claim pod's GPU without a Lease naming it. Empty when they
+    agree."""
+    return [finding_text(f) for f in findings((), leases, pods) if f.lease_finding]

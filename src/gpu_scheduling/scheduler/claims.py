@@ -79,12 +79,7 @@ class Placed:
     @property
     def annotations(self) -> dict[str, str]:
         """What the Binding carries onto the pod."""
-        ids = ",".join(map(str, self.hold.gpu_ids))
-        return {
-            constants.ALLOCATED_ANNOTATION: f"{self.hold.node}:{ids}",
-            constants.GPU_IDS_ANNOTATION: ids,
-            constants.EXCLUSIVITY_ANNOTATION: self.hold.exclusivity,
-        }
+        return objects.allocation_annotations(self.hold)
 
 
 class ClaimPath:
