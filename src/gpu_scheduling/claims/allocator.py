@@ -284,70 +284,150 @@ def _after(name: str, cursor: str | None) -> tuple[bool, str]:
     return (cursor is not None and name <= cursor, name)
 
 
-def allocate(
-    request: Request,
-    nodes: Iterable[Node],
-    holdings: Iterable[Holding] = (),
-    held: Callable[[str], Sequence[Holding]] | None = None,
-    *,
-    cursor: str | None = None,
-    reserved: Mapping[str, str] | None = None,
-) -> Decision:
-    """`holdings`: every GPU held anywhere; or `held(node)`: what is held on one node (the GPU ledger's view,
-    so a claim costs O(nodes) whatever the number of holdings). `cursor`: the node RoundRobin chose last (it need
-    not exist any more). `reserved`: node -> the higher-priority pod it is kept for (priority.Reservations)."""
+# ---- the strategies: each one's score of a candidate node and how its message names the node --------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    """A node that can serve the request now: its free GPUs, the GPUs the policy chose among them, and how many of
+    its healthy GPUs are held (counted only where the strategy reads it)."""
+
+    node: Node
+    free: list[Device]
+    chosen: list[Device]
+    note: str
+    allocated: int
+
+
+class _Scorer:
+    """How one strategy ranks the candidate nodes: the lowest `score` wins (after the topology preference, which
+    comes first for every strategy). `first` says which of several nodes alike but for their names stands for them
+    (the one the strategy would choose); `reads_held` whether the number of held GPUs is part of a node's state."""
+
+    reads_held = False
+
+    def __init__(self, request: Request, cursor: str | None):
+        self.request, self.cursor = request, cursor
+
+    def first(self, name: str, other: str) -> bool:
+        return name < other
+
+    def score(self, c: _Candidate) -> tuple[object, ...]:
+        raise NotImplementedError
+
+    def where(self, c: _Candidate) -> str:
+        return c.node.name
+
+
+class _BestFit(_Scorer):
+    """Packs: the node left with the fewest free GPUs, then the island left fullest, then (with `minMemoryMiB`)
+    the least memory to spare, then the name."""
+
+    def score(self, c: _Candidate) -> tuple[object, ...]:
+        need = self.request.min_memory_mib
+        island = c.chosen[0].island
+        island_left = sum(1 for d in c.free if d.island == island) - sum(1 for d in c.chosen if d.island == island)
+        spare = sum(d.memory_free_mib - need for d in c.chosen) if need > 0 else 0
+        return (len(c.free) - len(c.chosen), island_left, spare, c.node.name)
+
+
+class _LeastUtilized(_Scorer):
+    """Spreads: the smallest share of healthy GPUs held, then the lowest mean utilization, then the name."""
+
+    reads_held = True
+
+    def score(self, c: _Candidate) -> tuple[object, ...]:
+        size, utilization, _ = _load(c.node)
+        return (c.allocated / size, utilization, c.node.name)
+
+    def where(self, c: _Candidate) -> str:
+        size, utilization, reported = _load(c.node)
+        where = f"{c.node.name} (LeastUtilized: {c.allocated} of {size} GPUs allocated"
+        return where + (f", {utilization:.0f}% mean utilization)" if reported else ")")
+
+
+class _RoundRobin(_Scorer):
+    """Rotates: the first node whose name sorts after the cursor, wrapping around to the lowest name."""
+
+    def first(self, name: str, other: str) -> bool:
+        return _after(name, self.cursor) < _after(other, self.cursor)
+
+    def score(self, c: _Candidate) -> tuple[object, ...]:
+        return _after(c.node.name, self.cursor)
+
+    def where(self, c: _Candidate) -> str:
+        cursor, name = self.cursor, c.node.name
+        if cursor is None:
+            return f"{name} (RoundRobin: first by name)"
+        if name > cursor:
+            return f"{name} (RoundRobin: next after {cursor})"
+        return f"{name} (RoundRobin: wrapped around after {cursor})"
+
+
+_SCORERS: dict[str, type[_Scorer]] = {"BestFit": _BestFit, "LeastUtilized": _LeastUtilized, "RoundRobin": _RoundRobin}
+
+
+# ---- the steps --------------------------------------------------------------------------------------------------
+
+
+def _describe(request: Request) -> str:
+    """What the request asks for, as the messages say it."""
+    what = f"{request.count} {request.exclusivity} GPU(s)"
+    if request.min_memory_mib > 0:
+        what += f" with >= {request.min_memory_mib} MiB free"
+    if request.topology == "Required":
+        what += f" in one NVLink island with >= {request.min_bandwidth_gbps} GB/s"
+    return what
+
+
+def _refused(request: Request, nodes: list[Node]) -> NoFit | None:
+    """Filter: a request no node could serve (MIG, no GPUs), or no node at all. A NoFit ends the decision."""
     if request.exclusivity == "MIG":
         return NoFit("Failed", "MIG is not supported: use Exclusive or Shared")
     if request.count < 1:
         return NoFit("Failed", f"devices.count must be at least 1, got {request.count}")
-    if held is None:
-        by_node: dict[str, list[Holding]] = {}
-        for h in holdings:
-            by_node.setdefault(h.node, []).append(h)
-        held = lambda node: by_node.get(node, ())  # noqa: E731
-    nodes = list(nodes)
     if not nodes:
         return NoFit("Pending", "no node with a GPU inventory can take the pod")
-    candidates = [n for n in nodes if all(n.labels.get(k) == v for k, v in request.match_labels.items())]
-    if not candidates:
-        return NoFit(
-            "Pending",
-            f"none of the {len(nodes)} nodes with a GPU inventory matches selector {dict(request.match_labels)}",
-        )
-    need = request.min_memory_mib
-    what = f"{request.count} {request.exclusivity} GPU(s)"
-    if need > 0:
-        what += f" with >= {need} MiB free"
-    if request.topology == "Required":
-        what += f" in one NVLink island with >= {request.min_bandwidth_gbps} GB/s"
-    if not any(ever_fits(n, request) for n in candidates):
-        largest = max(len(_capable(n, request)) for n in candidates)
-        if need <= 0:
-            return NoFit("Failed", f"no node can ever provide {what} (largest node has {largest} healthy GPUs)")
-        unreported = any(d.healthy and d.memory_total_mib <= 0 for n in candidates for d in n.devices)
-        return NoFit(
-            "Failed",
-            f"no node can ever provide {what} (largest node has {largest} healthy GPUs with >= {need} MiB of memory"
-            + ("; GPUs that report no memory are never offered" if unreported else "")
-            + ")",
-        )
+    return None
 
-    # Nodes with the same devices and the same free ids are alike except for their names, and the name is the
-    # last tie-break: so pick once per distinct state, for its first node in the strategy's name order (the lowest
-    # name; RoundRobin's: the first after the cursor). In a cluster of identical nodes only a handful of states
-    # exist, which keeps a claim at a few microseconds per node. LeastUtilized also reads how many GPUs are held,
-    # so that is part of its state; utilization and memory are in the devices.
-    # (States are told apart by the identity of the devices tuple; callers that share one tuple between nodes
-    # with equal devices get the most from this, and different tuples with equal devices are merely not merged.)
-    strategy = request.strategy
-    cursor = cursor or None
-    spreads = strategy == "LeastUtilized"
-    rotates = strategy == "RoundRobin"
-    kept = reserved or None
-    waiting: list[tuple[str, Node]] = []  # (waiter, node) kept for it: asked only when no other node can serve
+
+def _never(request: Request, candidates: list[Node], what: str) -> NoFit | None:
+    """Filter: no candidate could ever serve the request, even with every GPU free: it fails rather than waits."""
+    if any(ever_fits(n, request) for n in candidates):
+        return None
+    need = request.min_memory_mib
+    largest = max(len(_capable(n, request)) for n in candidates)
+    if need <= 0:
+        return NoFit("Failed", f"no node can ever provide {what} (largest node has {largest} healthy GPUs)")
+    unreported = any(d.healthy and d.memory_total_mib <= 0 for n in candidates for d in n.devices)
+    return NoFit(
+        "Failed",
+        f"no node can ever provide {what} (largest node has {largest} healthy GPUs with >= {need} MiB of memory"
+        + ("; GPUs that report no memory are never offered" if unreported else "")
+        + ")",
+    )
+
+
+def _free_now(
+    request: Request,
+    candidates: list[Node],
+    held: Callable[[str], Sequence[Holding]],
+    scorer: _Scorer,
+    kept: Mapping[str, str] | None,
+) -> tuple[list[tuple[Node, list[Device], int]], list[tuple[str, Node]]]:
+    """Filter: the candidates with enough free GPUs now, one per distinct state; and the reserved nodes with their
+    waiters, asked only when no other node can serve.
+
+    Nodes with the same devices and the same free ids are alike except for their names, and the name is the last
+    tie-break: so the policy picks once per distinct state, for the node the strategy would name first. In a
+    cluster of identical nodes only a handful of states exist, which keeps a claim at a few microseconds per node.
+    A strategy that reads how many GPUs are held has that in its state; utilization and memory are in the devices.
+    (States are told apart by the identity of the devices tuple; callers that share one tuple between nodes with
+    equal devices get the most from this, and different tuples with equal devices are merely not merged.)"""
+    need, count = request.min_memory_mib, request.count
+    waiting: list[tuple[str, Node]] = []
     states: dict[tuple[int, tuple[int, ...], int], tuple[Node, list[Device], int]] = {}
     healthy: dict[int, tuple[list[Device], tuple[int, ...]]] = {}
-    count = request.count
     for node in candidates:
         name = node.name
         if kept is not None and name in kept:
@@ -371,58 +451,92 @@ def allocate(
             free, ids = cached
             if len(free) < count:
                 continue
-        allocated = _held_count(node, on_node) if spreads and on_node else 0
+        allocated = _held_count(node, on_node) if scorer.reads_held and on_node else 0
         state = (id(node.devices), ids, allocated)
         seen = states.get(state)
-        if seen is None or (_after(name, cursor) < _after(seen[0].name, cursor) if rotates else name < seen[0].name):
+        if seen is None or scorer.first(name, seen[0].name):
             states[state] = (node, free, allocated)
+    return list(states.values()), waiting
 
-    best: tuple[tuple[object, ...], Node, list[Device], str, int] | None = None
-    for node, free, allocated in states.values():
+
+def _best(request: Request, states: list[tuple[Node, list[Device], int]], scorer: _Scorer) -> _Candidate | None:
+    """Score: the policy picks GPUs on each state's node; a node that satisfies the topology preference wins, then
+    the strategy's score."""
+    best: tuple[tuple[object, ...], _Candidate] | None = None
+    for node, free, allocated in states:
         picked = _pick(free, request)
         if picked is None:
             continue
-        chosen, note = picked
-        topology_miss = 0 if request.topology == "Ignore" or _topology_ok(chosen, request) else 1
-        key: tuple[object, ...]
-        if rotates:
-            key = (topology_miss, *_after(node.name, cursor))
-        elif spreads:
-            size, utilization, _ = _load(node)
-            key = (topology_miss, allocated / size, utilization, node.name)
-        else:
-            island = chosen[0].island
-            island_left = sum(1 for d in free if d.island == island) - sum(1 for d in chosen if d.island == island)
-            spare = sum(d.memory_free_mib - need for d in chosen) if need > 0 else 0
-            key = (topology_miss, len(free) - len(chosen), island_left, spare, node.name)
+        candidate = _Candidate(node, free, *picked, allocated)
+        topology_miss = 0 if request.topology == "Ignore" or _topology_ok(candidate.chosen, request) else 1
+        key = (topology_miss, *scorer.score(candidate))
         if best is None or key < best[0]:
-            best = (key, node, chosen, note, allocated)
-    if best is None:
-        named: tuple[str, str] | None = None  # the lowest-named reserved node that could serve it now, its waiter
-        for waiter, node in waiting:
-            if named is not None and node.name >= named[0]:
-                continue
-            free = _usable(node, request, held(node.name))
-            if len(free) >= count and _pick(free, request) is not None:
-                named = (node.name, waiter)
-        if named is not None:
-            return NoFit("Pending", f"waiting for {what}: {named[0]} is kept for {named[1]}, which waits for it")
-        return NoFit("Pending", f"waiting for {what}: every matching node is busy")
-    _, node, chosen, note, allocated = best
-    where = node.name
-    if rotates:
-        where += (
-            " (RoundRobin: first by name)"
-            if cursor is None
-            else f" (RoundRobin: next after {cursor})"
-            if node.name > cursor
-            else f" (RoundRobin: wrapped around after {cursor})"
+            best = (key, candidate)
+    return best[1] if best else None
+
+
+def _busy(
+    request: Request, waiting: list[tuple[str, Node]], held: Callable[[str], Sequence[Holding]], what: str
+) -> NoFit:
+    """No node can serve the request now: it waits, naming the lowest-named reserved node that could serve it and
+    its waiter, if any."""
+    named: tuple[str, str] | None = None
+    for waiter, node in waiting:
+        if named is not None and node.name >= named[0]:
+            continue
+        free = _usable(node, request, held(node.name))
+        if len(free) >= request.count and _pick(free, request) is not None:
+            named = (node.name, waiter)
+    if named is not None:
+        return NoFit("Pending", f"waiting for {what}: {named[0]} is kept for {named[1]}, which waits for it")
+    return NoFit("Pending", f"waiting for {what}: every matching node is busy")
+
+
+def allocate(
+    request: Request,
+    nodes: Iterable[Node],
+    holdings: Iterable[Holding] = (),
+    held: Callable[[str], Sequence[Holding]] | None = None,
+    *,
+    cursor: str | None = None,
+    reserved: Mapping[str, str] | None = None,
+) -> Decision:
+    """`holdings`: every GPU held anywhere; or `held(node)`: what is held on one node (the GPU ledger's view,
+    so a claim costs O(nodes) whatever the number of holdings). `cursor`: the node RoundRobin chose last (it need
+    not exist any more). `reserved`: node -> the higher-priority pod it is kept for (priority.Reservations).
+
+    Filter steps (the request, the selector, ever fits, free now), then score steps (the policy's GPUs on each
+    node, the topology preference, the strategy's score)."""
+    if held is None:
+        by_node: dict[str, list[Holding]] = {}
+        for h in holdings:
+            by_node.setdefault(h.node, []).append(h)
+        held = lambda node: by_node.get(node, ())  # noqa: E731
+    nodes = list(nodes)
+    what = _describe(request)
+    refused = _refused(request, nodes)
+    if refused is not None:
+        return refused
+    candidates = [n for n in nodes if all(n.labels.get(k) == v for k, v in request.match_labels.items())]
+    if not candidates:
+        return NoFit(
+            "Pending",
+            f"none of the {len(nodes)} nodes with a GPU inventory matches selector {dict(request.match_labels)}",
         )
-    elif spreads:
-        size, utilization, reported = _load(node)
-        where += f" (LeastUtilized: {allocated} of {size} GPUs allocated"
-        where += f", {utilization:.0f}% mean utilization)" if reported else ")"
-    return Allocation(node.name, tuple(d.id for d in chosen), f"allocated {what} on {where}: {note}", strategy)
+    never = _never(request, candidates, what)
+    if never is not None:
+        return never
+    scorer = _SCORERS.get(request.strategy, _BestFit)(request, cursor or None)
+    states, waiting = _free_now(request, candidates, held, scorer, reserved or None)
+    best = _best(request, states, scorer)
+    if best is None:
+        return _busy(request, waiting, held, what)
+    return Allocation(
+        best.node.name,
+        tuple(d.id for d in best.chosen),
+        f"allocated {what} on {scorer.where(best)}: {best.note}",
+        request.strategy,
+    )
 
 
 def _held_count(node: Node, holdings: Iterable[Holding]) -> int:

@@ -1,67 +1,53 @@
-"""The scheduler's GpuClaim path: choose GPUs with the pure allocator over the GPU ledger, lock them with one Lease
-per GPU, and make sure a pod that holds nothing is named by no Lease, even if it went away while we were down.
+"""Claim placement, the scheduler's GpuClaim path: choose GPUs with the pure allocator over the GPU ledger, lock
+them with one Lease per GPU, and say on the claim what came of it.
 
-Watches (no polling): GpuClaims, GpuNodeStatuses, the GpuSchedulingPolicy and the GPU Leases of LEASE_NAMESPACE.
-The pods themselves come from the scheduler's one pod watch (scheduler.controller), which feeds the ledger with
-what bound pods hold.
+Watches (no polling): GpuClaims and GpuNodeStatuses (the inventory); it starts the Lease reconciler's and the
+runtime policy's watches with its own, since all four need the CRDs. The pods come from the scheduler's one pod
+watch (scheduler.controller), the Leases through the reconciler (scheduler.leases), the strategy from the runtime
+policy (scheduler.policy), the queue order and the nodes waiting pods keep from the scheduling queue
+(scheduler.queue).
 
 Placing a claim pod: the allocator reads the ledger (`Ledger.holdings`, cached per node), the chosen GPUs are
 *assumed* in the ledger before the first await (so the next claim never picks them from a view the watch has not
 caught up with), and the Leases are created concurrently; the Lease (create fails when it exists) is the
-cluster-wide lock. The controller then binds, carrying the allocation annotations on the Binding.
-
-Releasing is desired state, not a call: whatever makes a pod hold nothing (deleted, finished, a failed attempt)
-puts the Leases that name it on a keyed queue; a worker reads the Lease fresh, asks the API about any holder the
-ledger cannot vouch for, and deletes (or rewrites) it with the resourceVersion as precondition, retrying with
-backoff until the API agrees. A sweep compares the ledger with a fresh list of the Leases, so nothing a watch
-missed stays locked. Only the leader writes; followers keep their caches and ledger warm.
+cluster-wide lock. The controller then binds, carrying the allocation annotations on the Binding. An attempt that
+ends without a binding hands the Leases naming it to the reconciler, which releases them until the API agrees.
 
 Choosing a node: the claim's `spec.strategy`, else the GpuSchedulingPolicy's `defaultStrategy`, else the
 scheduler's `--strategy` (claims.allocator has the rules). RoundRobin resumes after the node of the newest
 RoundRobin allocation among the claims (`status.allocatedAt`), so its cursor survives a restart with no object of
 its own. Order: with queueOrder Priority a claim pod that waits for busy GPUs keeps every node it could use from
-pods of lower priority (claims.priority); there is no preemption. A policy change applies from the next decision;
-the leader then writes the policy's `status.observedGeneration` and an Event, reconciled until the API agrees.
+pods of lower priority (claims.priority); there is no preemption.
+
+It writes GPU Leases (create, join) and GpuClaim status, nothing else.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
-
-import aiohttp
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from gpu_scheduling import constants, devices
 from gpu_scheduling.claims import allocator, objects, priority
-from gpu_scheduling.claims.ledger import GpuKey, Hold, LeaseRecord, Ledger
+from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
 from gpu_scheduling.kube.informer import Informer
-from gpu_scheduling.kube.workqueue import WorkQueue
 from gpu_scheduling.scheduler import decision, fit
-from gpu_scheduling.scheduler.metrics import Metrics
+from gpu_scheduling.scheduler.events import TRANSIENT
+from gpu_scheduling.scheduler.leases import LeaseReconciler
+from gpu_scheduling.scheduler.policy import RuntimePolicy
+from gpu_scheduling.scheduler.queue import SchedulingQueue
 
 if TYPE_CHECKING:
     from gpu_scheduling.kube.client import Client
 
 log = logging.getLogger(__name__)
-
-TRANSIENT = (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
-
-
-#: Reason of the Event the leader records on the GpuSchedulingPolicy when it applies a generation.
-EVENT_POLICY_APPLIED = "PolicyApplied"
-#: Namespace of Events about cluster-scoped objects (as kubectl and the controllers put them).
-CLUSTER_EVENTS_NAMESPACE = "default"
-
-EventSink = Callable[[dict[str, Any], str, str, str, str], Awaitable[None]]
-"""(involvedObject, namespace, type, reason, message): records an Event (the controller's)."""
 
 
 def _micro_now() -> str:
@@ -87,64 +73,22 @@ class ClaimPath:
         self,
         client: Client,
         ledger: Ledger,
-        *,
-        changed: Callable[[], None],
-        claim_changed: Callable[[str], None],
-        inventory_changed: Callable[[], None],
-        cached_pod: Callable[[str], dict[str, Any] | None],
-        scheduler_name: str,
-        sweep_seconds: float = 60.0,
-        workers: int = 4,
-        strategy: str = constants.DEFAULT_STRATEGY,
-        event: EventSink | None = None,
-        queue_changed: Callable[[], None] | None = None,
-        metrics: Metrics | None = None,
-        usage: fit.NodeUsage | None = None,
-        room_made: Callable[[str], None] | None = None,
+        usage: fit.NodeUsage,
+        queue: SchedulingQueue,
+        policy: RuntimePolicy,
+        leases: LeaseReconciler,
     ):
         self.client = client
-        self.usage = usage if usage is not None else fit.NodeUsage()
-        """What the pods on each node take (kept by the controller): a claim pod goes only where it fits."""
-        self._room_made = room_made or (lambda _node: None)  # a node has more room: wake who waits for it
         self.ledger = ledger
-        self._changed = changed  # the ledger changed: the controller wakes the pods a freed GPU could help
-        self._claim_changed = claim_changed  # "<namespace>/<claim>": its spec changed or it appeared
-        self._inventory_changed = inventory_changed
-        self._cached_pod = cached_pod  # uid -> the pod in the scheduler's cache, if any
-        self.scheduler_name = scheduler_name
-        self.flag_strategy = strategy
-        self.metrics = metrics or Metrics()
-        self._event = event
-        self._queue_changed = queue_changed or (lambda: None)
-        # What the next decision applies: the policy's, else the flag's (see `_apply_policy`).
-        self.strategy: allocator.Strategy = cast("allocator.Strategy", strategy)
-        self.queue_order: str = constants.DEFAULT_QUEUE_ORDER
-        self.policy_enabled = False
-        self._policy_dirty = asyncio.Event()
+        self.usage = usage
+        """What the pods on each node take (kept by the controller): a claim pod goes only where it fits."""
+        self.queue = queue  # claim pods retried on a claim or inventory change; the nodes waiters keep
+        self.policy = policy  # the strategy of a claim that names none
+        self.leases = leases  # the Leases of an attempt that ended without a binding are released there
         self._cursor: tuple[str, str] = ("", "")  # (allocatedAt, node) of the newest RoundRobin allocation
-        self.reservations = priority.Reservations()
-        self.metrics.set_policy(self.strategy, self.queue_order)
-        self.sweep_seconds = sweep_seconds
-        self.workers = workers
         self.enabled = False
-        self.leading = False
         self.claims = Informer(client, paths.ALL_GPU_CLAIMS, self._on_claim, name=constants.GPU_CLAIM_PLURAL)
         self.statuses = Informer(client, paths.NODE_STATUSES, self._on_status, name=constants.GPU_NODE_STATUS_PLURAL)
-        self.leases = Informer(
-            client,
-            paths.GPU_LEASES,
-            self._on_lease,
-            params={"labelSelector": constants.GPU_LEASE_SELECTOR},
-            name="gpu-leases",
-        )
-        self.policy = Informer(
-            client,
-            paths.SCHEDULING_POLICIES,
-            self._on_policy,
-            params={"fieldSelector": f"metadata.name={constants.POLICY_NAME}"},
-            name=constants.GPU_SCHEDULING_POLICY_PLURAL,
-        )
-        self.releases: WorkQueue[GpuKey] = WorkQueue(base_delay=0.5, max_delay=30.0)
         # The allocator's inventory, rebuilt only when what it is made of changes: each GpuNodeStatus as a Node,
         # keyed by the two resourceVersions it comes from; the usable nodes per set of tolerations, dropped on any
         # node or inventory event; equal device tuples shared so the allocator can treat such nodes as one state.
@@ -152,32 +96,25 @@ class ClaimPath:
         self._usable: dict[str, list[allocator.Node]] = {}
         self._devices: dict[tuple[allocator.Device, ...], tuple[allocator.Device, ...]] = {}
         self._written: dict[str, dict[str, Any]] = {}  # claim uid -> the status we last wrote
-        self.stats = {
-            "lease_creates": 0,
-            "lease_deletes": 0,
-            "lease_updates": 0,
-            "release_retries": 0,
-            "claim_status_writes": 0,
-        }
 
     # ---- start-up ---------------------------------------------------------------------------------------------
     async def watch(self) -> list[asyncio.Task[Any]]:
-        """Watch what the claim path needs when the CRDs are installed; otherwise stay disabled."""
+        """Watch what the claim path needs when the CRDs are installed (the claims, the inventory, the Leases and
+        the policy); otherwise stay disabled."""
         try:
             api = await self.client.get(paths.GPU_API)
         except NotFound:
             log.info("GpuClaim CRDs are not installed: claim pods will be reported unschedulable")
             return []
-        informers: tuple[Informer, ...] = (self.claims, self.statuses, self.leases)
+        informers: tuple[Informer, ...] = (self.claims, self.statuses, self.leases.informer)
         served = {r.get("name") for r in api.get("resources") or []}
         if constants.GPU_SCHEDULING_POLICY_PLURAL in served:
-            informers += (self.policy,)
-            self.policy_enabled = True
+            informers += (self.policy.informer,)
         else:
             log.info(
                 "the GpuSchedulingPolicy CRD is not installed: strategy %s from the flag, queue order %s",
-                self.strategy,
-                self.queue_order,
+                self.policy.strategy,
+                self.policy.queue_order,
             )
         tasks = [asyncio.create_task(i.run(), name=f"{i.name}-informer") for i in informers]
         for i in informers:
@@ -186,17 +123,10 @@ class ClaimPath:
         return tasks
 
     async def lead(self) -> None:
-        """Release what must be released, until cancelled (leadership lost or shutdown)."""
+        """The leader's work for claims, until cancelled: the Lease reconciler and the policy's status."""
         if not self.enabled:
             await asyncio.Event().wait()
-        self.leading = True
-        self._policy_dirty.set()  # say what this leader applies
-        try:
-            await asyncio.gather(
-                self._sweep_loop(), self._policy_loop(), *(self._release_worker() for _ in range(self.workers))
-            )
-        finally:
-            self.leading = False
+        await asyncio.gather(self.leases.lead(), self.policy.lead())
 
     # ---- watch handlers ---------------------------------------------------------------------------------------
     def _on_claim(self, kind: str, claim: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -211,14 +141,14 @@ class ClaimPath:
         if kind == "ADDED" or (
             kind == "MODIFIED" and old is not None and old["metadata"].get("generation") != meta.get("generation")
         ):
-            self._claim_changed(f"{meta['namespace']}/{meta['name']}")
+            self.queue.claim_changed(f"{meta['namespace']}/{meta['name']}")
 
     def _on_status(self, kind: str, status: dict[str, Any], old: dict[str, Any] | None) -> None:
         self.nodes_changed()
         if kind == "DELETED":
             self._nodes.pop(status["metadata"]["name"], None)
         if kind != "MODIFIED" or old is None or _allocator_view(status) != _allocator_view(old):
-            self._inventory_changed()
+            self.queue.wake_claim_pods()
 
     def _advance_cursor(self, at: str, node: str) -> None:
         if at >= self._cursor[0]:
@@ -229,109 +159,30 @@ class ClaimPath:
         claim = self.claims.cache.get(claim_key)
         if claim is None:
             return ""
-        return str((claim.get("spec") or {}).get("strategy") or self.strategy)
+        return str((claim.get("spec") or {}).get("strategy") or self.policy.strategy)
 
     @property
     def cursor(self) -> str | None:
         """The node RoundRobin chose last (None: none yet)."""
         return self._cursor[1] or None
 
-    # ---- the runtime policy -----------------------------------------------------------------------------------
-    def _on_policy(self, kind: str, policy: dict[str, Any], _old: dict[str, Any] | None) -> None:
-        spec = {} if kind == "DELETED" else policy.get("spec") or {}
-        strategy = spec.get("defaultStrategy") or self.flag_strategy
-        queue_order = spec.get("queueOrder") or constants.DEFAULT_QUEUE_ORDER
-        if strategy not in constants.STRATEGIES or queue_order not in constants.QUEUE_ORDERS:
-            # The CRD's enums refuse these; an older CRD might not: keep what applies and say why.
-            log.warning("GpuSchedulingPolicy %s: unknown strategy or queue order in %s; ignored", kind, spec)
-            return
-        if (strategy, queue_order) != (self.strategy, self.queue_order):
-            log.info(
-                "policy: strategy %s, queue order %s (generation %s)",
-                strategy,
-                queue_order,
-                policy["metadata"].get("generation"),
-            )
-            order_changed = queue_order != self.queue_order
-            self.strategy, self.queue_order = cast("allocator.Strategy", strategy), queue_order
-            self.metrics.set_policy(strategy, queue_order)
-            if order_changed:
-                self._queue_changed()
-        self._policy_dirty.set()
-
-    def policy_status(self, policy: Mapping[str, Any]) -> dict[str, Any]:
-        """The status that says what this scheduler applies from `policy`."""
-        generation = policy["metadata"].get("generation")
-        source = "the policy" if (policy.get("spec") or {}).get("defaultStrategy") else "the scheduler's --strategy"
-        return {
-            "observedGeneration": generation,
-            "strategy": self.strategy,
-            "queueOrder": self.queue_order,
-            "message": f"applying strategy {self.strategy} (from {source}) and queue order {self.queue_order} "
-            f"from generation {generation}",
-        }
-
-    async def _policy_loop(self) -> None:
-        """Make the policy's status say what is applied (leader only): desired state, retried until it sticks."""
-        delay = 0.5
-        while True:
-            await self._policy_dirty.wait()
-            self._policy_dirty.clear()
-            policy = self.policy.cache.get(constants.POLICY_NAME)
-            if policy is None:
-                continue
-            want = self.policy_status(policy)
-            current = policy.get("status") or {}
-            if all(current.get(k) == v for k, v in want.items()):
-                delay = 0.5
-                continue
-            try:
-                await self.client.patch(paths.scheduling_policy_status(), {"status": want})
-            except NotFound:
-                continue  # deleted meanwhile: the watch says so
-            except TRANSIENT as exc:
-                log.warning("could not write the GpuSchedulingPolicy status: %s; retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-                self._policy_dirty.set()
-                continue
-            delay = 0.5
-            if current.get("observedGeneration") != want["observedGeneration"] and self._event is not None:
-                meta = policy["metadata"]
-                involved = {
-                    "apiVersion": constants.API_VERSION,
-                    "kind": constants.GPU_SCHEDULING_POLICY_KIND,
-                    "name": meta["name"],
-                    "uid": meta.get("uid", ""),
-                }
-                await self._event(involved, CLUSTER_EVENTS_NAMESPACE, "Normal", EVENT_POLICY_APPLIED, want["message"])
-
     def has_inventory(self, node: str) -> bool:
         """Whether `node` has a GpuNodeStatus the scheduler trusts (claims can be placed on it)."""
         status = self.statuses.cache.get(node)
         return status is not None and objects.inventory_node(status) == node
 
+    def room_made(self, node: str | None) -> None:
+        """`node` has more room now (a pod left it or asks less): wake the map pods that wait for it and, if it has
+        GPUs for claims, the waiting claim pods."""
+        if node is None:
+            return
+        self.queue.room_made(node)
+        if self.has_inventory(node):
+            self.queue.wake_claim_pods()
+
     def nodes_changed(self) -> None:
         """A Node or a GpuNodeStatus changed: the usable inventory must be worked out again."""
         self._usable.clear()
-
-    def _on_lease(self, kind: str, lease: dict[str, Any], _old: dict[str, Any] | None) -> None:
-        record = objects.lease_record(lease)
-        if record is None:
-            return
-        if kind == "DELETED":
-            self.ledger.lease_deleted(record.key)
-        else:
-            self.ledger.lease_seen(record)
-            if self.leading and not self.ledger.lease_plan(record).settled:
-                self.releases.add(record.key)
-        self._changed()
-
-    def reconcile(self, keys: set[GpuKey]) -> None:
-        """These Leases may name pods that hold nothing now: make the API agree (leader only)."""
-        if self.leading:
-            for key in keys:
-                self.releases.add(key)
 
     # ---- placing a pod ----------------------------------------------------------------------------------------
     async def place(
@@ -342,71 +193,27 @@ class ClaimPath:
         uid = meta["uid"]
         claim = self.claims.cache.get(f"{meta['namespace']}/{claim_name}")
         if claim is None:
-            self.released(f"{meta['namespace']}/{meta['name']}")
+            self.queue.release(f"{meta['namespace']}/{meta['name']}")
             return decision.Unschedulable(f"GpuClaim {claim_name!r} not found in namespace {meta['namespace']}")
         if self.ledger.releasing(uid):
             return decision.Unschedulable(
                 f"GpuClaim {claim_name}: the GPUs of an earlier attempt are still being "
                 "released; retrying once the API agrees"
             )
-        request = objects.request_from_claim(claim, self.strategy)
+        request = objects.request_from_claim(claim, self.policy.strategy)
         key = f"{meta['namespace']}/{meta['name']}"
         mismatch = devices.count_mismatch(pod, request.count)
         if mismatch is not None:
-            self.released(key)
+            self.queue.release(key)
             return decision.Unschedulable(f"GpuClaim {claim_name}: {mismatch}")
         hold = self.ledger.hold(uid)
         if hold is not None and not hold.bound:
             message = f"allocated {hold.node}:{','.join(map(str, hold.gpu_ids))} (retrying an earlier attempt)"
         else:
-            wanted = decision.pod_fit(pod)
-            if isinstance(wanted, str):
-                return await self._no_node(key, claim, claim_name, wanted)
-            tolerations = (pod.get("spec") or {}).get("tolerations") or []
-            inventory = self._usable_inventory(nodes, tolerations)
-            if not inventory:
-                return await self._no_node(key, claim, claim_name, self._no_inventory(nodes, tolerations))
-            inventory, refused = self._fitting(wanted, inventory, nodes)
-            if not inventory:
-                why = f"the pod fits none of the {len(refused)} nodes with a GPU inventory: {fit.summary(refused)}"
-                return await self._no_node(key, claim, claim_name, why)
-            rank = priority.pod_priority(pod)
-            outcome = allocator.allocate(
-                request,
-                inventory,
-                held=self.ledger.holdings,
-                cursor=self.cursor if request.strategy == "RoundRobin" else None,
-                reserved=self.reservations.reserved_for(rank, self.queue_order) or None,
-            )
-            if isinstance(outcome, allocator.NoFit):
-                if outcome.phase == "Pending" and self.queue_order == "Priority":
-                    created = str(meta.get("creationTimestamp") or "")
-                    could_use = priority.usable_nodes(request, inventory)
-                    self.reservations.wait(priority.Waiter(key, rank, created, could_use))
-                else:
-                    self.released(key)
-                await self.set_claim_status(claim, {"phase": outcome.phase, "message": outcome.message})
-                return decision.Unschedulable(f"GpuClaim {claim_name}: {outcome.message}")
-            self.released(key)
-            hold = Hold(
-                uid,
-                f"{meta['namespace']}/{meta['name']}",
-                outcome.node,
-                outcome.gpu_ids,
-                request.exclusivity,
-                "claim",
-                claim_name,
-            )
-            conflicts = self.ledger.assume(hold)  # before any await: the decision and the assumption are one step
-            if conflicts:  # the allocator read the same ledger, so this is a bug; never hand out the GPUs
-                log.error("allocator chose GPUs the ledger says are held: %s", conflicts)
-                return decision.Unschedulable(
-                    f"GpuClaim {claim_name}: GPUs {outcome.allocated} are held by {conflicts[0].holder}; retrying"
-                )
-            taken = fit.footprint(pod, outcome.node)
-            assert taken is not None
-            self.usage.assume(uid, taken)  # the node's room too, in the same step
-            message = outcome.message
+            chosen = await self._allocate(pod, claim, claim_name, request, nodes)
+            if isinstance(chosen, decision.Unschedulable):
+                return chosen
+            hold, message = chosen
         if (claim.get("spec") or {}).get("gangRef"):
             message += f"; gangRef {claim['spec']['gangRef']!r} is not supported yet, the claim is served alone"
         if not await self._acquire(hold):
@@ -417,29 +224,75 @@ class ClaimPath:
             )
         return Placed(claim, hold, message, request.strategy)
 
+    async def _allocate(
+        self,
+        pod: dict[str, Any],
+        claim: dict[str, Any],
+        claim_name: str,
+        request: allocator.Request,
+        nodes: Mapping[str, dict[str, Any]],
+    ) -> tuple[Hold, str] | decision.Unschedulable:
+        """Choose GPUs for `pod` among the nodes it fits and assume them (and its room) in one step: the hold and
+        the allocator's message; or why it waits, said on the claim too, keeping its nodes if it waits by priority."""
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        wanted = decision.pod_fit(pod)
+        if isinstance(wanted, str):
+            return await self._no_node(key, claim, claim_name, wanted)
+        tolerations = (pod.get("spec") or {}).get("tolerations") or []
+        inventory = self._usable_inventory(nodes, tolerations)
+        if not inventory:
+            return await self._no_node(key, claim, claim_name, self._no_inventory(nodes, tolerations))
+        inventory, refused = self._fitting(wanted, inventory, nodes)
+        if not inventory:
+            why = f"the pod fits none of the {len(refused)} nodes with a GPU inventory: {fit.summary(refused)}"
+            return await self._no_node(key, claim, claim_name, why)
+        rank = priority.pod_priority(pod)
+        outcome = allocator.allocate(
+            request,
+            inventory,
+            held=self.ledger.holdings,
+            cursor=self.cursor if request.strategy == "RoundRobin" else None,
+            reserved=self.queue.reserved_for(rank) or None,
+        )
+        if isinstance(outcome, allocator.NoFit):
+            if outcome.phase == "Pending" and self.queue.order == "Priority":
+                created = str(meta.get("creationTimestamp") or "")
+                could_use = priority.usable_nodes(request, inventory)
+                self.queue.reserve(priority.Waiter(key, rank, created, could_use))
+            else:
+                self.queue.release(key)
+            await self.set_claim_status(claim, {"phase": outcome.phase, "message": outcome.message})
+            return decision.Unschedulable(f"GpuClaim {claim_name}: {outcome.message}")
+        self.queue.release(key)
+        hold = Hold(uid, key, outcome.node, outcome.gpu_ids, request.exclusivity, "claim", claim_name)
+        conflicts = self.ledger.assume(hold)  # before any await: the decision and the assumption are one step
+        if conflicts:  # the allocator read the same ledger, so this is a bug; never hand out the GPUs
+            log.error("allocator chose GPUs the ledger says are held: %s", conflicts)
+            return decision.Unschedulable(
+                f"GpuClaim {claim_name}: GPUs {outcome.allocated} are held by {conflicts[0].holder}; retrying"
+            )
+        taken = fit.footprint(pod, outcome.node)
+        assert taken is not None
+        self.usage.assume(uid, taken)  # the node's room too, in the same step
+        return hold, outcome.message
+
     async def _no_node(self, key: str, claim: dict[str, Any], claim_name: str, why: str) -> decision.Unschedulable:
         """Pod `key` has no node to be offered now (`why`): it keeps none for itself (a pod that fits nowhere holds
         no GPUs back from lower priorities), and it and its claim say why."""
-        self.released(key)
+        self.queue.release(key)
         await self.set_claim_status(claim, {"phase": "Pending", "message": why})
         return decision.Unschedulable(f"GpuClaim {claim_name}: {why}")
-
-    def released(self, key: str) -> None:
-        """Pod `key` waits no more (placed, gone, or can never fit): the nodes it kept are free for lower
-        priorities, which are tried again."""
-        if self.reservations.done(key):
-            self._queue_changed()
 
     def failed(self, uid: str) -> None:
         """The attempt for `uid` is over without a binding: it holds nothing (its Leases are released) and takes
         no room on the node."""
-        room = self.usage.unassume(uid)
-        if room is not None:
-            self._room_made(room)
+        self.room_made(self.usage.unassume(uid))
         hold = self.ledger.hold(uid)
         keys = self.ledger.forget(uid) | (set(hold.gpus) if hold else set())
-        self.reconcile(keys)
-        self._changed()
+        self.leases.reconcile(keys)
+        self.queue.ledger_changed(self.ledger)
 
     async def bound(self, placed: Placed) -> None:
         self.ledger.confirm(placed.hold.uid)
@@ -535,7 +388,6 @@ class ClaimPath:
             return
         try:
             await self.client.patch(paths.gpu_claim_status(meta["namespace"], meta["name"]), {"status": status})
-            self.stats["claim_status_writes"] += 1
             # Remember what we wrote (the informer's copy is never edited), so the same outcome is not written
             # again before the watch catches up.
             self._written[meta.get("uid", "")] = status
@@ -560,7 +412,6 @@ class ClaimPath:
         body = objects.lease_body(hold.node, gpu, hold.exclusivity, {hold.uid: hold.pod})
         try:
             await self.client.post(paths.GPU_LEASES, body)
-            self.stats["lease_creates"] += 1
             return True
         except Conflict:
             pass
@@ -582,171 +433,9 @@ class ClaimPath:
         lease["metadata"].setdefault("annotations", {}).update(objects.lease_holder_annotations(holders))
         try:  # the resourceVersion makes this a compare-and-swap
             await self.client.request("PUT", paths.lease(constants.LEASE_NAMESPACE, name), body=lease)
-            self.stats["lease_updates"] += 1
         except ApiError:
             return False
         return True
-
-    async def _release_worker(self) -> None:
-        while True:
-            key = await self.releases.get()
-            try:
-                settled = await self._reconcile_lease(key)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - any failure is a retry, never a dropped release
-                settled = False
-                log.warning(
-                    "reconciling lease %s failed (%s: %s); retrying", objects.lease_name(*key), type(exc).__name__, exc
-                )
-            finally:
-                self.releases.done(key)
-            if settled:
-                self.releases.forget(key)
-            else:
-                self.stats["release_retries"] += 1
-                self.metrics.lease_reconciled("retried")
-                self.releases.add_rate_limited(key)
-
-    async def _reconcile_lease(self, key: GpuKey) -> bool:
-        """Make the Lease of GPU `key` name exactly the live pods the ledger says hold it. True when done."""
-        name = objects.lease_name(*key)
-        try:
-            lease: dict[str, Any] | None = await self.client.get(paths.lease(constants.LEASE_NAMESPACE, name))
-        except NotFound:
-            lease = None
-        record = objects.lease_record(lease) if lease is not None else None
-        if record is not None:
-            plan = self.ledger.lease_plan(record)
-            for uid, ref in plan.verify.items():
-                await self._verify(uid, ref)
-            plan = self.ledger.lease_plan(record)
-            if plan.verify:
-                return False
-            if plan.remove:
-                # Done when the API took it (the watch then frees the GPU); changed meanwhile: plan again.
-                return await self._remove_holders(record, plan.keep)
-        missing = [
-            h
-            for h in self.ledger.holders_of(key)
-            if h.source == "claim" and h.bound and (record is None or h.uid not in record.holders)
-        ]
-        if not missing:
-            return True
-        if record is None or not record.holders:  # a bound pod's lock is gone: put it back
-            body = objects.lease_body(key[0], key[1], missing[0].exclusivity, {h.uid: h.pod for h in missing})
-            if record is None:
-                await self.client.post(paths.GPU_LEASES, body)
-                self.stats["lease_creates"] += 1
-                self.metrics.lease_reconciled("recreated")
-                log.warning("re-created lease %s for %s", name, ", ".join(h.pod for h in missing))
-                return False
-        log.error(
-            "lease %s names %s but %s is bound to that GPU: a GPU is allocated twice",
-            name,
-            ",".join(record.holders) if record else "",
-            ", ".join(h.pod for h in missing),
-        )
-        return True
-
-    async def _remove_holders(self, record: LeaseRecord, keep: tuple[str, ...]) -> bool:
-        path = paths.lease(constants.LEASE_NAMESPACE, record.name)
-        try:
-            if keep:
-                lease = await self.client.get(path)
-                if lease["metadata"].get("resourceVersion") != record.resource_version:
-                    return False  # changed since we planned: plan again
-                holders = {uid: record.pods.get(uid, "") for uid in keep}
-                lease["metadata"].setdefault("annotations", {}).update(objects.lease_holder_annotations(holders))
-                lease.setdefault("spec", {})["holderIdentity"] = keep[0]
-                await self.client.request("PUT", path, body=lease)
-                self.stats["lease_updates"] += 1
-                self.metrics.lease_reconciled("updated")
-            else:
-                await self.client.request(
-                    "DELETE",
-                    path,
-                    body={
-                        "kind": "DeleteOptions",
-                        "apiVersion": constants.CORE_API_VERSION,
-                        "preconditions": {"resourceVersion": record.resource_version},
-                    },
-                )
-                self.stats["lease_deletes"] += 1
-                self.metrics.lease_reconciled("released")
-            log.info("released lease %s (kept: %s)", record.name, ",".join(keep) or "nobody")
-            return True
-        except NotFound:  # gone already
-            return True
-        except Conflict:  # changed meanwhile: plan again
-            return False
-
-    async def _verify(self, uid: str, ref: str) -> None:
-        """Ask the API whether pod `uid` (named `ref`, "<namespace>/<name>", when known) still holds GPUs, and tell
-        the ledger: gone or finished, bound (what it holds), or pending (nothing)."""
-        if not ref:
-            cached = self._cached_pod(uid)
-            if cached is not None:
-                ref = f"{cached['metadata']['namespace']}/{cached['metadata']['name']}"
-        pod: dict[str, Any] | None = None
-        if ref:
-            namespace, _, name = ref.partition("/")
-            with contextlib.suppress(NotFound):
-                pod = await self.client.get(paths.pod(namespace, name))
-        else:
-            pod = await self._find_pod(uid)
-        if pod is None or pod["metadata"].get("uid") != uid or decision.is_finished(pod):
-            self.reconcile(self.ledger.pod_gone(uid))
-        elif (pod.get("spec") or {}).get("nodeName"):
-            hold = objects.hold_from_pod(pod)
-            if hold is None:
-                self.reconcile(self.ledger.pod_gone(uid))  # bound but holds no GPU
-            else:
-                self.reconcile(self.ledger.pod_bound(hold))
-        else:
-            self.ledger.pod_pending(uid)
-        self._changed()
-
-    async def _find_pod(self, uid: str) -> dict[str, Any] | None:
-        """A Lease without the holder's name (written by an older version): look for the uid in a fresh list."""
-        async for page in self.client.list_pages(
-            paths.ALL_PODS, fieldSelector=f"spec.schedulerName={self.scheduler_name}"
-        ):
-            items: list[dict[str, Any]] = page.get("items") or []
-            for pod in items:
-                if pod["metadata"].get("uid") == uid:
-                    return pod
-        return None
-
-    async def sweep(self) -> int:
-        """Compare the ledger with a fresh list of the GPU Leases; queue every Lease that disagrees (and every GPU
-        of a bound pod without its Lease). Returns how many were queued."""
-        seen: dict[GpuKey, LeaseRecord] = {}
-        async for page in self.client.list_pages(paths.GPU_LEASES, labelSelector=constants.GPU_LEASE_SELECTOR):
-            for lease in page.get("items") or []:
-                record = objects.lease_record(lease)
-                if record is not None:
-                    seen[record.key] = record
-        queue = {key for key, record in seen.items() if not self.ledger.lease_plan(record).settled}
-        queue |= {lease.key for lease in self.ledger.leases() if lease.key not in seen}
-        for hold in self.ledger.holds():
-            if hold.source == "claim" and hold.bound:
-                queue |= {key for key in hold.gpus if key not in seen or hold.uid not in seen[key].holders}
-        for key in queue:
-            self.releases.add(key)
-        if queue:
-            log.info("sweep: %d GPU leases to reconcile", len(queue))
-        return len(queue)
-
-    async def _sweep_loop(self) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - keep sweeping
-                log.warning("lease sweep failed (%s: %s)", type(exc).__name__, exc)
-            await asyncio.sleep(self.sweep_seconds)
 
 
 def _allocator_view(status: Mapping[str, Any]) -> list[tuple[Any, ...]]:

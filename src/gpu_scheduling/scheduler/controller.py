@@ -5,6 +5,12 @@ that bind concurrently. No per-pod LIST: everything a decision needs is in the i
 (scheduler.claims); map pods hold the GPUs of their map entry, so an Exclusive claim never gets them and a map pod
 never gets a GPU an Exclusive claim holds.
 
+The parts, along kube-scheduler's owners: the scheduling queue (scheduler.queue) decides when a pod is tried
+again; the ledger alone owns what is assumed (a pod we bound holds a confirmed hold until the watch shows it
+bound); the runtime policy (scheduler.policy), claim placement (scheduler.claims) and the Lease reconciler
+(scheduler.leases) are each given what they need. This module feeds them the informers' events and runs the
+workers that decide and bind.
+
 Pending work is cheap: a pod that cannot be placed is retried only on an event that could help it (its node
 changed, a GPU was freed, an inventory or its claim changed), no sooner than its backoff allows (1 s doubling to
 10 s, as kube-scheduler), and every five minutes in case an event was missed; its condition, event and claim
@@ -23,21 +29,23 @@ import datetime
 import logging
 import socket
 import time
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from gpu_scheduling import constants, gpumap, podrequest
-from gpu_scheduling.claims import objects, priority
+from gpu_scheduling.claims import objects
 from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
 from gpu_scheduling.kube.informer import Informer
-from gpu_scheduling.kube.workqueue import Backoff, WorkQueue
 from gpu_scheduling.scheduler import decision, fit
 from gpu_scheduling.scheduler.claims import ClaimPath, Placed
+from gpu_scheduling.scheduler.events import Recorder, now
+from gpu_scheduling.scheduler.leases import LeaseReconciler
 from gpu_scheduling.scheduler.metrics import Metrics, SchedulerState
+from gpu_scheduling.scheduler.policy import RuntimePolicy
+from gpu_scheduling.scheduler.queue import SchedulingQueue
 
 if TYPE_CHECKING:
     from gpu_scheduling.kube.client import Client
@@ -79,10 +87,6 @@ STOP_GRACE = 2.0
 deadline and the lease duration, so no new leader can be acting yet; then as long again for their events."""
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _result(bound: bool | None) -> str:
     """A bind's outcome as an attempt's result: bound, not bound (gone or bound elsewhere), or unknown."""
     return "scheduled" if bound is True else "unschedulable" if bound is False else "error"
@@ -96,12 +100,6 @@ def _parse_time(stamp: Any) -> float | None:
         return datetime.datetime.fromisoformat(stamp).timestamp()
     except ValueError:
         return None
-
-
-def _placeholder(key: str) -> dict[str, Any]:
-    """A pod the cache no longer has, for ordering: it sorts by its name alone."""
-    namespace, _, name = key.partition("/")
-    return {"metadata": {"namespace": namespace, "name": name}}
 
 
 _RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
@@ -149,40 +147,25 @@ class Scheduler:
             transform=fit.trimmed,
         )
         self.usage = fit.NodeUsage()
-        self.queue: WorkQueue[str] = WorkQueue()
-        self.backoff = Backoff(config.retry_seconds, config.max_retry_seconds)
-        self._by_uid: dict[str, str] = {}  # pod uid -> key, for every cached pod
-        self._waiting: dict[str, set[str]] = defaultdict(set)  # node name -> map pods waiting for the node
-        self._waiting_gpus: dict[str, set[str]] = defaultdict(set)  # node -> map pods waiting for its GPUs
-        self._claim_pods: dict[str, set[str]] = defaultdict(set)  # "<ns>/<claim>" -> unbound pods naming it
-        self._pod_claim: dict[str, str] = {}  # the reverse
-        self._waits_on: dict[str, str] = {}  # pod key -> the node it waits for (either table)
-        self._unschedulable: set[str] = set()  # pods last found unschedulable (flushed every flush_seconds)
-        self._reported: dict[str, str] = {}  # pod key -> last Unschedulable message reported
-        self._background: set[asyncio.Task[Any]] = set()
-        self._instance = socket.gethostname()
-        # Pods we bound whose watch has not yet said so: never place them again from a stale cache.
-        self._assumed_bound: set[str] = set()
-        self._watching = False
-        self.leading = False
-        self._stopping = False
-        self._busy: set[asyncio.Task[Any]] = set()  # workers in the middle of a pod
-        self.claim_path = ClaimPath(
+        self.uids: dict[str, str] = {}  # pod uid -> key, for every cached pod
+        self.queue = SchedulingQueue(self.pods.cache, config.retry_seconds, config.max_retry_seconds)
+        self.recorder = Recorder(client, config.name, socket.gethostname())
+        self.policy = RuntimePolicy(client, config.strategy, self.queue, self.metrics, self.recorder)
+        self.leases = LeaseReconciler(
             client,
             self.ledger,
-            changed=self._ledger_changed,
-            claim_changed=self._claim_changed,
-            inventory_changed=self._wake_claim_pods,
-            cached_pod=self._cached_pod,
+            self.queue,
+            self.metrics,
+            pods=self.pods.cache,
+            uids=self.uids,
             scheduler_name=config.name,
             sweep_seconds=config.sweep_seconds,
-            strategy=config.strategy,
-            event=self._post_event,
-            queue_changed=self._wake_claim_pods,
-            metrics=self.metrics,
-            usage=self.usage,
-            room_made=self._room_made,
         )
+        self.claim_path = ClaimPath(client, self.ledger, self.usage, self.queue, self.policy, self.leases)
+        self._background: set[asyncio.Task[Any]] = set()
+        self._watching = False
+        self._stopping = False
+        self._busy: set[asyncio.Task[Any]] = set()  # workers in the middle of a pod
         self.metrics.state_source = self.state
 
     # ---- readiness and metrics -------------------------------------------------------------------------------
@@ -217,47 +200,31 @@ class Scheduler:
         return SchedulerState(pending, node_gpus, islands)
 
     # ---- informer handlers (must not block) ------------------------------------------------------------------
-    def _cached_pod(self, uid: str) -> dict[str, Any] | None:
-        key = self._by_uid.get(uid)
-        return self.pods.cache.get(key) if key else None
-
     def _on_other_pod(self, kind: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
         """A pod of another scheduler, bound: count what it takes on its node."""
         taken = None if kind == "DELETED" else fit.footprint(pod)
-        self._room_made(self.usage.set(pod["metadata"]["uid"], taken))
-
-    def _room_made(self, node: str | None) -> None:
-        """`node` has more room now (a pod left it or asks less): wake the map pods that wait for it and, if it has
-        GPUs for claims, the waiting claim pods."""
-        if node is None:
-            return
-        for key in list(self._waiting.pop(node, ())):
-            self._retry(key)
-        if self.claim_path.has_inventory(node):
-            self._wake_claim_pods()
+        self.claim_path.room_made(self.usage.set(pod["metadata"]["uid"], taken))
 
     def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         key = _key(pod)
         uid = pod["metadata"]["uid"]
         if kind == "DELETED" or decision.is_finished(pod):
-            self._room_made(self.usage.set(uid, None))
-            self._forget(key)
-            self._assumed_bound.discard(key)
-            if self._by_uid.get(uid) == key:
-                del self._by_uid[uid]
-            self.claim_path.reconcile(self.ledger.pod_gone(uid))
-            self._ledger_changed()
+            self.claim_path.room_made(self.usage.set(uid, None))
+            self.queue.forget(key)
+            if self.uids.get(uid) == key:
+                del self.uids[uid]
+            self.leases.reconcile(self.ledger.pod_gone(uid))
+            self.queue.ledger_changed(self.ledger)
             return
-        self._by_uid[uid] = key
+        self.uids[uid] = key
         if (pod.get("spec") or {}).get("nodeName"):  # bound: what it holds is the API's word
-            self._room_made(self.usage.set(uid, fit.footprint(pod)))
-            if key in self._assumed_bound or old is None or not (old.get("spec") or {}).get("nodeName"):
-                self._assumed_bound.discard(key)
-                self._forget(key)
+            self.claim_path.room_made(self.usage.set(uid, fit.footprint(pod)))
+            if old is None or not (old.get("spec") or {}).get("nodeName"):
+                self.queue.forget(key)
                 hold = objects.hold_from_pod(pod)
                 if hold is not None:
-                    self.claim_path.reconcile(self.ledger.pod_bound(hold))
-                    self._ledger_changed()
+                    self.leases.reconcile(self.ledger.pod_bound(hold))
+                    self.queue.ledger_changed(self.ledger)
             return
         if kind == "ADDED":
             self.metrics.pod_seen()
@@ -266,70 +233,23 @@ class Scheduler:
         if decision.is_gated(pod):
             # Not tried while gated; whatever an earlier version of it had (a queued retry, a wait, a claim's
             # reservation) is dropped, and the update that removes the last gate brings it back at once.
-            self._forget(key)
+            self.queue.forget(key)
             return
         if decision.is_schedulable_pod(pod, self.config.name):
-            self._unwait(key)
             self.queue.add(key)
 
     def _on_node(self, kind: str, node: dict[str, Any], _old: dict[str, Any] | None) -> None:
         if kind == "DELETED":
             self.usage.node_gone(node["metadata"]["name"])
         self.claim_path.nodes_changed()
-        for key in list(self._waiting.pop(node["metadata"]["name"], ())):
-            self._retry(key)
-        self._wake_claim_pods()
+        self.queue.room_made(node["metadata"]["name"])
+        self.queue.wake_claim_pods()
 
-    def _ledger_changed(self) -> None:
-        """Wake the pods a freed GPU could help: map pods waiting for that node's GPUs, and every claim pod."""
-        if not self.ledger.freed:
-            return
-        freed, self.ledger.freed = self.ledger.freed, set()
-        for node in freed:
-            for key in list(self._waiting_gpus.pop(node, ())):
-                self._retry(key)
-        self._wake_claim_pods()
-
-    def _claim_changed(self, claim_key: str) -> None:
-        for key in list(self._claim_pods.get(claim_key, ())):
-            self.backoff.reset(key)
-            self._retry(key)
-
-    def _wake_claim_pods(self) -> None:
-        """Retry the waiting claim pods, in the order they are served (priority, then age; or age alone)."""
-        waiting = [key for keys in self._claim_pods.values() for key in keys if key in self._unschedulable]
-        if len(waiting) > 1:
-            order = self.claim_path.queue_order
-            waiting.sort(key=lambda k: priority.order_key(self.pods.cache.get(k) or _placeholder(k), order))
-        for key in waiting:
-            self._retry(key)
-
-    def _retry(self, key: str) -> None:
-        """Try `key` again once its backoff allows."""
-        self.queue.add_after(key, self.backoff.remaining(key))
-
-    def _unwait(self, key: str) -> None:
-        self._unschedulable.discard(key)
-        node = self._waits_on.pop(key, None)
-        if node is not None:
-            for table in (self._waiting, self._waiting_gpus):
-                keys = table.get(node)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del table[node]
-
-    def _forget(self, key: str) -> None:
-        self._reported.pop(key, None)
-        self.backoff.reset(key)
-        self.queue.discard(key)
-        self._unwait(key)
-        claim = self._pod_claim.pop(key, None)
-        self.claim_path.released(key)
-        if claim is not None:
-            self._claim_pods[claim].discard(key)
-            if not self._claim_pods[claim]:
-                del self._claim_pods[claim]
+    def _assumed_bound(self, pod: dict[str, Any]) -> bool:
+        """We bound this pod (the ledger confirmed its hold) and the watch has not said so yet: never place it again
+        from a stale cache."""
+        hold = self.ledger.hold(pod["metadata"]["uid"])
+        return hold is not None and hold.bound
 
     # ---- main loop -------------------------------------------------------------------------------------------
     async def watch(self) -> list[asyncio.Task[Any]]:
@@ -360,15 +280,12 @@ class Scheduler:
     async def lead(self) -> None:
         """Schedule until cancelled: the workers, the releases and the sweep. Cancelling stops every write: pods
         being bound when it comes finish (bind and event, at most `STOP_GRACE` seconds), nothing new starts."""
-        self.leading = True
         self._stopping = False
         # In the order they are served, so that a new leader's first pass sees a waiting high-priority claim pod
         # (and keeps its nodes) before the lower ones it would otherwise race.
-        order = self.claim_path.queue_order
-        pending = [(k, p) for k, p in self.pods.cache.items() if decision.is_schedulable_pod(p, self.config.name)]
-        pending.sort(key=lambda kp: priority.order_key(kp[1], order))
-        for key, _ in pending:
-            self.queue.add(key)
+        self.queue.add_ordered(
+            (k, p) for k, p in self.pods.cache.items() if decision.is_schedulable_pod(p, self.config.name)
+        )
         tasks = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.config.workers)]
         tasks.append(asyncio.create_task(self._flush(), name="flush-unschedulable"))
         tasks.append(asyncio.create_task(self.claim_path.lead(), name="claims-lead"))
@@ -378,7 +295,6 @@ class Scheduler:
             for t in done:
                 t.result()
         finally:
-            self.leading = False
             self._stopping = True
             busy = [t for t in tasks if t in self._busy]
             for t in tasks:
@@ -408,16 +324,15 @@ class Scheduler:
     async def _flush(self) -> None:
         while True:
             await asyncio.sleep(self.config.flush_seconds)
-            for key in list(self._unschedulable):
-                self._retry(key)
+            self.queue.flush()
 
     async def _worker(self) -> None:
         me = asyncio.current_task()
         assert me is not None
         while not self._stopping:
-            key = await self.queue.get()
+            key = await self.queue.work.get()
             if self._stopping:  # leadership is going: leave the key for the next leader's list
-                self.queue.done(key)
+                self.queue.work.done(key)
                 return
             self._busy.add(me)
             try:
@@ -426,17 +341,16 @@ class Scheduler:
                 raise
             except Exception:  # one bad pod must not stop the worker
                 log.exception("unexpected error scheduling %s", key)
-                self.queue.add_rate_limited(key)
+                self.queue.failed(key)
             finally:
                 self._busy.discard(me)
-                self.queue.done(key)
+                self.queue.work.done(key)
 
     async def _schedule(self, key: str) -> None:
         pod = self.pods.cache.get(key)
-        if pod is None or key in self._assumed_bound or not decision.is_schedulable_pod(pod, self.config.name):
+        if pod is None or not decision.is_schedulable_pod(pod, self.config.name) or self._assumed_bound(pod):
             return
-        self.backoff.attempted(key)
-        self._unwait(key)
+        self.queue.attempted(key)
         started = time.monotonic()
         kind, result, strategy = ("claim", "error", "") if decision.is_claim_pod(pod) else ("map", "error", "")
         try:
@@ -456,16 +370,14 @@ class Scheduler:
         verdict = decision.decide(pod, self.nodes.cache, self.config.isolated_gpus, self.usage)
         if isinstance(verdict, decision.Unschedulable):
             if verdict.node:
-                self._waiting[verdict.node].add(key)
-                self._waits_on[key] = verdict.node
+                self.queue.wait_for_room(key, verdict.node)
             await self._report_unschedulable(key, pod, verdict.message)
             return "unschedulable"
         meta = pod["metadata"]
         hold = Hold(meta["uid"], key, verdict.node, verdict.entry.gpu_ids, "Shared", "map")
         conflicts = self.ledger.assume(hold) if hold.gpu_ids else []
         if conflicts:
-            self._waiting_gpus[verdict.node].add(key)
-            self._waits_on[key] = verdict.node
+            self.queue.wait_for_gpus(key, verdict.node)
             c = conflicts[0]
             await self._report_unschedulable(
                 key,
@@ -485,8 +397,8 @@ class Scheduler:
             self.ledger.confirm(meta["uid"])
         elif outcome is False:
             self.ledger.forget(meta["uid"])
-            self._room_made(self.usage.unassume(meta["uid"]))
-            self._ledger_changed()
+            self.claim_path.room_made(self.usage.unassume(meta["uid"]))
+            self.queue.ledger_changed(self.ledger)
         return _result(outcome)
 
     async def _schedule_claim_pod(self, key: str, pod: dict[str, Any]) -> tuple[str, str]:
@@ -498,8 +410,7 @@ class Scheduler:
             await self._report_unschedulable(key, pod, str(exc))
             return "unschedulable", ""
         claim = f"{meta['namespace']}/{claim_name}"
-        self._claim_pods[claim].add(key)
-        self._pod_claim[key] = claim
+        self.queue.names_claim(key, claim)
         if not self.claim_path.enabled:
             await self._report_unschedulable(key, pod, "pod names a GpuClaim but the GpuClaim CRDs are not installed")
             return "unschedulable", ""
@@ -542,12 +453,12 @@ class Scheduler:
         except ApiError as exc:
             log.warning("binding %s to %s failed: %s; will retry", key, node, exc)
             self.metrics.bind_error()
-            self.queue.add_rate_limited(key)
+            self.queue.failed(key)
             return None
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("binding %s to %s: no answer (%s); will retry", key, node, exc)
             self.metrics.bind_error()
-            self.queue.add_rate_limited(key)
+            self.queue.failed(key)
             return None
         self.metrics.observe_bind(time.monotonic() - started)
         self._bound(key, pod, node)
@@ -560,14 +471,13 @@ class Scheduler:
         except NotFound:
             return False
         except ApiError:
-            self.queue.add_rate_limited(key)
+            self.queue.failed(key)
             return None
         where = (current.get("spec") or {}).get("nodeName")
         if current["metadata"].get("uid") != uid:
             log.info("not binding %s: it was recreated meanwhile", key)
             return False
-        self._assumed_bound.add(key)
-        self._forget(key)
+        self.queue.forget(key)
         if where == node:
             log.info("%s was bound to %s already", key, node)
             return True
@@ -579,19 +489,18 @@ class Scheduler:
         if created is not None:
             kind = "claim" if decision.is_claim_pod(pod) else "map"
             self.metrics.scheduled(kind, max(0.0, time.time() - created))
-        self._forget(key)
-        self._assumed_bound.add(key)
+        self.queue.forget(key)
         log.info("bound %s to %s", key, node)
-        self._spawn(self._event(pod, "Normal", constants.EVENT_SCHEDULED, f"Successfully assigned {key} to {node}"))
+        self._spawn(
+            self.recorder.pod(pod, "Normal", constants.EVENT_SCHEDULED, f"Successfully assigned {key} to {node}")
+        )
 
     async def _report_unschedulable(self, key: str, pod: dict[str, Any], message: str) -> None:
         """Say why the pod waits: its condition and a FailedScheduling event, only when the reason changed."""
-        self._unschedulable.add(key)
-        if self._reported.get(key) == message:
+        if not self.queue.unschedulable(key, message):
             return
         conditions = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
         current = conditions.get("PodScheduled") or {}
-        self._reported[key] = message
         if current.get("status") == "False" and current.get("message") == message:
             return  # said already (by us before a restart, or by the previous leader)
         meta = pod["metadata"]
@@ -603,7 +512,7 @@ class Scheduler:
             "reason": constants.REASON_UNSCHEDULABLE,
             "message": message,
             "lastProbeTime": None,
-            "lastTransitionTime": _now(),
+            "lastTransitionTime": now(),
         }
         try:
             await self.client.patch(
@@ -615,47 +524,11 @@ class Scheduler:
             pass
         except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
             log.warning("could not set PodScheduled=False on %s: %s", key, exc)
-            self._reported.pop(key, None)
-        await self._event(pod, "Warning", constants.EVENT_FAILED_SCHEDULING, message)
+            self.queue.unreported(key)
+        await self.recorder.pod(pod, "Warning", constants.EVENT_FAILED_SCHEDULING, message)
 
     # ---- events ----------------------------------------------------------------------------------------------
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    async def _event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        meta = pod["metadata"]
-        involved = {
-            "apiVersion": constants.CORE_API_VERSION,
-            "kind": "Pod",
-            "namespace": meta["namespace"],
-            "name": meta["name"],
-            "uid": meta["uid"],
-        }
-        await self._post_event(involved, meta["namespace"], type_, reason, message)
-
-    async def _post_event(
-        self, involved: dict[str, Any], namespace: str, type_: str, reason: str, message: str
-    ) -> None:
-        now = _now()
-        event = {
-            "apiVersion": constants.CORE_API_VERSION,
-            "kind": "Event",
-            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
-            "involvedObject": involved,
-            "type": type_,
-            "reason": reason,
-            "message": message,
-            "source": {"component": self.config.name},
-            "reportingComponent": self.config.name,
-            "reportingInstance": self._instance,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await self.client.post(paths.events(namespace), event)
-        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
-            # An event is a courtesy: losing one (the apiserver busy or going away) must not disturb scheduling.
-            log.warning("could not record %s event for %s %s: %s", reason, involved["kind"], involved["name"], exc)

@@ -1,0 +1,177 @@
+"""The scheduling queue: which pods are tried, when, and in what order (kube-scheduler's backend/queue). It owns
+every reason a pod waits: the keyed work queue the workers take pods from, each pod's backoff, the pods waiting
+for a node's room or its GPUs, the claim pods per GpuClaim, the pods last found unschedulable (and the message
+they last reported), and the nodes waiting claim pods keep from lower priorities (claims.priority).
+
+The informer handlers tell it what changed (a node has room, GPUs were freed, a claim changed, the queue order
+changed) and it retries exactly the pods such a change could help, no sooner than their backoff allows. It reads
+the pod cache only to order claim pods; it makes no API call and holds no GPU: what is assumed or held is the
+ledger's alone (claims.ledger).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpu_scheduling import constants
+from gpu_scheduling.claims import priority
+from gpu_scheduling.claims.ledger import Ledger
+from gpu_scheduling.kube.workqueue import Backoff, WorkQueue
+
+
+def _placeholder(key: str) -> dict[str, Any]:
+    """A pod the cache no longer has, for ordering: it sorts by its name alone."""
+    namespace, _, name = key.partition("/")
+    return {"metadata": {"namespace": namespace, "name": name}}
+
+
+class SchedulingQueue:
+    def __init__(self, pods: Mapping[str, dict[str, Any]], retry_seconds: float, max_retry_seconds: float):
+        self._pods = pods  # the scheduler's pod cache, "<namespace>/<name>" -> pod: read to order claim pods
+        self.work: WorkQueue[str] = WorkQueue()
+        self.backoff = Backoff(retry_seconds, max_retry_seconds)
+        self.order: str = constants.DEFAULT_QUEUE_ORDER
+        """The queue order that applies (the runtime policy's): Priority or FIFO."""
+        self.reservations = priority.Reservations()
+        self._for_room: dict[str, set[str]] = defaultdict(set)  # node name -> map pods waiting for the node
+        self._for_gpus: dict[str, set[str]] = defaultdict(set)  # node -> map pods waiting for its GPUs
+        self._waits_on: dict[str, str] = {}  # pod key -> the node it waits for (either table)
+        self._claim_pods: dict[str, set[str]] = defaultdict(set)  # "<ns>/<claim>" -> unbound pods naming it
+        self._pod_claim: dict[str, str] = {}  # the reverse
+        self._unschedulable: set[str] = set()  # pods last found unschedulable (flushed every flush_seconds)
+        self._reported: dict[str, str] = {}  # pod key -> last Unschedulable message reported
+
+    # ---- adding pods --------------------------------------------------------------------------------------------
+    def add(self, key: str) -> None:
+        """Try `key` now (new, or changed in a way a decision reads)."""
+        self.unwait(key)
+        self.work.add(key)
+
+    def add_ordered(self, pods: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """Try these pods now, in the order they are served (a new leader's first pass)."""
+        for key, _ in sorted(pods, key=lambda kp: priority.order_key(kp[1], self.order)):
+            self.work.add(key)
+
+    def retry(self, key: str) -> None:
+        """Try `key` again once its backoff allows."""
+        self.work.add_after(key, self.backoff.remaining(key))
+
+    def failed(self, key: str) -> None:
+        """An API call for `key` failed: try it again after the work queue's own backoff."""
+        self.work.add_rate_limited(key)
+
+    def attempted(self, key: str) -> None:
+        """A worker tries `key` now: its backoff grows, and it waits for nothing until this attempt says so."""
+        self.backoff.attempted(key)
+        self.unwait(key)
+
+    # ---- why a pod waits ----------------------------------------------------------------------------------------
+    def wait_for_room(self, key: str, node: str) -> None:
+        """Map pod `key` waits for room on `node`."""
+        self._for_room[node].add(key)
+        self._waits_on[key] = node
+
+    def wait_for_gpus(self, key: str, node: str) -> None:
+        """Map pod `key` waits for GPUs of `node` held by others."""
+        self._for_gpus[node].add(key)
+        self._waits_on[key] = node
+
+    def names_claim(self, key: str, claim: str) -> None:
+        """Pod `key` names the GpuClaim `claim` ("<namespace>/<name>")."""
+        self._claim_pods[claim].add(key)
+        self._pod_claim[key] = claim
+
+    def unschedulable(self, key: str, message: str) -> bool:
+        """`key` cannot be placed now, for `message`. True when that is news (not the message last reported)."""
+        self._unschedulable.add(key)
+        if self._reported.get(key) == message:
+            return False
+        self._reported[key] = message
+        return True
+
+    def unreported(self, key: str) -> None:
+        """Saying why `key` waits failed: say it again next time."""
+        self._reported.pop(key, None)
+
+    def unwait(self, key: str) -> None:
+        self._unschedulable.discard(key)
+        node = self._waits_on.pop(key, None)
+        if node is not None:
+            for table in (self._for_room, self._for_gpus):
+                keys = table.get(node)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del table[node]
+
+    def forget(self, key: str) -> None:
+        """`key` is bound, gone or gated: drop every trace of it (a worker busy with it finishes)."""
+        self._reported.pop(key, None)
+        self.backoff.reset(key)
+        self.work.discard(key)
+        self.unwait(key)
+        claim = self._pod_claim.pop(key, None)
+        self.release(key)
+        if claim is not None:
+            self._claim_pods[claim].discard(key)
+            if not self._claim_pods[claim]:
+                del self._claim_pods[claim]
+
+    # ---- what could help ----------------------------------------------------------------------------------------
+    def room_made(self, node: str) -> None:
+        """`node` has more room (or changed): retry the map pods waiting for it."""
+        for key in list(self._for_room.pop(node, ())):
+            self.retry(key)
+
+    def ledger_changed(self, ledger: Ledger) -> None:
+        """The ledger changed: if it freed GPUs, retry the map pods waiting for that node's GPUs, and every waiting
+        claim pod. (The ledger collects the nodes in `freed`; they are taken here.)"""
+        if not ledger.freed:
+            return
+        freed, ledger.freed = ledger.freed, set()
+        for node in freed:
+            for key in list(self._for_gpus.pop(node, ())):
+                self.retry(key)
+        self.wake_claim_pods()
+
+    def claim_changed(self, claim: str) -> None:
+        """The GpuClaim `claim` appeared or its spec changed: its pods are tried again, their backoff reset."""
+        for key in list(self._claim_pods.get(claim, ())):
+            self.backoff.reset(key)
+            self.retry(key)
+
+    def wake_claim_pods(self) -> None:
+        """Retry the waiting claim pods, in the order they are served (priority, then age; or age alone)."""
+        waiting = [key for keys in self._claim_pods.values() for key in keys if key in self._unschedulable]
+        if len(waiting) > 1:
+            waiting.sort(key=lambda k: priority.order_key(self._pods.get(k) or _placeholder(k), self.order))
+        for key in waiting:
+            self.retry(key)
+
+    def set_order(self, order: str) -> None:
+        """The queue order changed: the waiting claim pods are tried again in the new one."""
+        if order != self.order:
+            self.order = order
+            self.wake_claim_pods()
+
+    def flush(self) -> None:
+        """Retry every pod last found unschedulable, in case an event that could help it was missed."""
+        for key in list(self._unschedulable):
+            self.retry(key)
+
+    # ---- reservations (claims.priority) -------------------------------------------------------------------------
+    def reserved_for(self, rank: int) -> Mapping[str, str]:
+        """The nodes kept from a pod of priority `rank` under the current order (node -> its waiter)."""
+        return self.reservations.reserved_for(rank, self.order)
+
+    def reserve(self, waiter: priority.Waiter) -> None:
+        """`waiter` waits for busy GPUs and keeps its nodes from lower priorities."""
+        self.reservations.wait(waiter)
+
+    def release(self, key: str) -> None:
+        """Pod `key` waits no more (placed, gone, or can never fit): the nodes it kept are free for lower
+        priorities, which are tried again."""
+        if self.reservations.done(key):
+            self.wake_claim_pods()

@@ -1,0 +1,140 @@
+"""The scheduling queue (scheduler.queue): a waiting pod is tried again on the change that could help it and on no
+other, in the order pods are served, never sooner than its backoff; forgetting a pod drops every reason it waited,
+and the nodes it kept come back to lower priorities."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gpu_scheduling.claims.ledger import Hold, Ledger
+from gpu_scheduling.claims.priority import Waiter
+from gpu_scheduling.scheduler.queue import SchedulingQueue
+
+
+def _pod(key: str, priority: int = 0, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+    namespace, _, name = key.partition("/")
+    return {
+        "metadata": {"namespace": namespace, "name": name, "creationTimestamp": created},
+        "spec": {"priority": priority},
+    }
+
+
+async def _drain(queue: SchedulingQueue) -> list[str]:
+    """The keys the workers would take now, in order (each done at once)."""
+    out = []
+    while len(queue.work):
+        key = await queue.work.get()
+        queue.work.done(key)
+        out.append(key)
+    return out
+
+
+def _run(test: Any) -> None:
+    asyncio.run(test())
+
+
+def test_a_map_pod_is_tried_again_when_its_node_has_room_and_not_on_another_nodes_change() -> None:
+    async def scenario() -> None:
+        q = SchedulingQueue({}, 1.0, 10.0)
+        q.wait_for_room("ns/a", "node1")
+        q.wait_for_gpus("ns/b", "node2")
+        q.room_made("node2")  # room, not GPUs: b waits for GPUs
+        q.room_made("node3")
+        assert await _drain(q) == []
+        q.room_made("node1")
+        assert await _drain(q) == ["ns/a"]
+        q.room_made("node1")  # tried once: it waits for nothing until its attempt says so again
+        assert await _drain(q) == []
+
+    _run(scenario)
+
+
+def test_freed_gpus_wake_the_map_pods_waiting_for_that_node_and_the_waiting_claim_pods() -> None:
+    async def scenario() -> None:
+        ledger = Ledger()
+        q = SchedulingQueue({}, 1.0, 10.0)
+        q.wait_for_gpus("ns/on1", "node1")
+        q.wait_for_gpus("ns/on2", "node2")
+        q.names_claim("ns/claimer", "ns/train")
+        q.unschedulable("ns/claimer", "busy")
+        q.names_claim("ns/placing", "ns/train")  # names a claim but was not found unschedulable: not woken
+        q.ledger_changed(ledger)  # nothing freed: nothing woken
+        assert await _drain(q) == []
+        assert ledger.assume(Hold("u1", "ns/x", "node1", (0,))) == []
+        ledger.forget("u1")
+        q.ledger_changed(ledger)
+        assert sorted(await _drain(q)) == ["ns/claimer", "ns/on1"]
+        assert ledger.freed == set(), "the freed nodes are taken, so the next change does not wake them again"
+
+    _run(scenario)
+
+
+def test_waiting_claim_pods_are_retried_in_the_order_they_are_served_and_again_when_it_changes() -> None:
+    async def scenario() -> None:
+        pods = {
+            "ns/old-low": _pod("ns/old-low", 0, "2026-01-01T00:00:00Z"),
+            "ns/new-high": _pod("ns/new-high", 10, "2026-01-02T00:00:00Z"),
+            "ns/mid": _pod("ns/mid", 5, "2026-01-01T12:00:00Z"),
+        }
+        q = SchedulingQueue(pods, 1.0, 10.0)
+        for key in pods:
+            q.names_claim(key, f"{key}-claim")
+            q.unschedulable(key, "busy")
+        q.wake_claim_pods()
+        assert await _drain(q) == ["ns/new-high", "ns/mid", "ns/old-low"]
+        for key in pods:
+            q.unschedulable(key, "busy")
+        q.set_order("FIFO")
+        assert q.order == "FIFO"
+        assert await _drain(q) == ["ns/old-low", "ns/mid", "ns/new-high"]
+        q.set_order("FIFO")  # no change: nobody is woken
+        assert await _drain(q) == []
+
+    _run(scenario)
+
+
+def test_a_retry_waits_for_the_pods_backoff() -> None:
+    async def scenario() -> None:
+        q = SchedulingQueue({}, 0.05, 1.0)
+        q.attempted("ns/a")
+        q.retry("ns/a")
+        assert await _drain(q) == [], "tried just now: the retry waits for its backoff"
+        await asyncio.sleep(0.1)
+        assert await _drain(q) == ["ns/a"]
+        q.claim_changed("ns/none")  # a claim no pod names
+        assert await _drain(q) == []
+
+    _run(scenario)
+
+
+def test_a_message_is_news_once_and_again_after_it_could_not_be_said() -> None:
+    q = SchedulingQueue({}, 1.0, 10.0)
+    assert q.unschedulable("ns/a", "no room")
+    assert not q.unschedulable("ns/a", "no room")
+    assert q.unschedulable("ns/a", "no GPUs")
+    q.unreported("ns/a")
+    assert q.unschedulable("ns/a", "no GPUs")
+
+
+def test_forgetting_a_waiter_frees_its_nodes_for_lower_priorities_and_wakes_them() -> None:
+    async def scenario() -> None:
+        pods = {"ns/high": _pod("ns/high", 10), "ns/low": _pod("ns/low", 0)}
+        q = SchedulingQueue(pods, 1.0, 10.0)
+        for key in pods:
+            q.names_claim(key, f"{key}-claim")
+        q.unschedulable("ns/low", "kept for ns/high")
+        q.reserve(Waiter("ns/high", 10, "", frozenset({"node1"})))
+        assert dict(q.reserved_for(0)) == {"node1": "ns/high (priority 10)"}
+        assert dict(q.reserved_for(10)) == {}
+        q.wait_for_room("ns/high", "node1")
+        q.forget("ns/high")  # bound, say
+        assert dict(q.reserved_for(0)) == {}
+        assert await _drain(q) == ["ns/low"], "the pod the node was kept from is tried again"
+        q.room_made("node1")
+        assert await _drain(q) == [], "a forgotten pod waits for nothing"
+        q.forget("ns/low")
+        q.wake_claim_pods()
+        assert await _drain(q) == []
+
+    _run(scenario)
