@@ -30,8 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpu_scheduling import constants, names
-from gpu_scheduling.text import SHOWN_CHARS, describe_char, show
-from gpu_scheduling.text import json_type as json_type  # scheduler.decision still reads it here: moves with its split
+from gpu_scheduling.text import SHOWN_CHARS, describe_char, json_type, show
 
 _INT_RE = re.compile(r"^[0-9]+$")
 _NAME_INDEX_RE = re.compile(r"-([0-9]+)$")
@@ -342,14 +341,9 @@ class ParseCache:
             self.bytes = 0
 
 
-_UNOWNED = ParseCache()
-"""Used only by callers that pass no cache yet (the scheduler's decide and the ledger's decoder, the webhook's
-review): each of them is to own a ParseCache and pass it, and then this goes. Not part of the API."""
-
-
 def parse_with(maps: ParseCache | None, text: str) -> GpuMap:
-    """`maps.parse(text)`; a caller that passes no cache still parses each distinct map once (see _UNOWNED)."""
-    return (_UNOWNED if maps is None else maps).parse(text)
+    """`maps.parse(text)`, or :func:`parse` when the caller keeps no cache (a one-shot reader)."""
+    return parse(text) if maps is None else maps.parse(text)
 
 
 def encode(gpu_map: GpuMap | Mapping[int, Entry]) -> str:

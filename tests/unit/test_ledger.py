@@ -11,7 +11,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, gpumap
 from gpu_scheduling.claims import allocator, objects, occupancy
 from gpu_scheduling.claims.ledger import Hold, LeaseRecord, Ledger
 
@@ -156,6 +156,21 @@ def test_hold_from_pod_reads_claim_annotations_and_map_entries():
     }
     assert objects.hold_from_pod(pod) == Hold("v", "default/check-2", "node3", (0, 1, 2), "Shared", "map", "", True)
     assert objects.hold_from_pod({"metadata": {"uid": "w", "namespace": "a", "name": "b"}, "spec": {}}) is None
+
+
+def test_a_map_pod_is_read_through_the_cache_its_reader_owns():
+    """The scheduler, the board and the agent each pass their own gpumap.ParseCache: the map is parsed into the
+    cache passed, and a reader that keeps none leaves every cache as it was."""
+    meta = {"uid": "v", "namespace": "default", "name": "check-1", "annotations": {"gpu-scheduling-map": "1=node2:3"}}
+    pod = {"metadata": meta, "spec": {"nodeName": "node2"}}
+    mine, other = gpumap.ParseCache(), gpumap.ParseCache()
+    assert objects.hold_from_pod(pod, mine) == objects.hold_from_pod(pod) == Hold(
+        "v", "default/check-1", "node2", (3,), "Shared", "map", "", True
+    )
+    assert (len(mine), len(other)) == (1, 0)
+    read = occupancy.read_pod(pod, other)
+    assert read is not None and read.hold is not None and read.hold.gpu_ids == (3,)
+    assert (len(mine), len(other)) == (1, 1)
 
 
 def test_lease_names_and_labels_are_valid_for_any_node_name():

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gpu_scheduling import gpumap
 from gpu_scheduling.claims import occupancy
 
 #: The agent's default declaration (nodes without the annotation constants.SIMULATED_ANNOTATION): 8 GPUs, 0-3 in
@@ -170,7 +171,8 @@ def node_status(
     show) from the node's GPU Leases and the pods bound to it (map entries, allocations), and the counts. With the
     kubelet's view (`kubelet`: GPU -> pods, from gpu-device-plugin), each device also says which pods the kubelet
     gave a device of it to (`kubeletPods`)."""
-    by_key = {p.key: p for p in map(occupancy.read_pod, pods) if p is not None}
+    maps = gpumap.ParseCache()  # this reading's own: the pods of one workload carry one map
+    by_key = {p.key: p for p in (occupancy.read_pod(obj, maps) for obj in pods) if p is not None}
     by_uid: dict[str, occupancy.Pod] = {}
     for key in sorted(by_key):
         if by_key[key].uid:

@@ -23,7 +23,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, gpumap
 from gpu_scheduling.claims import occupancy
 from gpu_scheduling.claims.ledger import Hold
 from gpu_scheduling.claims.occupancy import MAX_GPUS_PER_HOLD as MAX_GPUS_PER_HOLD
@@ -220,7 +220,7 @@ def _scheduled_false(status: Mapping[str, Any]) -> str:
     return ""
 
 
-def _pod(obj: Mapping[str, Any], scheduler_name: str) -> _Pod | None:
+def _pod(obj: Mapping[str, Any], scheduler_name: str, maps: gpumap.ParseCache) -> _Pod | None:
     meta = _meta(obj)
     if meta is None:
         return None
@@ -256,7 +256,7 @@ def _pod(obj: Mapping[str, Any], scheduler_name: str) -> _Pod | None:
         phase=phase,
         hold=None
         if phase in _FINISHED
-        else occupancy.pod_hold(meta.uid, meta.namespace, meta.name, meta.labels, meta.annotations, node),
+        else occupancy.pod_hold(meta.uid, meta.namespace, meta.name, meta.labels, meta.annotations, node, maps),
         claim=claim,
         workload=workload,
         allocated=_text(meta.annotations.get(constants.ALLOCATED_ANNOTATION)),
@@ -388,6 +388,7 @@ class Board:
     ) -> None:
         self._levels = tuple(topology_labels)
         self._scheduler_name = scheduler_name
+        self._maps = gpumap.ParseCache()  # the maps of the pods it reads, each parsed once
         self._default_strategy = default_strategy
         #: 0 at start, +1 per non-empty take_changes().
         self.version = 0
@@ -439,7 +440,7 @@ class Board:
         name, key = keys
         obj = _mapping(obj)
         if resource == "pods":
-            self._set_pod(key, None if deleted else _pod(obj, self._scheduler_name))
+            self._set_pod(key, None if deleted else _pod(obj, self._scheduler_name, self._maps))
         elif resource == "leases":
             self._set_lease(key, None if deleted else occupancy.read_lease(obj))
         elif resource == "gpunodestatuses":  # cluster-scoped: keyed by name

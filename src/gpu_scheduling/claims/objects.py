@@ -175,9 +175,10 @@ def allocation_annotations(hold: Hold) -> dict[str, str]:
     }
 
 
-def hold_from_pod(pod: Mapping[str, Any]) -> Hold | None:
+def hold_from_pod(pod: Mapping[str, Any], maps: gpumap.ParseCache | None = None) -> Hold | None:
     """What a bound pod holds, read from the pod alone: its allocation annotations (claim pods) or its map entry
-    (map pods). None when it holds no GPU (or its annotations cannot be read: nothing to hold then)."""
+    (map pods, their map parsed through `maps` when the caller keeps a cache). None when it holds no GPU (or its
+    annotations cannot be read: nothing to hold then)."""
     meta = pod.get("metadata") or {}
     node = (pod.get("spec") or {}).get("nodeName")
     if not node:
@@ -205,7 +206,7 @@ def hold_from_pod(pod: Mapping[str, Any]) -> Hold | None:
         )
     if constants.MAP_ANNOTATION in annotations:
         try:
-            entry = gpumap.entry_for_pod(meta)
+            entry = gpumap.entry_for_pod(meta, maps)
         except gpumap.PodMapError:
             return None
         if entry is None or not entry.gpu_ids:

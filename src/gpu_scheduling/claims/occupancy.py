@@ -34,7 +34,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Generic, Literal, Protocol, TypeVar
 
-from gpu_scheduling import constants, devices
+from gpu_scheduling import constants, devices, gpumap
 from gpu_scheduling.claims import objects
 from gpu_scheduling.claims.ledger import Hold, LeaseRecord
 
@@ -152,7 +152,13 @@ P = TypeVar("P", bound=PodLike)
 
 
 def pod_hold(
-    uid: str, namespace: str, name: str, labels: Mapping[str, str], annotations: Mapping[str, str], node: str | None
+    uid: str,
+    namespace: str,
+    name: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    node: str | None,
+    maps: gpumap.ParseCache | None = None,
 ) -> Hold | None:
     """What a bound pod holds (objects.hold_from_pod on well-typed fields), its GPU ids bounded; None when it holds
     nothing or its annotations cannot be read."""
@@ -162,7 +168,7 @@ def pod_hold(
         "metadata": {"name": name, "namespace": namespace, "uid": uid, "labels": labels, "annotations": annotations},
         "spec": {"nodeName": node},
     }
-    hold = objects.hold_from_pod(clean)
+    hold = objects.hold_from_pod(clean, maps)
     if hold is None:
         return None
     ids = hold.gpu_ids
@@ -195,8 +201,9 @@ class Pod:
         return self.phase in FINISHED
 
 
-def read_pod(obj: object) -> Pod | None:
-    """A pod as the model reads it; None when it has no name."""
+def read_pod(obj: object, maps: gpumap.ParseCache | None = None) -> Pod | None:
+    """A pod as the model reads it (its map parsed through `maps` when the caller keeps a cache); None when it has no
+    name."""
     obj = mapping(obj)
     meta = mapping(obj.get("metadata"))
     name = string(meta.get("name"))
@@ -209,7 +216,7 @@ def read_pod(obj: object) -> Pod | None:
     phase = text(mapping(obj.get("status")).get("phase"), 64)
     hold = None
     if phase not in FINISHED:
-        hold = pod_hold(uid, namespace, name, strings(meta.get("labels")), annotations, node)
+        hold = pod_hold(uid, namespace, name, strings(meta.get("labels")), annotations, node, maps)
     allocated = text(annotations.get(constants.ALLOCATED_ANNOTATION))
     return Pod(f"{namespace}/{name}" if namespace else name, uid, namespace, name, node, phase, hold, allocated)
 
@@ -660,7 +667,8 @@ def cluster(inventories: Iterable[object], pods: Iterable[object], leases: Itera
     shape; what is not a GPU Lease among `leases` is left out)."""
     # Of two objects with one key, the later counts (as an informer's ADDED replaces what it had).
     by_inventory = {i.name: i for i in map(read_inventory, inventories) if i is not None}
-    by_key = {p.key: p for p in map(read_pod, pods) if p is not None}
+    maps = gpumap.ParseCache()  # this reading's own: the pods of one workload carry one map
+    by_key = {p.key: p for p in (read_pod(obj, maps) for obj in pods) if p is not None}
     by_lease = {lease.key: lease for lease in map(read_lease, leases) if lease is not None}
     by_uid: dict[str, Pod] = {}
     holding: dict[str, list[Pod]] = {}

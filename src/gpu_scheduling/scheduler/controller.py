@@ -128,6 +128,8 @@ class Scheduler:
         self.config = config
         self.metrics = metrics or Metrics()
         self.ledger = Ledger()
+        # The maps of its pods, each distinct map parsed once: a StatefulSet's replicas all carry the same one.
+        self.maps = gpumap.ParseCache()
         self.pods = Informer(
             client,
             paths.ALL_PODS,
@@ -158,6 +160,7 @@ class Scheduler:
             self.metrics,
             pods=self.pods.cache,
             uids=self.uids,
+            maps=self.maps,
             scheduler_name=config.name,
             sweep_seconds=config.sweep_seconds,
         )
@@ -221,7 +224,7 @@ class Scheduler:
             self.claim_path.room_made(self.usage.set(uid, fit.footprint(pod)))
             if old is None or not (old.get("spec") or {}).get("nodeName"):
                 self.queue.forget(key)
-                hold = objects.hold_from_pod(pod)
+                hold = objects.hold_from_pod(pod, self.maps)
                 if hold is not None:
                     self.leases.reconcile(self.ledger.pod_bound(hold))
                     self.queue.ledger_changed(self.ledger)
@@ -367,7 +370,7 @@ class Scheduler:
         # assumed for it is not counted against it (the watch counts it again if that bind took effect).
         self.usage.unassume(pod["metadata"]["uid"])
         # cluster-scoped: key == node
-        verdict = decision.decide(pod, self.nodes.cache, self.config.isolated_gpus, self.usage)
+        verdict = decision.decide(pod, self.nodes.cache, self.config.isolated_gpus, self.usage, self.maps)
         if isinstance(verdict, decision.Unschedulable):
             if verdict.node:
                 self.queue.wait_for_room(key, verdict.node)

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.scheduler import fit
+from gpu_scheduling.text import json_type
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,14 +123,14 @@ def _tolerations(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     spec = spec if isinstance(spec, Mapping) else {}
     tolerations = spec.get("tolerations") or []
     if not isinstance(tolerations, list):
-        raise podrequest.PodRequestError(f"spec.tolerations is {gpumap.json_type(tolerations)}; expected an array")
+        raise podrequest.PodRequestError(f"spec.tolerations is {json_type(tolerations)}; expected an array")
     for i, t in enumerate(tolerations):
         if not isinstance(t, Mapping):
-            raise podrequest.PodRequestError(f"spec.tolerations[{i}] is {gpumap.json_type(t)}; expected an object")
+            raise podrequest.PodRequestError(f"spec.tolerations[{i}] is {json_type(t)}; expected an object")
         for field in ("key", "operator", "value", "effect"):
             if t.get(field) is not None and not isinstance(t[field], str):
                 raise podrequest.PodRequestError(
-                    f"spec.tolerations[{i}].{field} is {gpumap.json_type(t[field])}; expected a string"
+                    f"spec.tolerations[{i}].{field} is {json_type(t[field])}; expected a string"
                 )
     return tolerations
 
@@ -139,6 +140,7 @@ def decide(
     nodes: Mapping[str, Mapping[str, Any]],
     isolated: bool,
     usage: fit.NodeUsage,
+    maps: gpumap.ParseCache | None = None,
 ) -> Decision:
     """Decide for one schedulable map pod given the current nodes (name -> node) and what their pods take (`usage`).
     Claim pods go through scheduler.claims instead.
@@ -148,9 +150,9 @@ def decide(
     CUDA_VISIBLE_DEVICES its map entry gives (the webhook sets it at creation; a map added afterwards would
     run the pod on GPUs it does not see, or on every GPU of the node); `isolated` as gpu-webhook's --isolated-gpus."""
     if not isinstance(pod, Mapping):
-        return Unschedulable(f"the pod is {gpumap.json_type(pod)}; expected an object")
+        return Unschedulable(f"the pod is {json_type(pod)}; expected an object")
     try:
-        asked = podrequest.read(pod.get("metadata"))
+        asked = podrequest.read(pod.get("metadata"), maps)
         if isinstance(asked, podrequest.ClaimRequest):
             return Unschedulable(f"pod names the GpuClaim {asked.name}; it is placed by the claim path, not by a map")
         if asked is None:

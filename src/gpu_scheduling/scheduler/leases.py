@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, gpumap
 from gpu_scheduling.claims import objects
 from gpu_scheduling.claims.ledger import GpuKey, LeaseRecord, Ledger
 from gpu_scheduling.kube import paths
@@ -47,6 +47,7 @@ class LeaseReconciler:
         *,
         pods: Mapping[str, dict[str, Any]],
         uids: Mapping[str, str],
+        maps: gpumap.ParseCache,
         scheduler_name: str,
         sweep_seconds: float = 60.0,
         workers: int = 4,
@@ -57,6 +58,7 @@ class LeaseReconciler:
         self.metrics = metrics
         self._pods = pods  # the scheduler's pod cache, "<namespace>/<name>" -> pod
         self._uids = uids  # pod uid -> its key in that cache
+        self._maps = maps  # the scheduler's map parse cache
         self.scheduler_name = scheduler_name
         self.sweep_seconds = sweep_seconds
         self.workers = workers
@@ -204,7 +206,7 @@ class LeaseReconciler:
         if pod is None or pod["metadata"].get("uid") != uid or decision.is_finished(pod):
             self.reconcile(self.ledger.pod_gone(uid))
         elif (pod.get("spec") or {}).get("nodeName"):
-            hold = objects.hold_from_pod(pod)
+            hold = objects.hold_from_pod(pod, self._maps)
             if hold is None:
                 self.reconcile(self.ledger.pod_gone(uid))  # bound but holds no GPU
             else:
