@@ -7,12 +7,12 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_scheduling import constants, gpumap
+from gpu_scheduling import constants, gpumap, names
 from gpu_scheduling.claims.allocator import Device, Node, Request, Strategy
 from gpu_scheduling.claims.ledger import Hold, LeaseRecord
 
-_NAME_MAX = 253  # a Lease name is a DNS subdomain
-_LABEL_MAX = 63
+_NAME_MAX = names.MAX_SUBDOMAIN  # a Lease name is a DNS subdomain
+_LABEL_MAX = names.MAX_LABEL
 
 
 def _digest(text: str) -> str:
