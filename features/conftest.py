@@ -30,6 +30,7 @@ saying why and how to opt in.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import time
@@ -72,6 +73,7 @@ from harness.components import Components
 from harness.controlplane import ControlPlane, create_namespace
 from harness.inventory import publish
 from harness.wait import wait_for
+from harness.watch import Watch
 
 # ---- tiers -----------------------------------------------------------------------------------------------------
 
@@ -87,6 +89,9 @@ MARKER_NAMESPACE = "kube-public"
 MARKER_CONFIGMAP: str = TESTBED["testbed_marker_configmap"]
 FEATURES = pathlib.Path(__file__).parent
 EXTERNAL_KUBECONFIG = os.environ.get("GPU_TEST_KUBECONFIG")
+#: Tags of the scenarios that make a program restart (or exit) or log a traceback or an error record on purpose;
+#: every other scenario fails at its end when one did (harness/watch.py, the `world` fixture).
+EXPECT_RESTART, EXPECT_TRACEBACK = "expect_restart", "expect_traceback"
 _DESELECTED = pytest.StashKey[int]()
 _WHY_NOT_EXCLUSIVE = pytest.StashKey[tuple[int, str]]()
 
@@ -108,6 +113,12 @@ def tiers(item: pytest.Item) -> set[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{EXPECT_RESTART}: a program of the scenario restarts or exits by itself, on purpose (faults)"
+    )
+    config.addinivalue_line(
+        "markers", f"{EXPECT_TRACEBACK}: a program of the scenario logs a traceback or an error record, on purpose"
+    )
     tier = config.getoption("tier")
     if tier == KIND and not EXTERNAL_KUBECONFIG and not config.option.collectonly:
         raise pytest.UsageError("--tier kind runs against the KinD test-bed: set GPU_TEST_KUBECONFIG to its kubeconfig")
@@ -229,14 +240,20 @@ def drop_stale_scenario_namespaces(api: SyncClient, timeout: float = 180) -> Non
 
 
 @pytest.fixture
-def world(cluster: Cluster) -> Iterator[World]:
+def world(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[World]:
     api = cluster.api
     ns = f"s-{uuid.uuid4().hex[:8]}"
     create_namespace(api, ns, timeout=30, labels={SCENARIO_LABEL: "true"})
     w = World(api, cluster, ns)
-    yield w
-    # Undo what this scenario changed on shared things, then drop its namespace.
     comps = cluster.components
+    watch = None
+    if cluster.cp is not None and comps is not None:
+        watch = Watch(cluster.cp.logs)
+        watch.begin(comps.programs)
+    yield w
+    # What the programs did is read before the teardown restarts any of them.
+    found = watch.findings(comps.programs) if watch is not None and comps is not None else None
+    # Undo what this scenario changed on shared things, then drop its namespace.
     if comps is not None and not comps.webhook.running:
         comps.start_webhook()
     if comps is not None and not comps.scheduler.running:
@@ -250,6 +267,21 @@ def world(cluster: Cluster) -> Iterator[World]:
     api.delete(paths.namespace(ns))
     if cluster.cp is not None:
         cluster.cp.check_alive()
+    if found is not None:
+        assert watch is not None and comps is not None
+        # The teardown's own requests are this scenario's too: read the logs once more after it.
+        later = watch.findings(comps.programs)
+        found = dataclasses.replace(found, tracebacks=later.tracebacks, errors=later.errors)
+        unexpected = found.unexpected(
+            restarts=request.node.get_closest_marker(EXPECT_RESTART) is not None,
+            tracebacks=request.node.get_closest_marker(EXPECT_TRACEBACK) is not None,
+        )
+        if unexpected:
+            pytest.fail(
+                f"the scenario's programs did what it did not declare (tag it @{EXPECT_RESTART} or "
+                f"@{EXPECT_TRACEBACK} if meant; logs in {cluster.cp.logs}):\n" + "\n".join(unexpected),
+                pytrace=False,
+            )
 
 
 # ---- StatefulSets (takehome, admission, resilience, kind) ------------------------------------------------------
