@@ -35,7 +35,7 @@ import os
 import pathlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -72,6 +72,7 @@ from gpu_scheduling.kube.sync import SyncClient
 from harness.components import Components
 from harness.controlplane import ControlPlane, create_namespace
 from harness.inventory import publish
+from harness.skips import as_failure
 from harness.wait import wait_for
 from harness.watch import Watch
 
@@ -151,6 +152,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The @disruptive scenarios take the deployed components away while they run (features/chart: the release
     # uninstalled), so every other scenario runs before them; the order among each group stays as collected.
     items.sort(key=lambda item: item.get_closest_marker(DISRUPTIVE) is not None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """On the control-plane tier no scenario may skip (harness/skips.py): the session starts everything they
+    need. The KinD tier's steps that need the test-bed's deployment skip on a cluster without it."""
+    report = yield
+    if item.config.getoption("tier") == CONTROLPLANE:
+        as_failure(report)
+    return report
 
 
 def _deselect(config: pytest.Config, items: list[pytest.Item], drop: list[pytest.Item]) -> None:
