@@ -442,7 +442,9 @@ def remove_gates(world: World, name: str) -> None:
 
 @when(step('the pod "{name:q}" is deleted'))
 def delete_pod(world: World, name: str) -> None:
-    world.deleted[name] = get_pod(world, name)["metadata"]["uid"]
+    uid = get_pod(world, name)["metadata"]["uid"]
+    world.deleted[name] = uid
+    world.held_at_deletion[name] = leases_of(world.api, uid)
     world.api.delete(paths.pod(world.namespace, name), gracePeriodSeconds="0")
 
 
@@ -591,4 +593,6 @@ def holds_leases(world: World, name: str, names: str) -> None:
 @then(step('no GPU lease is held by the pod "{name:q}"'))
 def no_leases(world: World, name: str) -> None:
     uid = world.deleted[name]
+    # Released, not never taken: the pod held Leases when the scenario deleted it.
+    assert world.held_at_deletion.get(name), f"{name} held no GPU Lease when it was deleted"
     wait_for(f"the leases of {name} released", lambda: not leases_of(world.api, uid), timeout=30)
