@@ -725,7 +725,7 @@ LIKELY = st.sampled_from(["claim", "statefulset", "default", "team-a", "demo", "
 FORMS = st.dictionaries(FORM_KEYS, JSON_VALUES | LIKELY | st.integers(0, 70), max_size=14)
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=250, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=FORMS | JSON_VALUES, path=st.sampled_from(["/api/preview", "/api/create"]))
 def test_any_json_body_is_answered_without_a_5xx_and_an_error_names_a_field(served, body, path):
     resp = served.http.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
@@ -738,7 +738,7 @@ def test_any_json_body_is_answered_without_a_5xx_and_an_error_names_a_field(serv
         assert answer["kind"] == ("Preview" if path == "/api/preview" else "Created")
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.binary(max_size=300))
 def test_any_bytes_are_answered_without_a_5xx(served, body):
     resp = served.http.post("/api/preview", content=body, headers={"Content-Type": "application/json"})
