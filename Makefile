@@ -112,7 +112,9 @@ bench: venv bench-toolchain
 	$(BIN)/python -m bench
 
 # The same benchmark with a few nodes and pods (every workload and contender, a 5 s storm), so that it never
-# rots; it asserts that every pod is bound (the storm's: tried) and the report is written, never a timing.
+# rots; it asserts that every pod is bound (the storm's: tried, and none bound) and the report is written, and what
+# every run must get right (bench/checks.py: W1 on the mapped nodes, no GPU held twice, no board flag), never a
+# timing.
 bench-smoke: venv bench-toolchain browser
 	$(BIN)/python -m bench --smoke
 
