@@ -74,7 +74,7 @@ from harness.controlplane import ControlPlane, create_namespace
 from harness.inventory import publish
 from harness.skips import as_failure
 from harness.wait import wait_for
-from harness.watch import Watch
+from harness.watch import Findings, Watch
 
 # ---- tiers -----------------------------------------------------------------------------------------------------
 
@@ -259,9 +259,8 @@ def world(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[World]:
     create_namespace(api, ns, timeout=30, labels={SCENARIO_LABEL: "true"})
     w = World(api, cluster, ns)
     comps = cluster.components
-    watch = None
-    if cluster.cp is not None and comps is not None:
-        watch = Watch(cluster.cp.logs)
+    watch = Watch(cluster.cp.logs) if cluster.cp is not None and comps is not None else None
+    if watch is not None and comps is not None:
         watch.begin(comps.programs)
     yield w
     # What the programs did is read before the teardown restarts any of them.
@@ -280,21 +279,24 @@ def world(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[World]:
     api.delete(paths.namespace(ns))
     if cluster.cp is not None:
         cluster.cp.check_alive()
-    if found is not None:
-        assert watch is not None and comps is not None
-        # The teardown's own requests are this scenario's too: read the logs once more after it.
+    if found is not None and watch is not None and comps is not None:
+        # The teardown's own requests are this scenario's too: its logs are read once more after it.
         later = watch.findings(comps.programs)
-        found = dataclasses.replace(found, tracebacks=later.tracebacks, errors=later.errors)
-        unexpected = found.unexpected(
-            restarts=request.node.get_closest_marker(EXPECT_RESTART) is not None,
-            tracebacks=request.node.get_closest_marker(EXPECT_TRACEBACK) is not None,
+        fail_on_undeclared(request, dataclasses.replace(found, tracebacks=later.tracebacks, errors=later.errors), watch)
+
+
+def fail_on_undeclared(request: pytest.FixtureRequest, found: Findings, watch: Watch) -> None:
+    """Fail the scenario on what its programs did that its tags do not declare (harness/watch.py)."""
+    unexpected = found.unexpected(
+        restarts=request.node.get_closest_marker(EXPECT_RESTART) is not None,
+        tracebacks=request.node.get_closest_marker(EXPECT_TRACEBACK) is not None,
+    )
+    if unexpected:
+        pytest.fail(
+            f"the scenario's programs did what it did not declare (tagged @{EXPECT_RESTART} or @{EXPECT_TRACEBACK} "
+            f"when meant; logs in {watch.log_dir}):\n" + "\n".join(unexpected),
+            pytrace=False,
         )
-        if unexpected:
-            pytest.fail(
-                f"the scenario's programs did what it did not declare (tag it @{EXPECT_RESTART} or "
-                f"@{EXPECT_TRACEBACK} if meant; logs in {cluster.cp.logs}):\n" + "\n".join(unexpected),
-                pytrace=False,
-            )
 
 
 # ---- StatefulSets (takehome, admission, resilience, kind) ------------------------------------------------------
