@@ -687,6 +687,6 @@ def main(argv: list[str] | None = None) -> None:
         if r["failure"] or not r["first_pass_complete"]
     ]
     if incomplete:
-        raise SystemExit("runs that did not complete: " + "; ".join(incomplete))
+        raise SystemExit("runs that did not complete or got something wrong: " + "; ".join(incomplete))
     if args.smoke:
         board.main(smoke=True, loadgen=loadgen)
