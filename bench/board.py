@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from bench import contenders, measure, report, workload
+from bench import checks, contenders, measure, report, workload
 from bench.plane import BenchPlane, ProcessStats, build_loadgen
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
@@ -700,6 +700,9 @@ def run(settings: Settings, loadgen: pathlib.Path | None = None) -> dict[str, An
     results["machine"] = report.machine()
     results["machine"]["selenium"] = _selenium_version()
     write(results, settings)
+    problems = checks.board_flags(results["flags"], results["agents"]["flags_left"])
+    if problems:
+        raise SystemExit("the board is not in step with the cluster: " + "; ".join(problems))
     return results
 
 

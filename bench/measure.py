@@ -154,8 +154,9 @@ def per_pod(counts: dict[str, int], pods: int) -> dict[str, float]:
 
 
 def tried(pod: dict) -> bool:
-    """The scheduler has tried the pod: it found no place for it (condition PodScheduled=False), or bound it."""
-    return bool(pod["spec"].get("nodeName")) or any(
+    """The scheduler has tried the pod and found no place for it (condition PodScheduled=False). A bound pod is
+    not: a waiting pod of the storm must never be bound (bench/checks.py)."""
+    return not pod["spec"].get("nodeName") and any(
         c.get("type") == "PodScheduled" and c.get("status") == "False"
         for c in (pod.get("status") or {}).get("conditions") or []
     )

@@ -25,7 +25,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench import board, contenders, measure, report, workload
+from bench import board, checks, contenders, measure, report, workload
 from bench.plane import SCHEDULER_USER, BenchPlane, build_loadgen
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
@@ -179,6 +179,7 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         first_create = min(t.received for t in tail.pods.values())
         scheduler_writes = writes.counts(SCHEDULER_USER, since=first_create)
         claims_done = _claims_done(plane, contender.claim_api) if claims else None
+        problems = _problems(plane, settings, wl, contender.claim_api)
     finally:
         contender.stop()
         plane.stop()
@@ -196,6 +197,7 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         "claims_done": claims_done,
         "scheduler_writes": scheduler_writes,
         "writes_per_pod": measure.per_pod(scheduler_writes, len(pods)),
+        "problems": problems,
         **dataclasses.asdict(figs),
     }
     result["curve"] = _thin(result["curve"], 600)
@@ -208,6 +210,17 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         flush=True,
     )
     return result
+
+
+def _problems(plane: BenchPlane, settings: Settings, wl: str, api: workload.ClaimApi) -> list[str]:
+    """What the run got wrong (bench/checks.py): W1 pods off their mapped node, W2 GPUs held twice."""
+    listed = plane.api.get(paths.pods(NAMESPACE))["items"]
+    if wl == "w1":
+        return checks.misplaced(listed, checks.w1_mapped(settings.pods, settings.nodes, settings.group_size))
+    resource_claims = (
+        plane.api.get(workload.dra_path("resourceclaims", NAMESPACE))["items"] if api == workload.DRA else []
+    )
+    return checks.held_twice(listed, api, resource_claims)
 
 
 def _claims_done(plane: BenchPlane, api: workload.ClaimApi) -> int:
@@ -357,6 +370,8 @@ def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) ->
             _check(plane, contender)
             time.sleep(2 if len(pods) < 1000 else 5)  # listing thousands of pods costs the apiserver too
             listed = plane.api.get(paths.pods(NAMESPACE))["items"]
+            if bound := checks.storm_bound(listed):  # it would never be tried: its GPU is someone else's
+                raise RunAborted("; ".join(bound))
             waiting = len(pods) - sum(measure.tried(p) for p in listed)
         result.update(
             first_pass_complete=waiting == 0,
@@ -364,7 +379,10 @@ def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) ->
             first_pass_seconds=round(time.monotonic() - started, 1),
         )
         result["storm"] = _window(plane, contender, watched, writes, settings.storm_seconds)
-        result["bound"] = sum(bool(p["spec"].get("nodeName")) for p in plane.api.get(paths.pods(NAMESPACE))["items"])
+        listed = plane.api.get(paths.pods(NAMESPACE))["items"]
+        result["bound"] = sum(bool(p["spec"].get("nodeName")) for p in listed)
+        if bound := checks.storm_bound(listed):
+            raise RunAborted("; ".join(bound))
         result["peak_rss_mib"] = {k: s.peak_rss_mib() for k, s in watched.items()}
     except RunAborted as exc:
         result["failure"] = str(exc)
@@ -661,11 +679,14 @@ def main(argv: list[str] | None = None) -> None:
         if r["bound"] < r["pods"]
     ]
     incomplete += [
+        f"{r['workload']} {r['contender']} #{r['rep']}: {problem}" for r in runs for problem in r["problems"]
+    ]
+    incomplete += [
         f"storm {r['contender']}: {r['failure'] or str(r['untried_after_timeout']) + ' pods never tried'}"
         for r in storms
         if r["failure"] or not r["first_pass_complete"]
     ]
     if incomplete:
-        raise SystemExit("runs that did not complete: " + "; ".join(incomplete))
+        raise SystemExit("runs that did not complete or got something wrong: " + "; ".join(incomplete))
     if args.smoke:
         board.main(smoke=True, loadgen=loadgen)

@@ -30,11 +30,12 @@ saying why and how to opt in.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -71,7 +72,9 @@ from gpu_scheduling.kube.sync import SyncClient
 from harness.components import Components
 from harness.controlplane import ControlPlane, create_namespace
 from harness.inventory import publish
+from harness.skips import as_failure
 from harness.wait import wait_for
+from harness.watch import Findings, Watch
 
 # ---- tiers -----------------------------------------------------------------------------------------------------
 
@@ -87,6 +90,9 @@ MARKER_NAMESPACE = "kube-public"
 MARKER_CONFIGMAP: str = TESTBED["testbed_marker_configmap"]
 FEATURES = pathlib.Path(__file__).parent
 EXTERNAL_KUBECONFIG = os.environ.get("GPU_TEST_KUBECONFIG")
+#: Tags of the scenarios that make a program restart (or exit) or log a traceback or an error record on purpose;
+#: every other scenario fails at its end when one did (harness/watch.py, the `world` fixture).
+EXPECT_RESTART, EXPECT_TRACEBACK = "expect_restart", "expect_traceback"
 _DESELECTED = pytest.StashKey[int]()
 _WHY_NOT_EXCLUSIVE = pytest.StashKey[tuple[int, str]]()
 
@@ -108,6 +114,12 @@ def tiers(item: pytest.Item) -> set[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{EXPECT_RESTART}: a program of the scenario restarts or exits by itself, on purpose (faults)"
+    )
+    config.addinivalue_line(
+        "markers", f"{EXPECT_TRACEBACK}: a program of the scenario logs a traceback or an error record, on purpose"
+    )
     tier = config.getoption("tier")
     if tier == KIND and not EXTERNAL_KUBECONFIG and not config.option.collectonly:
         raise pytest.UsageError("--tier kind runs against the KinD test-bed: set GPU_TEST_KUBECONFIG to its kubeconfig")
@@ -140,6 +152,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The @disruptive scenarios take the deployed components away while they run (features/chart: the release
     # uninstalled), so every other scenario runs before them; the order among each group stays as collected.
     items.sort(key=lambda item: item.get_closest_marker(DISRUPTIVE) is not None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """No scenario may skip, on either tier (harness/skips.py): each tier runs only the scenarios it has everything
+    for, so the steps' skips for the other tier (a KinD-only step on the control plane, and the reverse) are
+    never reached, and one that is fails."""
+    report = yield
+    as_failure(report)
+    return report
 
 
 def _deselect(config: pytest.Config, items: list[pytest.Item], drop: list[pytest.Item]) -> None:
@@ -229,14 +253,19 @@ def drop_stale_scenario_namespaces(api: SyncClient, timeout: float = 180) -> Non
 
 
 @pytest.fixture
-def world(cluster: Cluster) -> Iterator[World]:
+def world(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[World]:
     api = cluster.api
     ns = f"s-{uuid.uuid4().hex[:8]}"
     create_namespace(api, ns, timeout=30, labels={SCENARIO_LABEL: "true"})
     w = World(api, cluster, ns)
-    yield w
-    # Undo what this scenario changed on shared things, then drop its namespace.
     comps = cluster.components
+    watch = Watch(cluster.cp.logs) if cluster.cp is not None and comps is not None else None
+    if watch is not None and comps is not None:
+        watch.begin(comps.programs)
+    yield w
+    # What the programs did is read before the teardown restarts any of them.
+    found = watch.findings(comps.programs) if watch is not None and comps is not None else None
+    # Undo what this scenario changed on shared things, then drop its namespace.
     if comps is not None and not comps.webhook.running:
         comps.start_webhook()
     if comps is not None and not comps.scheduler.running:
@@ -250,6 +279,24 @@ def world(cluster: Cluster) -> Iterator[World]:
     api.delete(paths.namespace(ns))
     if cluster.cp is not None:
         cluster.cp.check_alive()
+    if found is not None and watch is not None and comps is not None:
+        # The teardown's own requests are this scenario's too: its logs are read once more after it.
+        later = watch.findings(comps.programs)
+        fail_on_undeclared(request, dataclasses.replace(found, tracebacks=later.tracebacks, errors=later.errors), watch)
+
+
+def fail_on_undeclared(request: pytest.FixtureRequest, found: Findings, watch: Watch) -> None:
+    """Fail the scenario on what its programs did that its tags do not declare (harness/watch.py)."""
+    unexpected = found.unexpected(
+        restarts=request.node.get_closest_marker(EXPECT_RESTART) is not None,
+        tracebacks=request.node.get_closest_marker(EXPECT_TRACEBACK) is not None,
+    )
+    if unexpected:
+        pytest.fail(
+            f"the scenario's programs did what it did not declare (tagged @{EXPECT_RESTART} or @{EXPECT_TRACEBACK} "
+            f"when meant; logs in {watch.log_dir}):\n" + "\n".join(unexpected),
+            pytrace=False,
+        )
 
 
 # ---- StatefulSets (takehome, admission, resilience, kind) ------------------------------------------------------
@@ -397,7 +444,9 @@ def remove_gates(world: World, name: str) -> None:
 
 @when(step('the pod "{name:q}" is deleted'))
 def delete_pod(world: World, name: str) -> None:
-    world.deleted[name] = get_pod(world, name)["metadata"]["uid"]
+    uid = get_pod(world, name)["metadata"]["uid"]
+    world.deleted[name] = uid
+    world.held_at_deletion[name] = leases_of(world.api, uid)
     world.api.delete(paths.pod(world.namespace, name), gracePeriodSeconds="0")
 
 
@@ -546,4 +595,6 @@ def holds_leases(world: World, name: str, names: str) -> None:
 @then(step('no GPU lease is held by the pod "{name:q}"'))
 def no_leases(world: World, name: str) -> None:
     uid = world.deleted[name]
+    # Released, not never taken: the pod held Leases when the scenario deleted it.
+    assert world.held_at_deletion.get(name), f"{name} held no GPU Lease when it was deleted"
     wait_for(f"the leases of {name} released", lambda: not leases_of(world.api, uid), timeout=30)

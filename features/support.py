@@ -89,6 +89,7 @@ class World:
     namespace: str
     error: ApiError | None = None
     deleted: dict[str, str] = dataclasses.field(default_factory=dict)  # pod name -> uid, for its Leases
+    held_at_deletion: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # pod name -> its GPU Leases
     added_nodes: list[str] = dataclasses.field(default_factory=list)
     node_undo: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
 

@@ -133,7 +133,6 @@ class SchedulerProcess(Process):
         self.starts = 0
         self.identity = base_identity
         self.restart_on_failure = restart_on_failure
-        self.restarts = 0  # starts made by the supervisor, not by the test
         self._lock = threading.RLock()
         self._stopped = True
 
@@ -298,6 +297,11 @@ class Components:
             self.proxy.start()
         self.scheduler.start()
         self.scheduler.wait_ready()
+
+    @property
+    def programs(self) -> list[Process]:
+        """The webhook and every scheduler: what harness/watch.py counts restarts and exits of."""
+        return [self.webhook, *self.schedulers]
 
     # ---- more schedulers and the leader ----------------------------------------------------------------------
     @property

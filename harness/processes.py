@@ -27,6 +27,8 @@ class Process:
         self.log_path = log_dir / f"{name}.log"
         self.env = dict(os.environ, **(env or {}))
         self.proc: subprocess.Popen[bytes] | None = None
+        self.stopped = False  # by the test (stop, kill), since the last start: an exit it meant
+        self.restarts = 0  # starts made by a supervisor (harness/components.py), not by the test
 
     def start(self) -> Process:
         log = self.log_path.open("ab")
@@ -36,6 +38,7 @@ class Process:
             self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
         )
         log.close()
+        self.stopped = False
         return self
 
     @property
@@ -49,6 +52,7 @@ class Process:
             return ""
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
+        self.stopped = True
         if not self.running:
             return
         assert self.proc is not None

@@ -6,7 +6,7 @@ Feature: The GpuClaim API: the apiserver validates claims, the webhook wires CUD
     Then the creation is refused with a message containing "spec.devices.count"
     When the GpuClaim "odd" asking for 1 GPUs with policy "random" is created
     Then the creation is refused with a message containing "spec.devices.policy"
-    When the GpuClaim "train" asking for 2 GPUs with policy "spread" is created
+    When the GpuClaim "train" asking for 2 GPUs with policy "spread" and an empty topology is created
     Then the GpuClaim "train" exists with exclusivity "Exclusive" and topology mode "Ignore"
 
   Scenario: A pod naming both a claim and a map is refused

@@ -19,13 +19,21 @@ def create_claim(world: World, name: str, count: int, policy: str) -> None:
     world.attempt(lambda: world.api.create(paths.gpu_claims(world.namespace), body))
 
 
+@when(
+    step('the GpuClaim "{name:q}" asking for {count:d} GPUs with policy "{policy:q}" and an empty topology is created')
+)
+def create_claim_empty_topology(world: World, name: str, count: int, policy: str) -> None:
+    body = objects.claim_body(name, {"devices": {"count": count, "policy": policy}, "topology": {}})
+    world.attempt(lambda: world.api.create(paths.gpu_claims(world.namespace), body))
+
+
 @then(step('the GpuClaim "{name:q}" exists with exclusivity "{exclusivity:q}" and topology mode "{mode:q}"'))
 def claim_defaults(world: World, name: str, exclusivity: str, mode: str) -> None:
     assert world.error is None, world.error
     claim = world.api.get(paths.gpu_claim(world.namespace, name))
-    # Defaults come from the CRD's schema, applied by the apiserver.
-    assert claim["spec"]["devices"]["exclusivity"] == exclusivity
-    assert claim["spec"].get("topology", {}).get("mode", "Ignore") == mode
+    # Defaults come from the CRD's schema, applied by the apiserver: both must be there, not supplied here.
+    assert claim["spec"]["devices"].get("exclusivity") == exclusivity, claim["spec"]
+    assert claim["spec"].get("topology", {}).get("mode") == mode, claim["spec"]
 
 
 @when(step('the pod "{name:q}" naming the GpuClaim "{claim:q}" is created with the map "{gpu_map:q}"'))

@@ -52,24 +52,43 @@ Feature: GpuClaims are allocated with leases, reported in the claim, and release
     Then the GpuClaim "second" is Bound with GPUs "0,6" on node1
     And the GpuClaim "second" says "preferred ids [5] were taken; fell back"
 
-  Scenario: Required topology keeps the claim inside one fast island
+  Scenario: Required topology keeps the claim inside one fast island, where Ignore takes adjacent GPUs across islands
     Given the GpuClaim "fast" asking for 3 GPUs with topology "Required" at 600 GB/s on node "node1" is created
-    And GPU 0 of node1 is Unhealthy
+    And the GpuClaim "any" asking for 3 GPUs with topology "Ignore" at 600 GB/s on node "node2" is created
+    And GPU 2 of node1 is Unhealthy
+    And GPU 2 of node2 is Unhealthy
     When the pod "fast-0" naming the GpuClaim "fast" is created
-    Then the GpuClaim "fast" is Bound with GPUs "1,2,3" on node1
+    And the pod "any-0" naming the GpuClaim "any" is created
+    Then the GpuClaim "fast" is Bound with GPUs "0,1,3" on node1
+    And the GpuClaim "any" is Bound with GPUs "3,4,5" on node2
 
   Scenario: Required topology fails when no island can ever hold the claim
     Given the GpuClaim "wide" asking for 5 GPUs with topology "Required" at 600 GB/s on node "node1" is created
     When the pod "wide-0" naming the GpuClaim "wide" is created
     Then the GpuClaim "wide" is Failed with a message containing "no node can ever provide 5 Exclusive GPU(s) in one NVLink island"
 
-  Scenario: Preferred topology falls back across islands when the fast island is busy
+  Scenario: Preferred topology takes the slower island whole when the fast island is busy
     Given the GpuClaim "hold" asking for 1 GPUs with policy "contiguous" on node "node1" is created
     And the GpuClaim "pref" asking for 4 GPUs with topology "Preferred" at 600 GB/s on node "node1" is created
     When the pod "hold-0" naming the GpuClaim "hold" is created
     Then the GpuClaim "hold" is Bound with GPUs "0" on node1
     When the pod "pref-0" naming the GpuClaim "pref" is created
     Then the GpuClaim "pref" is Bound with GPUs "4,5,6,7" on node1
+    And the GpuClaim "pref" says "within one island below 600 GB/s (preferred, not required)"
+
+  Scenario: Preferred topology falls back across islands when no island has room, where Required waits
+    Given GPU 4 of node1 is Unhealthy
+    And the GpuClaim "hold" asking for 1 GPUs with policy "contiguous" on node "node1" is created
+    And the GpuClaim "pref" asking for 4 GPUs with topology "Preferred" at 600 GB/s on node "node1" is created
+    And the GpuClaim "req" asking for 4 GPUs with topology "Required" at 0 GB/s on node "node1" is created
+    When the pod "hold-0" naming the GpuClaim "hold" is created
+    Then the GpuClaim "hold" is Bound with GPUs "0" on node1
+    When the pod "req-0" naming the GpuClaim "req" is created
+    Then the GpuClaim "req" is Pending with a message containing "every matching node is busy"
+    When the pod "req-0" is deleted
+    And the pod "pref-0" naming the GpuClaim "pref" is created
+    Then the GpuClaim "pref" is Bound with GPUs "1,2,3,5" on node1
+    And the GpuClaim "pref" says "lowest free ids"
 
   Scenario: A map pod's GPUs are never given to an Exclusive claim; the claim binds once the map pod is gone
     Given the GpuClaim "all" asking for 8 GPUs with policy "contiguous" on node "node3" is created

@@ -28,7 +28,8 @@ Feature: The deployed take-home on the KinD test-bed: real kubelets, real contai
     Given two scheduler replicas are running
     And a StatefulSet "handover" of 20 parallel replicas mapped round-robin onto node1..node4
     When the leader's scheduler pod is deleted after at least 5 of its pods are bound
-    Then all 20 pods run on their mapped nodes
+    Then another replica holds the leader Lease
+    When the StatefulSet is scaled to 24 replicas once the deleted leader is gone
+    Then all 24 pods run on their mapped nodes
     And every pod was bound exactly once and has a Scheduled event from gpu-scheduler
-    And another replica holds the leader Lease
     And the scheduler Deployment has 2 ready replicas again

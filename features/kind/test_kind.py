@@ -26,6 +26,7 @@ from features.support import (
     logs_show,
     pod_ready,
     running_on,
+    scale,
     step,
 )
 from gpu_scheduling import constants
@@ -72,6 +73,7 @@ class LeaderHandover:
     leader_identity: str = ""
     transitions: int = 0
     deleted_at: float = 0.0
+    bound_at_deletion: int = 0
 
 
 @pytest.fixture
@@ -134,9 +136,9 @@ def leader_two_replicas(world: World, leader_handover: LeaderHandover) -> None:
 @when(parsers.parse("the leader's scheduler pod is deleted after at least {count:d} of its pods are bound"))
 def leader_pod_deleted(world: World, leader_handover: LeaderHandover, count: int) -> None:
     api = world.api
-    wait_for(
+    leader_handover.bound_at_deletion = wait_for(
         f"{count} bound pods",
-        lambda: sum(1 for p in api.pods(world.namespace) if p["spec"].get("nodeName")) >= count,
+        lambda: (n := sum(1 for p in api.pods(world.namespace) if p["spec"].get("nodeName"))) >= count and n,
         timeout=120,
         interval=0.05,
     )
@@ -148,6 +150,20 @@ def leader_pod_deleted(world: World, leader_handover: LeaderHandover, count: int
     leader_handover.deleted_at = time.monotonic()
     # An ordinary delete: the kubelet sends SIGTERM, the leader stops scheduling and hands the Lease back.
     api.delete(paths.pod(SYSTEM_NAMESPACE, leader_handover.leader_pod), missing_ok=False)
+
+
+@when(step("the StatefulSet is scaled to {replicas:d} replicas once the deleted leader is gone"))
+def scale_after_leader(world: World, statefulset: StatefulSet, leader_handover: LeaderHandover, replicas: int) -> None:
+    """Pods that exist only once the deleted leader's pod is gone: no one but another replica can bind them, so the
+    handover is shown even when the leader bound every first pod before its deletion took effect."""
+    assert leader_handover.leader_pod, "no leader was deleted"
+
+    def gone() -> bool:
+        return all(p["metadata"]["name"] != leader_handover.leader_pod for p in world.api.pods(SYSTEM_NAMESPACE))
+
+    wait_for(f"{leader_handover.leader_pod} gone", gone, timeout=120, interval=0.5)
+    print(f"{leader_handover.bound_at_deletion} pods were bound when the leader was deleted")
+    scale(world, statefulset, replicas)
 
 
 @then("another replica holds the leader Lease")

@@ -275,12 +275,6 @@ def priority_class(world: World, name: str, value: int) -> None:
     world.api.create(paths.PRIORITY_CLASSES, body, exist_ok=True)
 
 
-@then(step('the pod "{name:q}" is still Pending'))
-def still_pending(world: World, name: str) -> None:
-    pod = get_pod(world, name)
-    assert not pod["spec"].get("nodeName"), f"{name} was bound to {pod['spec'].get('nodeName')}"
-
-
 @then(step('the GpuClaim "{first:q}" was allocated before the GpuClaim "{second:q}"'))
 def allocated_before(world: World, first: str, second: str) -> None:
     a, b = claim_status(world, first), claim_status(world, second)

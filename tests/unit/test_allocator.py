@@ -133,7 +133,7 @@ requests = st.builds(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(requests, min_size=1, max_size=25), st.sets(st.integers(0, 7), max_size=3))
 def test_invariants_over_a_sequence_of_claims(reqs, unhealthy):
     nodes = [dgx("a", unhealthy=unhealthy), dgx("b"), Node("c", tuple(Device(i, "pcie", 0) for i in range(4)))]
@@ -156,7 +156,7 @@ def test_invariants_over_a_sequence_of_claims(reqs, unhealthy):
         held.append(Holding(d.node, d.gpu_ids, req.exclusivity))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(st.lists(requests, min_size=1, max_size=30))
 def test_nodes_sharing_one_devices_tuple_get_the_same_decisions(reqs):
     """The allocator merges nodes whose devices tuple is the same object; merging must not change any answer."""

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench import measure, report, run, workload
+from bench import checks, measure, report, run, workload
 from gpu_scheduling import constants, gpumap
 from gpu_scheduling.agent import inventory
 from gpu_scheduling.claims import objects
@@ -331,11 +331,76 @@ def test_write_tail_counts_writes_by_user_resource_and_window(tmp_path):
             True,
         ),
         ({"spec": {}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}, False),
-        ({"spec": {"nodeName": "node1"}, "status": {}}, True),
+        # a bound pod is no waiting pod that was tried: the storm fails on it (checks.storm_bound)
+        ({"spec": {"nodeName": "node1"}, "status": {}}, False),
+        (
+            {
+                "spec": {"nodeName": "node1"},
+                "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+            },
+            False,
+        ),
     ],
 )
-def test_a_pod_is_tried_once_it_is_unschedulable_or_bound(pod, expected):
+def test_a_waiting_pod_is_tried_once_it_is_unschedulable_and_a_bound_one_never_is(pod, expected):
     assert measure.tried(pod) is expected
+
+
+def _bound(name: str, node: str | None, annotations: dict[str, str] | None = None, gpus: int = 1) -> dict:
+    pod = {
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
+    if node:
+        pod["spec"]["nodeName"] = node
+    return pod
+
+
+def test_w1_pods_off_their_mapped_node_are_problems():
+    mapped = checks.w1_mapped(pods=4, nodes=2, group_size=2)
+    assert mapped == {"w1-g000-0": "node1", "w1-g000-1": "node2", "w1-g001-0": "node1", "w1-g001-1": "node2"}
+    right = [_bound(name, node) for name, node in mapped.items()]
+    assert checks.misplaced(right, mapped) == []
+    assert checks.misplaced([*right[:3], _bound("w1-g001-1", None)], mapped) == []  # unbound: the bound count's
+    (problem,) = checks.misplaced([*right[:3], _bound("w1-g001-1", "node1")], mapped)
+    assert problem == "1 W1 pods not on their mapped node: w1-g001-1 on node1, mapped to node2"
+
+
+def test_a_gpu_held_by_two_w2_pods_is_a_problem_in_every_claim_api():
+    ids = constants.GPU_IDS_ANNOTATION
+    apart = [_bound("a", "node1", {ids: "0,1"}), _bound("b", "node1", {ids: "2"}), _bound("c", "node2", {ids: "1"})]
+    assert checks.held_twice(apart, workload.GPUCLAIM) == []
+    (problem,) = checks.held_twice([*apart, _bound("d", "node1", {ids: "1,3"})], workload.GPUCLAIM)
+    assert problem == "1 GPUs held by more than one W2 pod: node1:1"
+    (problem,) = checks.held_twice([*apart, _bound("e", "node2")], workload.GPUCLAIM)
+    assert problem == "1 bound W2 pods without their GPU ids: e"
+
+    def claim(*devices: tuple[str, str]) -> dict:
+        results = [{"pool": pool, "device": device} for pool, device in devices]
+        return {"status": {"allocation": {"devices": {"results": results}}}}
+
+    claims = [claim(("node1", "gpu-0"), ("node1", "gpu-1")), claim(("node2", "gpu-1")), {"status": {}}]
+    assert checks.held_twice([], workload.DRA, claims) == []
+    (problem,) = checks.held_twice([], workload.DRA, [*claims, claim(("node1", "gpu-1"))])
+    assert problem == "1 GPUs held by more than one W2 pod: node1:gpu-1"
+
+    full = [_bound("f", "node1", gpus=4), _bound("g", "node1", gpus=4), _bound("h", None, gpus=8)]
+    assert checks.held_twice(full, workload.EXTENDED, gpus_per_node=8) == []
+    (problem,) = checks.held_twice([*full, _bound("i", "node1")], workload.EXTENDED, gpus_per_node=8)
+    assert problem == "nodes given more than 8 GPUs: node1 (9)"
+
+
+def test_a_bound_storm_pod_and_a_board_flag_are_problems():
+    assert checks.storm_bound([_bound("storm-0", None)]) == []
+    assert checks.storm_bound([_bound("storm-0", None), _bound("storm-1", "node3")]) == [
+        "1 storm pods bound while every GPU was taken: storm-1"
+    ]
+    assert checks.board_flags({}, 0) == []
+    assert checks.board_flags({"lease-without-holder": 0}, 0) == []
+    assert checks.board_flags({"in-use-by-out-of-step": 2}, 1) == [
+        "the board still flagged 1 GPUs once the agents had written their inUseBy",
+        "the board flags in-use-by-out-of-step 2",
+    ]
 
 
 def run_result(contender: str, wl: str, throughput: float, writes: dict[str, float]) -> dict:

@@ -255,7 +255,7 @@ FIELDS = st.sampled_from([*forms.COMMON_KEYS, *forms.CLAIM_KEYS, *forms.STATEFUL
 FORMS = st.dictionaries(FIELDS, JSON_VALUES | st.sampled_from(["claim", "statefulset", "default", "1", "0,1"]))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(FORMS | JSON_VALUES)
 def test_any_json_is_objects_or_a_form_error_naming_a_field(form):
     try:

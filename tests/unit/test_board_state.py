@@ -11,7 +11,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
 from gpu_scheduling import constants, gpumap
 from gpu_scheduling.board import state
@@ -23,13 +23,7 @@ ZONE = "topology.kubernetes.io/zone"
 STS = "gpu-scheduler-check"
 T0 = "2024-05-01T10:00:00Z"
 
-FUZZ = settings(
-    deadline=None,
-    derandomize=True,
-    database=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-)
+FUZZ = settings.get_profile("fuzz")  # tests/conftest.py
 
 
 # ---- objects -----------------------------------------------------------------------------------------------------

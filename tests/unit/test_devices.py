@@ -237,7 +237,7 @@ class Admissions(RuleBasedStateMachine):
         assert len(held) == len(set(held))
 
 
-Admissions.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+Admissions.TestCase.settings = settings(max_examples=150, stateful_step_count=30)
 TestAdmissions = Admissions.TestCase
 
 

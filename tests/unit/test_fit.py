@@ -857,7 +857,7 @@ JSON = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(st.lists(st.tuples(st.sampled_from(FUZZ_PATHS), JSON), min_size=1, max_size=3))
 def test_fuzz_pod_fit_and_footprint_never_raise(changes):
     p = base_pod()
@@ -1016,7 +1016,7 @@ class Usage(RuleBasedStateMachine):
             assert dict(self.usage.ports(n)) == dict(Counter(p for f in here for p in f.ports))
 
 
-Usage.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+Usage.TestCase.settings = settings(max_examples=200, stateful_step_count=40)
 TestUsage = Usage.TestCase
 
 

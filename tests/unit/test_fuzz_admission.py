@@ -15,7 +15,7 @@ import base64
 import json
 import random
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_scheduling import admission, gpumap, patches, podrequest
@@ -24,13 +24,7 @@ from gpu_scheduling.scheduler import decision, fit
 MESSAGE_BOUND = 8 * 1024
 """No message built from user text is longer than this (a denial, a BadRequest, an Unschedulable reason)."""
 
-FUZZ = settings(
-    deadline=None,
-    derandomize=True,
-    database=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-)
+FUZZ = settings.get_profile("fuzz")  # tests/conftest.py
 
 # ---- strategies ------------------------------------------------------------------------------------------------
 

@@ -314,7 +314,7 @@ class Election(RuleBasedStateMachine):
                 assert self.record is not None and self.record.holder == c.identity
 
 
-Election.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
+Election.TestCase.settings = settings(max_examples=300, stateful_step_count=60)
 test_at_most_one_leader = Election.TestCase
 
 

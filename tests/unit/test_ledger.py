@@ -632,7 +632,7 @@ def test_machine_a_lease_of_a_pod_deleted_while_the_scheduler_was_down_is_verifi
 
 
 TestLedgerMachine = LedgerMachine.TestCase
-TestLedgerMachine.settings = settings(max_examples=600, stateful_step_count=40, deadline=None)
+TestLedgerMachine.settings = settings(max_examples=600, stateful_step_count=40)
 
 
 def test_a_retry_that_finds_the_pod_bound_by_its_timed_out_attempt_keeps_the_hold():

@@ -120,7 +120,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(ops)
 def test_reservations_agree_with_a_plain_model(steps):
     r = Reservations()
@@ -234,7 +234,7 @@ def scenarios(draw):
     return nodes, [*claims, big], steps, big, longest
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(scenarios())
 def test_no_starvation_in_a_generated_stream(scenario):
     nodes, claims, steps, big, longest = scenario

@@ -326,7 +326,7 @@ def best_fit_key(node: Node, ids: tuple[int, ...], request: Request, holdings: l
     return (topology_miss(node, ids, request), len(free) - len(ids), island_left, slack, node.name)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(situations())
 def test_an_allocation_is_always_feasible_and_no_fit_means_none_is(situation):
     nodes, holdings, request, cursor, reserved = situation
@@ -349,7 +349,7 @@ def test_an_allocation_is_always_feasible_and_no_fit_means_none_is(situation):
         assert all(c.bandwidth_gbps >= request.min_bandwidth_gbps for c in chosen)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(situations())
 def test_the_chosen_node_is_the_strategys_best(situation):
     """Against each feasible node's own answer (the allocator on that node alone): the node chosen among all is the
@@ -378,7 +378,7 @@ def test_the_chosen_node_is_the_strategys_best(situation):
         assert d.node == (after or sorted(n.name for n in first))[0]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(st.integers(1, 12), st.sampled_from([1, 2, 8]), st.none() | st.sampled_from(["", "m05", "zz"]))
 def test_round_robin_visits_every_node_before_any_repeats(count, size, cursor):
     shared = tuple(Device(i) for i in range(size))
@@ -395,7 +395,7 @@ def test_round_robin_visits_every_node_before_any_repeats(count, size, cursor):
     assert visits[count:] == visits[:count]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     st.lists(requests.map(lambda r: dataclasses.replace(r, match_labels={})), min_size=1, max_size=20),
     cursors,
