@@ -164,8 +164,10 @@ def test_a_map_pod_is_read_through_the_cache_its_reader_owns():
     meta = {"uid": "v", "namespace": "default", "name": "check-1", "annotations": {"gpu-scheduling-map": "1=node2:3"}}
     pod = {"metadata": meta, "spec": {"nodeName": "node2"}}
     mine, other = gpumap.ParseCache(), gpumap.ParseCache()
-    assert objects.hold_from_pod(pod, mine) == objects.hold_from_pod(pod) == Hold(
-        "v", "default/check-1", "node2", (3,), "Shared", "map", "", True
+    assert (
+        objects.hold_from_pod(pod, mine)
+        == objects.hold_from_pod(pod)
+        == Hold("v", "default/check-1", "node2", (3,), "Shared", "map", "", True)
     )
     assert (len(mine), len(other)) == (1, 0)
     read = occupancy.read_pod(pod, other)
