@@ -8,13 +8,11 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import aiohttp
-
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.client import Client
 from gpu_scheduling.kube.config import ClusterConfig, ConfigError
-from gpu_scheduling.kube.errors import ApiError, Forbidden, NotFound, Unauthorized
+from gpu_scheduling.kube.errors import ApiError, Forbidden, NotFound, TransportError, Unauthorized
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -108,7 +106,7 @@ class Api:
             ) from None
         except ConfigError as exc:  # an exec credential plugin failed
             raise CliError(str(exc)) from None
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except TransportError as exc:
             raise CliError(f"cannot reach the API server {self.cfg.server}: {exc or type(exc).__name__}") from None
 
     async def list(self, res: Resource, namespace: str | None = None, **params: str) -> list[JSON]:

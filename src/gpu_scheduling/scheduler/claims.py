@@ -35,13 +35,11 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-import aiohttp
-
 from gpu_scheduling import constants, devices
 from gpu_scheduling.claims import allocator, objects, priority
 from gpu_scheduling.claims.ledger import GpuKey, Hold, LeaseRecord, Ledger
 from gpu_scheduling.kube import paths
-from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
+from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound, TransportError
 from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.kube.workqueue import WorkQueue
 from gpu_scheduling.scheduler import decision, fit
@@ -52,7 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TRANSIENT = (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
+TRANSIENT = (ApiError, TransportError, TimeoutError)
 
 
 #: Reason of the Event the leader records on the GpuSchedulingPolicy when it applies a generation.

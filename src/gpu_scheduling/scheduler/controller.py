@@ -26,13 +26,11 @@ import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.claims import objects, priority
 from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.kube import paths
-from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
+from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound, TransportError
 from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.kube.workqueue import Backoff, WorkQueue
 from gpu_scheduling.scheduler import decision, fit
@@ -544,7 +542,7 @@ class Scheduler:
             self.metrics.bind_error()
             self.queue.add_rate_limited(key)
             return None
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except TransportError as exc:
             log.warning("binding %s to %s: no answer (%s); will retry", key, node, exc)
             self.metrics.bind_error()
             self.queue.add_rate_limited(key)
@@ -613,7 +611,7 @@ class Scheduler:
             )
         except NotFound:
             pass
-        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
+        except (ApiError, TransportError) as exc:
             log.warning("could not set PodScheduled=False on %s: %s", key, exc)
             self._reported.pop(key, None)
         await self._event(pod, "Warning", constants.EVENT_FAILED_SCHEDULING, message)
@@ -656,6 +654,6 @@ class Scheduler:
         }
         try:
             await self.client.post(paths.events(namespace), event)
-        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
+        except (ApiError, TransportError) as exc:
             # An event is a courtesy: losing one (the apiserver busy or going away) must not disturb scheduling.
             log.warning("could not record %s event for %s %s: %s", reason, involved["kind"], involved["name"], exc)
