@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import grpc
 from aiohttp import web
 
-from gpu_scheduling import constants, devices, health, logs
+from gpu_scheduling import constants, devices, health, logs, runtime
 from gpu_scheduling.agent import inventory, nvml
 from gpu_scheduling.kube import config as kubeconfig
 from gpu_scheduling.kube import paths
@@ -597,7 +597,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help="keep the kubelet's view (as --show-kubelet prints it) in this file, for gpu-inventory-agent",
     )
-    p.add_argument("--health-port", type=health.port_flag, default=8081, help="/healthz and /readyz (0: none)")
+    p.add_argument("--health-port", type=runtime.optional_port, default=8081, help="/healthz and /readyz (0: none)")
     p.add_argument("--health-host", default="0.0.0.0")
     p.add_argument("--show-kubelet", action="store_true", help="print the kubelet's view of the resource and exit")
     logs.add_arguments(p)
