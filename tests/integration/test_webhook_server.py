@@ -388,3 +388,15 @@ def test_unexpected_error_is_500_logged_and_counted(monkeypatch, caplog):
     status, body = _call(app, "POST", "/mutate", review(GOOD_POD))
     assert status == 200
     assert_patched(body)
+
+
+def test_isolated_gpus_number_the_pods_gpus_from_zero():
+    """--isolated-gpus reaches the decision: the pod sees its one GPU as 0, not as the node's GPU 2 (the flag was
+    once parsed and handed to the app, which then decided without it)."""
+    status, body = _call(WebhookApp(isolated=True), "POST", "/mutate", review(GOOD_POD))
+    assert status == 200
+    patch = json.loads(base64.b64decode(json.loads(body)["response"]["patch"]))
+    assert patch == [{**PATCH[0], "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}]
+    status, body = _call(WebhookApp(), "POST", "/mutate", review(GOOD_POD))
+    assert status == 200
+    assert_patched(body)

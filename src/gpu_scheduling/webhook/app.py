@@ -171,9 +171,11 @@ class WebhookApp:
                 # and one at a time, so that their parsed forms do not add up past the memory limit.
                 if self._large is None:
                     self._large = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="decide-large")
-                review = await asyncio.get_running_loop().run_in_executor(self._large, _decide, body, self.gpu_resource)
+                review = await asyncio.get_running_loop().run_in_executor(
+                    self._large, _decide, body, self.gpu_resource, self.isolated
+                )
             else:
-                review = _decide(body, self.gpu_resource)
+                review = _decide(body, self.gpu_resource, self.isolated)
         except admission.BadRequest as exc:
             self.metrics.bad_requests.inc()
             log.warning("bad admission request from %s: %s", _peer(scope), exc)
