@@ -76,6 +76,10 @@ def _parse(prog: str, argv: list[str]) -> None:
         from gpu_scheduling.agent import main as agent
 
         agent.main([*argv, "--print"])
+    elif prog == "gpu-device-plugin":
+        from gpu_scheduling.agent import deviceplugin
+
+        deviceplugin.parse_args(argv)
     else:
         from gpu_scheduling import check
 
@@ -94,6 +98,9 @@ def _parse(prog: str, argv: list[str]) -> None:
         ("gpu-board", "--coalesce", "0", "expected seconds from 0.01 to 60, got '0'"),
         ("gpu-inventory-agent", "--health-port", "-1", "'-1': expected a port 1..65535, or 0 for none"),
         ("gpu-inventory-agent", "--interval", "0", "expected seconds from 0.1 to 3600, got '0'"),
+        ("gpu-device-plugin", "--slots", "0", "'0': expected an integer 1..1024"),
+        ("gpu-device-plugin", "--interval", "-5", "expected seconds from 0.1 to 3600, got '-5'"),
+        ("gpu-device-plugin", "--health-port", "65536", "'65536': expected a port 1..65535, or 0 for none"),
         ("gpu-scheduler-check", "--interval", "-1", "expected seconds from 0.1 to 3600, got '-1'"),
     ],
 )
