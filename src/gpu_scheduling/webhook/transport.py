@@ -33,10 +33,10 @@ import h2.errors
 import h2.events
 import h2.exceptions
 from hypercorn.asyncio.task_group import TaskGroup
-from hypercorn.asyncio.tcp_server import MAX_RECV, TCPServer
+from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.asyncio.worker_context import WorkerContext
 from hypercorn.config import Config
-from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.events import Event, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.events import Response
 from hypercorn.protocol.h2 import H2Protocol
@@ -193,6 +193,7 @@ class _Connection(TCPServer):
                     server,
                     self.protocol_send,
                     alpn,
+                    on_data=self._data_arrived,
                 )
                 await self.protocol.initiate()
                 await self.idle_task.restart(task_group, self._idle_timeout)
@@ -250,17 +251,11 @@ class _Connection(TCPServer):
                 self.pool.limits.header_timeout, self._headers_late
             )
 
-    async def _read_data(self) -> None:
-        # As TCPServer._read_data, and the header timer started by the first byte of a request.
-        while not self.reader.at_eof():
-            try:
-                data = await asyncio.wait_for(self.reader.read(MAX_RECV), self.config.read_timeout)
-            except (ConnectionError, OSError, TimeoutError, ssl.SSLError):
-                break
-            if data and self.idle and not self.h2:
-                self._start_header_timer()
-            await self.protocol.handle(RawData(data))
-        await self.protocol.handle(Closed())
+    def _data_arrived(self) -> None:
+        """Bytes came in (before the protocol reads them): on an idle HTTP/1.1 connection, the first byte of a
+        request, which starts its header deadline."""
+        if self.idle and not self.h2:
+            self._start_header_timer()
 
     def _cancel_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -335,7 +330,8 @@ class _H11Protocol(H11Protocol):
 # ProtocolWrapper looks the classes up here when a connection speaks h2 or HTTP/1.1.
 class _Protocols(ProtocolWrapper):
     """Hypercorn's ProtocolWrapper (the protocol of one connection, chosen by ALPN, and the switch to HTTP/2 when a
-    client sends HTTP/2's preface or asks for h2c), choosing the project's _H2Protocol and _H11Protocol."""
+    client sends HTTP/2's preface or asks for h2c), choosing the project's _H2Protocol and _H11Protocol, and telling
+    the connection (`on_data`) when bytes arrive."""
 
     def __init__(
         self,
@@ -349,8 +345,11 @@ class _Protocols(ProtocolWrapper):
         server: tuple[str, int] | None,
         send: Callable[[Event], Awaitable[None]],
         alpn_protocol: str | None = None,
+        *,
+        on_data: Callable[[], None] = lambda: None,
     ) -> None:
         # ProtocolWrapper.__init__ is not called: it would build Hypercorn's own class first.
+        self.on_data = on_data
         self.app, self.config, self.context, self.task_group = app, config, context, task_group
         self.ssl, self.client, self.server, self.send, self.state = ssl, client, server, send, state
         self.protocol: H11Protocol | H2Protocol = self._h2() if alpn_protocol == "h2" else self._h11()
@@ -382,6 +381,8 @@ class _Protocols(ProtocolWrapper):
         )
 
     async def handle(self, event: Event) -> None:
+        if isinstance(event, RawData) and event.data:
+            self.on_data()
         try:
             await self.protocol.handle(event)
         except H2ProtocolAssumedError as error:  # HTTP/2's preface without ALPN h2
