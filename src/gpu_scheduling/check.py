@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from gpu_scheduling import constants, logs
+from gpu_scheduling import constants, logs, runtime
 
 UNSET = "<unset>"
 
@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         prog="gpu-scheduler-check", description="Log NODE_NAME and CUDA_VISIBLE_DEVICES every --interval seconds."
     )
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between reports (default 5)")
+    p.add_argument(
+        "--interval", type=runtime.seconds(0.1, 3600), default=5.0, help="seconds between reports (default 5)"
+    )
     logs.add_arguments(p)  # the report goes to stdout as it is; only log records (none today) use these
     args = p.parse_args(argv)
     logs.configure(args.log_level, args.log_format)

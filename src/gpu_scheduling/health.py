@@ -6,7 +6,6 @@ a server of this module is made, so that the webhook (served by Hypercorn) does 
 
 from __future__ import annotations
 
-import argparse
 import copy
 import ssl
 from collections.abc import Callable, Iterable
@@ -94,11 +93,3 @@ async def serve(app: web.Application, host: str, port: int, ssl_context: ssl.SSL
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
     await site.start()
     return runner
-
-
-def port_flag(text: str) -> int:
-    """The argparse type of a --health-port: checked where the message names the flag, rather than when the server
-    binds. Plain ASCII digits only; 0 means no health server."""
-    if not (text.isascii() and text.isdigit() and 0 <= int(text) <= 65535):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a port 1..65535, or 0 for none")
-    return int(text)

@@ -24,7 +24,9 @@ import h2.events
 import pytest
 from hyperframe.frame import GoAwayFrame
 
-from gpu_scheduling.webhook import server
+from gpu_scheduling import runtime
+from gpu_scheduling.webhook import main, transport
+from gpu_scheduling.webhook.app import WebhookApp
 from harness import pki
 from harness.processes import free_port
 from tests.integration.test_webhook_server import GOOD_POD, assert_patched, review, start_webhook
@@ -41,7 +43,7 @@ def tls(tmp_path_factory) -> tuple[ssl.SSLContext, pathlib.Path]:
     d = tmp_path_factory.mktemp("drain")
     ca = pki.CA(d, "test")
     pair = ca.issue("serving", "gpu-webhook", server=True, dns=("localhost",), ips=("127.0.0.1",))
-    return server.ssl_context(str(pair.cert), str(pair.key)), ca.cert_path
+    return runtime.server_tls(str(pair.cert), str(pair.key), transport.ALPN), ca.cert_path
 
 
 async def connect(port: int, ca: pathlib.Path, alpn: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -71,8 +73,9 @@ class Running:
 @contextlib.asynccontextmanager
 async def running(server_ctx: ssl.SSLContext) -> AsyncIterator[Running]:
     port, stop, started = free_port(), asyncio.Event(), asyncio.Event()
+    app = WebhookApp()
     task = asyncio.create_task(
-        server.serve(server.WebhookApp(), "127.0.0.1", port, server_ctx, stop, None, started, drain_seconds=DRAIN)
+        transport.serve(app, app.metrics, "127.0.0.1", port, server_ctx, stop, None, started, drain_seconds=DRAIN)
     )
     await asyncio.wait_for(started.wait(), 10)
     try:
@@ -80,7 +83,7 @@ async def running(server_ctx: ssl.SSLContext) -> AsyncIterator[Running]:
     finally:
         stop.set()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, DRAIN + server.GRACEFUL_SECONDS + 2)
+            await asyncio.wait_for(task, DRAIN + transport.GRACEFUL_SECONDS + 2)
 
 
 class H2Client:
@@ -235,7 +238,7 @@ def test_http2_goaway_then_still_served_then_refused_after_the_drain(tls):
             await late.until(lambda: late.closed)  # idle at the end of the drain: its real last stream, then closed
             assert late.goaways[1:] == [(answered, NO_ERROR)]
 
-            await asyncio.wait_for(hook.task, server.GRACEFUL_SECONDS)
+            await asyncio.wait_for(hook.task, transport.GRACEFUL_SECONDS)
             with pytest.raises(OSError):
                 await asyncio.open_connection("127.0.0.1", hook.port)
 
@@ -245,7 +248,7 @@ def test_http2_goaway_then_still_served_then_refused_after_the_drain(tls):
 def test_a_stream_still_busy_after_the_grace_is_dropped(tls, monkeypatch):
     """A client that never finishes its request does not keep the server: GRACEFUL_SECONDS after the drain the
     connection is dropped and serve() ends."""
-    monkeypatch.setattr(server, "GRACEFUL_SECONDS", 0.5)
+    monkeypatch.setattr(transport, "GRACEFUL_SECONDS", 0.5)
     server_ctx, ca = tls
 
     async def scenario() -> None:
@@ -292,7 +295,7 @@ def test_http11_answers_say_connection_close_during_the_drain(tls):
 
             await hook.after_drain()
             assert await closed_by_server(unused[0])
-            await asyncio.wait_for(hook.task, server.GRACEFUL_SECONDS)
+            await asyncio.wait_for(hook.task, transport.GRACEFUL_SECONDS)
 
     asyncio.run(scenario())
 
@@ -323,12 +326,12 @@ def test_sigterm_drains_then_the_program_exits(tmp_path):
 
         signalled = asyncio.run(scenario())
         assert hook.proc.proc is not None
-        code = hook.proc.proc.wait(drain + server.GRACEFUL_SECONDS + 5)
+        code = hook.proc.proc.wait(drain + transport.GRACEFUL_SECONDS + 5)
         took = time.monotonic() - signalled
     finally:
         hook.proc.stop()
     assert code == 0, hook.log()
-    assert drain <= took < drain + server.GRACEFUL_SECONDS, f"exited {took:.2f}s after SIGTERM"
+    assert drain <= took < drain + transport.GRACEFUL_SECONDS, f"exited {took:.2f}s after SIGTERM"
     log = hook.log()
     for phase in ("stopping: serving on for 2s", "closing the listener", "stopped"):
         assert phase in log, log
@@ -337,18 +340,18 @@ def test_sigterm_drains_then_the_program_exits(tmp_path):
 @pytest.mark.parametrize("text", ["-1", "nan", "3601", "soon"])
 def test_drain_seconds_must_be_seconds(text, capsys):
     with pytest.raises(SystemExit):
-        server.parse_args(["--tls-cert-file", "c", "--tls-private-key-file", "k", "--drain-seconds", text])
+        main.parse_args(["--tls-cert-file", "c", "--tls-private-key-file", "k", "--drain-seconds", text])
     assert "--drain-seconds: expected seconds from 0 to 3600" in capsys.readouterr().err
 
 
 def test_drain_seconds_default_and_zero():
     required = ["--tls-cert-file", "c", "--tls-private-key-file", "k"]
-    assert server.parse_args(required).drain_seconds == server.SHUTDOWN_DRAIN_SECONDS == 2.0
-    assert server.parse_args([*required, "--drain-seconds", "0"]).drain_seconds == 0
+    assert main.parse_args(required).drain_seconds == transport.SHUTDOWN_DRAIN_SECONDS == 2.0
+    assert main.parse_args([*required, "--drain-seconds", "0"]).drain_seconds == 0
 
 
 def test_the_drain_goaway_says_no_stream_is_unprocessed():
     frame = GoAwayFrame(0)
-    frame.parse_body(memoryview(server.GOAWAY_DRAIN[9:]))
-    assert server.GOAWAY_DRAIN[3] == GoAwayFrame.type and int.from_bytes(server.GOAWAY_DRAIN[:3], "big") == 8
+    frame.parse_body(memoryview(transport.GOAWAY_DRAIN[9:]))
+    assert transport.GOAWAY_DRAIN[3] == GoAwayFrame.type and int.from_bytes(transport.GOAWAY_DRAIN[:3], "big") == 8
     assert (frame.last_stream_id, frame.error_code) == (LAST_STREAM, NO_ERROR)

@@ -18,7 +18,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_scheduling import admission, constants
-from gpu_scheduling.webhook import server
+from gpu_scheduling.webhook.app import WebhookApp
 from harness import pki
 from harness.processes import Process, free_port
 
@@ -352,7 +352,7 @@ def test_log_format_json(tmp_path):
 # that raises, since the real one must never do so.
 
 
-def _call(app: server.WebhookApp, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+def _call(app: WebhookApp, method: str, path: str, body: bytes) -> tuple[int, bytes]:
     sent: list[dict] = []
     messages = [{"type": "http.request", "body": body, "more_body": False}]
 
@@ -379,12 +379,24 @@ def test_unexpected_error_is_500_logged_and_counted(monkeypatch, caplog):
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(admission, "review_pod", broken)
-    app = server.WebhookApp()
+    app = WebhookApp()
     status, body = _call(app, "POST", "/mutate", review(GOOD_POD))
     assert status == 500 and b"internal error" in body
-    assert app.metrics.errors == 1
+    assert app.metrics.registry.get_sample_value("gpu_webhook_errors_total") == 1
     assert "unexpected error answering an admission request" in caplog.text
     monkeypatch.undo()
     status, body = _call(app, "POST", "/mutate", review(GOOD_POD))
+    assert status == 200
+    assert_patched(body)
+
+
+def test_isolated_gpus_number_the_pods_gpus_from_zero():
+    """--isolated-gpus reaches the decision: the pod sees its one GPU as 0, not as the node's GPU 2 (the flag was
+    once parsed and handed to the app, which then decided without it)."""
+    status, body = _call(WebhookApp(isolated=True), "POST", "/mutate", review(GOOD_POD))
+    assert status == 200
+    patch = json.loads(base64.b64decode(json.loads(body)["response"]["patch"]))
+    assert patch == [{**PATCH[0], "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}]
+    status, body = _call(WebhookApp(), "POST", "/mutate", review(GOOD_POD))
     assert status == 200
     assert_patched(body)

@@ -860,7 +860,7 @@ def test_the_default_values_file_is_the_defaults():
 @pytest.mark.parametrize("ci", ["default-values.yaml", "logging-values.yaml", "scheduler-values.yaml"])
 def test_the_scheduler_and_the_webhook_accept_their_args(ci):
     from gpu_scheduling.scheduler import main as scheduler
-    from gpu_scheduling.webhook import server as webhook
+    from gpu_scheduling.webhook import main as webhook
 
     docs = render(ci)
     (deployment,) = [
@@ -949,7 +949,7 @@ def test_the_device_plugin_gets_exactly_the_kubelets_sockets(ci):
     assert args.resource == constants.GPU_RESOURCE and args.health_port == 8081
     assert plugin["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "plugin-health"}
     assert f"--gpu-resource={constants.GPU_RESOURCE}" in container(docs, "Deployment", WEBHOOK)["args"]
-    from gpu_scheduling.webhook import server as webhook
+    from gpu_scheduling.webhook import main as webhook
 
     hook = webhook.parse_args(container(docs, "Deployment", WEBHOOK)["args"])
     assert hook.gpu_resource == constants.GPU_RESOURCE

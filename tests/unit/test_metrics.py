@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpu_scheduling import constants, health
 from gpu_scheduling.board.server import BoardMetrics
 from gpu_scheduling.scheduler.metrics import ATTEMPT_BUCKETS, BUCKETS, E2E_BUCKETS, Metrics, SchedulerState
-from gpu_scheduling.webhook.server import WebhookMetrics
+from gpu_scheduling.webhook.metrics import WebhookMetrics
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -384,11 +384,17 @@ def test_webhook_families_types_and_labels():
 
 def test_webhook_attributes_are_what_the_registry_shows():
     m = WebhookMetrics()
-    m.requests, m.patched, m.denied, m.errors = 5, 3, 1, 2
-    m.connections, m.connections_h2, m.connections_h1 = 4, 7, 1
-    m.largest_response_bytes = 1234
+    m.requests.inc(5)
+    m.patched.inc(3)
+    m.denied.inc(1)
+    m.errors.inc(2)
+    m.open_connections.set(4)
+    m.connections.labels("h2").inc(7)
+    m.connections.labels("http/1.1").inc(1)
+    m.response_size(1234)
+    m.response_size(1000)  # the largest so far stays
     for s in (0.0004, 0.003, 0.003, 9.0):
-        m.observe(s)
+        m.duration.observe(s)
     got = samples(m.registry)
     assert got[("gpu_webhook_requests_total", ())] == 5
     assert got[("gpu_webhook_patched_total", ())] == 3

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import pathlib
-import signal
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
@@ -33,7 +32,7 @@ from typing import Any, TypeVar
 import grpc
 from aiohttp import web
 
-from gpu_scheduling import constants, devices, health, logs
+from gpu_scheduling import constants, devices, health, logs, runtime
 from gpu_scheduling.agent import inventory, nvml
 from gpu_scheduling.kube import config as kubeconfig
 from gpu_scheduling.kube import paths
@@ -527,11 +526,7 @@ class DevicePlugin:
         return bool(self.registered_at) and synced and not self.problem
 
 
-async def run(args: argparse.Namespace) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+async def run(args: argparse.Namespace, stop: asyncio.Event) -> None:
     files_dir = args.files_dir if args.source == "simulated" else None
     async with Client(kubeconfig.load(args.kubeconfig), user_agent="gpu-device-plugin") as client:
         plugin = DevicePlugin(
@@ -563,12 +558,6 @@ async def show_kubelet(args: argparse.Namespace) -> None:
     print(json.dumps(document, indent=2))
 
 
-def _positive(text: str) -> int:
-    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 1024):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer 1..1024")
-    return int(text)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gpu-device-plugin", description=__doc__)
     p.add_argument("--kubeconfig")
@@ -581,7 +570,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--simulated", default=inventory.DEFAULT_SIMULATED, help="declaration without the node annotation")
     p.add_argument("--resource", default=constants.GPU_RESOURCE, help=f"default {constants.GPU_RESOURCE}")
     p.add_argument(
-        "--slots", type=_positive, default=constants.DEVICE_SLOTS_DEFAULT, help="devices per GPU (containers per GPU)"
+        "--slots",
+        type=runtime.integer(1, 1024),
+        default=constants.DEVICE_SLOTS_DEFAULT,
+        help="devices per GPU (containers per GPU)",
     )
     p.add_argument("--plugin-dir", default=DEVICE_PLUGIN_DIR, help=f"the kubelet's plugin folder ({DEVICE_PLUGIN_DIR})")
     p.add_argument("--socket-name", default="gpu-scheduling.sock", help="this plugin's socket in --plugin-dir")
@@ -591,13 +583,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="/var/lib/gpu-scheduling/devices",
         help="simulated: host folder of the GPUs' files (mounted at the same path in this container)",
     )
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between reads of the GPUs' health")
+    p.add_argument(
+        "--interval", type=runtime.seconds(0.1, 3600), default=5.0, help="seconds between reads of the GPUs' health"
+    )
     p.add_argument(
         "--kubelet-view-file",
         default="",
         help="keep the kubelet's view (as --show-kubelet prints it) in this file, for gpu-inventory-agent",
     )
-    p.add_argument("--health-port", type=health.port_flag, default=8081, help="/healthz and /readyz (0: none)")
+    p.add_argument("--health-port", type=runtime.optional_port, default=8081, help="/healthz and /readyz (0: none)")
     p.add_argument("--health-host", default="0.0.0.0")
     p.add_argument("--show-kubelet", action="store_true", help="print the kubelet's view of the resource and exit")
     logs.add_arguments(p)
@@ -614,7 +608,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("gpu-device-plugin: --source nvml or --source simulated is required")
     if not args.node_name:
         raise SystemExit("gpu-device-plugin: --node-name or NODE_NAME is required")
-    asyncio.run(run(args))
+    runtime.run("gpu-device-plugin", functools.partial(run, args))
 
 
 if __name__ == "__main__":

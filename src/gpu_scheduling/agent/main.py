@@ -8,17 +8,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
 import pathlib
-import signal
 import time
 from typing import Any
 
 from aiohttp import web
 
-from gpu_scheduling import constants, devices, health, logs
+from gpu_scheduling import constants, devices, health, logs, runtime
 from gpu_scheduling.agent import inventory, nvml
 from gpu_scheduling.agent.metrics import AgentMetrics
 from gpu_scheduling.agent.publish import write_node_status
@@ -26,7 +26,7 @@ from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import config as kubeconfig
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.client import Client
-from gpu_scheduling.kube.errors import ApiError
+from gpu_scheduling.kube.errors import ApiError, TransportError
 
 log = logging.getLogger("gpu_scheduling.agent")
 
@@ -90,11 +90,7 @@ async def sync(
     return written, used
 
 
-async def run(args: argparse.Namespace) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+async def run(args: argparse.Namespace, stop: asyncio.Event) -> None:
     async with Client(kubeconfig.load(args.kubeconfig), user_agent="gpu-inventory-agent") as client:
         if args.once:
             await sync(client, args.node_name, args.source, args.simulated)
@@ -117,7 +113,7 @@ async def run(args: argparse.Namespace) -> None:
                     written, used = await sync(
                         client, args.node_name, args.source, args.simulated, args.kubelet_view_file
                     )
-                except (ApiError, inventory.InventoryError, OSError) as exc:
+                except (ApiError, TransportError, inventory.InventoryError, OSError) as exc:
                     metrics.failed(time.monotonic() - started)
                     log.warning("could not update GpuNodeStatus %s: %s", args.node_name, exc)
                 else:
@@ -148,7 +144,9 @@ def main(argv: list[str] | None = None) -> None:
         default=inventory.DEFAULT_SIMULATED,
         help=f"simulated inventory when the node has no {constants.SIMULATED_ANNOTATION} annotation",
     )
-    p.add_argument("--interval", type=float, default=10.0, help="seconds between updates (default 10)")
+    p.add_argument(
+        "--interval", type=runtime.seconds(0.1, 3600), default=10.0, help="seconds between updates (default 10)"
+    )
     p.add_argument(
         "--kubelet-view-file",
         help="the kubelet's device assignments as gpu-device-plugin writes them: published per GPU as kubeletPods",
@@ -156,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--once", action="store_true", help="write the GpuNodeStatus once and exit (serves nothing)")
     p.add_argument(
         "--health-port",
-        type=health.port_flag,
+        type=runtime.optional_port,
         default=8080,
         help="port of /healthz, /readyz and /metrics (default 8080; 0: no health server)",
     )
@@ -166,8 +164,6 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     logs.configure(args.log_level, args.log_format)
     if args.print:
-        import json
-
         try:
             status, used = read_inventory(args.source, {"metadata": {}}, args.simulated)
         except inventory.InventoryError as exc:
@@ -176,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args.node_name:
         raise SystemExit("gpu-inventory-agent: --node-name or NODE_NAME is required")
-    asyncio.run(run(args))
+    runtime.run("gpu-inventory-agent", functools.partial(run, args))
 
 
 if __name__ == "__main__":

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
-import signal
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from gpu_scheduling import constants, health, logs
+from gpu_scheduling import constants, health, logs, runtime
 from gpu_scheduling.board.server import DEFAULT_POD_IMAGE, BoardMetrics, ServerConfig, make_app
 from gpu_scheduling.board.state import Board
 from gpu_scheduling.claims import strategy_names
@@ -30,39 +30,6 @@ from gpu_scheduling.kube.informer import Handler, Informer
 log = logging.getLogger("gpu_scheduling.board")
 
 
-def _seconds(low: float, high: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text.removesuffix("s"))
-        except ValueError:
-            value = float("nan")
-        if not low <= value <= high:  # NaN too
-            raise argparse.ArgumentTypeError(f"expected seconds from {low:g} to {high:g}, got {text!r}")
-        return value
-
-    return parse
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 100_000:
-        raise argparse.ArgumentTypeError(f"expected an integer from 1 to 100000, got {text!r}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
-    return value
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog=constants.BOARD_NAME,
@@ -70,7 +37,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    p.add_argument("--port", type=_port, default=None, help="port (default 8443 with TLS, 8080 without)")
+    p.add_argument("--port", type=runtime.port, default=None, help="port (default 8443 with TLS, 8080 without)")
     p.add_argument("--tls-cert", help="PEM serving certificate (chain); with --tls-key the board serves HTTPS")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     p.add_argument(
@@ -112,21 +79,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--coalesce",
-        type=_seconds(0.01, 60),
+        type=runtime.seconds(0.01, 60),
         default=ServerConfig.coalesce,
         metavar="SECONDS",
         help=f"publish the board's changes at most this often (default {ServerConfig.coalesce:g})",
     )
     p.add_argument(
         "--heartbeat",
-        type=_seconds(0.1, 3600),
+        type=runtime.seconds(0.1, 3600),
         default=ServerConfig.heartbeat,
         metavar="SECONDS",
         help=f"heartbeat comment on an idle event stream this often (default {ServerConfig.heartbeat:g})",
     )
     p.add_argument(
         "--max-clients",
-        type=_count,
+        type=runtime.integer(1, 100_000),
         default=ServerConfig.max_clients,
         help=f"event streams at once; beyond, 503 (default {ServerConfig.max_clients})",
     )
@@ -155,13 +122,6 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         heartbeat=args.heartbeat,
         max_clients=args.max_clients,
     )
-
-
-def ssl_context(cert: str, key: str) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert, key)
-    return ctx
 
 
 def informers(client: Client, board: Board, metrics: BoardMetrics, scheduler_name: str) -> list[Informer]:
@@ -196,13 +156,9 @@ def informers(client: Client, board: Board, metrics: BoardMetrics, scheduler_nam
     return made
 
 
-async def run(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace, stop: asyncio.Event) -> None:
     cfg = kubeconfig.load(args.kubeconfig)
-    tls = ssl_context(args.tls_cert, args.tls_key) if args.tls_cert else None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    tls = runtime.server_tls(args.tls_cert, args.tls_key, alpn=["http/1.1"]) if args.tls_cert else None
     board = Board(
         topology_labels=args.topology_labels, scheduler_name=args.scheduler_name, default_strategy=args.strategy
     )
@@ -225,32 +181,24 @@ async def run(args: argparse.Namespace) -> None:
         )
         tasks = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in watches]
         tasks.append(asyncio.create_task(server.hub.run(), name="event-hub"))
-        stopper: asyncio.Task[Any] = asyncio.create_task(stop.wait(), name="stop")
+        done: set[asyncio.Task[Any]] = set()
         try:
-            done, _ = await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            done = await runtime.until_stopped(stop, tasks)
         finally:
-            stopper.cancel()
             log.info("gpu-board stopping")
             await server.hub.close()  # the streams end now; the pages reconnect
             for task in tasks:
                 task.cancel()
             await asyncio.wait(tasks)
             await runner.cleanup()  # requests in flight (a create) finish first
-        for task in done:
-            if task is not stopper and not task.cancelled() and (error := task.exception()) is not None:
-                raise error
+        runtime.raise_failure(done)
         log.info("gpu-board stopped")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     logs.configure(args.log_level, args.log_format)
-    try:
-        asyncio.run(run(args))
-    except kubeconfig.ConfigError as exc:
-        raise SystemExit(f"{constants.BOARD_NAME}: {exc}") from None
-    except (OSError, ssl.SSLError) as exc:
-        raise SystemExit(f"{constants.BOARD_NAME}: cannot start: {exc}") from None
+    runtime.run(constants.BOARD_NAME, functools.partial(run, args), start_errors=(OSError, ssl.SSLError))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from gpu_scheduling import constants, health, names
 from gpu_scheduling.board import forms
 from gpu_scheduling.board.state import Board, Changes
 from gpu_scheduling.kube import paths
-from gpu_scheduling.kube.errors import AlreadyExists, ApiError, NotFound
+from gpu_scheduling.kube.errors import AlreadyExists, ApiError, NotFound, TransportError
 from gpu_scheduling.text import show
 
 log = logging.getLogger("gpu_scheduling.board")
@@ -608,10 +608,10 @@ class BoardServer:
         except ApiError as exc:
             self.metrics.api_refusals.inc()
             raise Refusal(422, f"{what}: {_api_message(exc)}") from None
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except TransportError as exc:
             self.metrics.api_refusals.inc()
             log.warning("%s: the Kubernetes API did not answer: %s", what, exc)
-            raise Refusal(503, f"{what}: the Kubernetes API did not answer ({type(exc).__name__})") from None
+            raise Refusal(503, f"{what}: the Kubernetes API did not answer ({exc.cause})") from None
 
     def _post(self, namespace: str, obj: forms.Object, dry_run: bool) -> Callable[[], Awaitable[JSON]]:
         path = {
@@ -690,7 +690,7 @@ class BoardServer:
             self.metrics.deleted.labels(obj.kind).inc()
         except NotFound:
             pass
-        except (ApiError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (ApiError, TransportError) as exc:
             log.warning("could not delete %s %s/%s after its pod failed: %s", obj.kind, namespace, obj.name, exc)
 
     async def delete(self, request: web.Request) -> web.Response:

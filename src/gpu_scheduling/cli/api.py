@@ -7,12 +7,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import aiohttp
-
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.client import Client
 from gpu_scheduling.kube.config import ClusterConfig, ConfigError
-from gpu_scheduling.kube.errors import ApiError, Forbidden, NotFound, Unauthorized
+from gpu_scheduling.kube.errors import ApiError, Forbidden, NotFound, TransportError, Unauthorized
 from gpu_scheduling.kube.paths import Resource as Resource  # the cli's modules name it from here
 
 JSON = dict[str, Any]
@@ -74,7 +72,7 @@ class Api:
             ) from None
         except ConfigError as exc:  # an exec credential plugin failed
             raise CliError(str(exc)) from None
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except TransportError as exc:
             raise CliError(f"cannot reach the API server {self.cfg.server}: {exc or type(exc).__name__}") from None
 
     async def list(self, res: Resource, namespace: str | None = None, **params: str) -> list[JSON]:

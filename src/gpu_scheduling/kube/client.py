@@ -1,22 +1,35 @@
 """JSON requests and watches against the Kubernetes API over one pooled aiohttp session (the programs' client;
-`sync.SyncClient` is its blocking twin for test steps and tools). Errors are `errors.ApiError` subclasses."""
+`sync.SyncClient` is its blocking twin for test steps and tools). An error answer is an `errors.ApiError` subclass;
+no answer (no connection, a reset, TLS, the request's deadline) is `errors.TransportError`, whatever aiohttp raised,
+so that aiohttp stays inside this module."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import aiohttp
 
 from gpu_scheduling.kube.config import ClusterConfig
-from gpu_scheduling.kube.errors import ApiError, error_for
+from gpu_scheduling.kube.errors import ApiError, TransportError, error_for
 from gpu_scheduling.kube.wire import JSON, PATCH_CONTENT_TYPES
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _transport(method: str, path: str) -> Iterator[None]:
+    """What aiohttp raises when no answer comes (its ClientError family, its timeouts, socket and TLS errors) leaves
+    as a TransportError; error answers (ApiError) and bad JSON (ValueError) pass as they are."""
+    try:
+        yield
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise TransportError(method, path, exc) from exc
 
 
 class RateLimiter:
@@ -103,18 +116,19 @@ class Client:
     ) -> JSON:
         assert self._session is not None, "use `async with Client(...)`"
         await self.limiter.acquire()
-        async with self._session.request(
-            method,
-            self.config.server + path,
-            params=params,
-            data=None if body is None else json.dumps(body),
-            headers=self._headers(content_type if body is not None else None),
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as resp:
-            if resp.status >= 400:
-                raise await self._error(resp)
-            answer: JSON = await resp.json(content_type=None)
-            return answer
+        with _transport(method, path):
+            async with self._session.request(
+                method,
+                self.config.server + path,
+                params=params,
+                data=None if body is None else json.dumps(body),
+                headers=self._headers(content_type if body is not None else None),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                if resp.status >= 400:
+                    raise await self._error(resp)
+                answer: JSON = await resp.json(content_type=None)
+                return answer
 
     async def get(self, path: str, **params: Any) -> JSON:
         return await self.request("GET", path, params=params or None)
@@ -145,18 +159,20 @@ class Client:
         """Yield watch events (`{"type": ..., "object": ...}`) until the server closes the stream."""
         assert self._session is not None, "use `async with Client(...)`"
         query = dict(params, watch="true", timeoutSeconds=str(timeout_seconds))
-        async with self._session.get(
-            self.config.server + path,
-            params=query,
-            headers=self._headers(),
-            timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
-        ) as resp:
-            if resp.status >= 400:
-                raise await self._error(resp)
-            buffer = b""
-            async for chunk in resp.content.iter_any():
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
+        # Only the reads are guarded: what the consumer raises while it holds an event never comes back in here.
+        with _transport("WATCH", path):
+            async with self._session.get(
+                self.config.server + path,
+                params=query,
+                headers=self._headers(),
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
+            ) as resp:
+                if resp.status >= 400:
+                    raise await self._error(resp)
+                buffer = b""
+                async for chunk in resp.content.iter_any():
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        if line.strip():
+                            yield json.loads(line)

@@ -2,6 +2,8 @@
 
 Callers catch what they mean (`except NotFound`, `except Conflict`) instead of comparing status codes. A 409 is
 `AlreadyExists` (a create of a name in use) or a plain `Conflict` (a stale resourceVersion); both are `Conflict`.
+When no answer came at all, the async client raises `TransportError`, whatever its HTTP library said, so that no
+program imports that library to catch it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,19 @@ class ApiError(Exception):
     def __init__(self, status: int, reason: str, message: str, body: Any = None) -> None:
         self.status, self.reason, self.message, self.body = status, reason, message, body
         super().__init__(f"{status} {reason}: {message}")
+
+
+class TransportError(OSError):
+    """No answer from the API server: the request could not be sent (no connection, TLS failed, the token file
+    unreadable), the connection broke, or the request's own deadline passed before the answer was read in full.
+    The request may or may not have taken effect; worth a retry. An OSError, as the socket errors it stands for, so
+    that code guarding files and sockets alike still catches it. `cause` names what the HTTP library raised (the
+    original is `__cause__`)."""
+
+    def __init__(self, method: str, path: str, cause: BaseException) -> None:
+        self.method, self.path, self.cause = method, path, type(cause).__name__
+        detail = str(cause)
+        super().__init__(f"{method} {path}: {self.cause}: {detail}" if detail else f"{method} {path}: {self.cause}")
 
 
 class BadRequest(ApiError):

@@ -32,11 +32,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import aiohttp
-
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
-from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
+from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound, TransportError
 
 if TYPE_CHECKING:
     from gpu_scheduling.kube.client import Client
@@ -334,7 +332,7 @@ class LeaderElector:
             log.debug("%s: lost a race for the lease %s: %s", self.config.identity, self.description, exc)
         except ApiError as exc:
             log.warning("%s: cannot read or write the lease %s: %s", self.config.identity, self.description, exc)
-        except (aiohttp.ClientError, OSError) as exc:
+        except TransportError as exc:
             log.warning(
                 "%s: cannot reach the API server for the lease %s: %s", self.config.identity, self.description, exc
             )
@@ -384,7 +382,7 @@ class LeaderElector:
         """Best effort, bounded: a stopping process must not hang on an unreachable API server."""
         try:
             await asyncio.wait_for(self._release(), timeout=self.config.release_timeout)
-        except (TimeoutError, ApiError, aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, ApiError, TransportError) as exc:
             log.warning(
                 "%s: could not release the leader lease %s: %s (it expires by itself)",
                 self.config.identity,

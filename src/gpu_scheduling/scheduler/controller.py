@@ -31,13 +31,11 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.claims import objects
 from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.kube import paths
-from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
+from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound, TransportError
 from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.scheduler import decision, fit
 from gpu_scheduling.scheduler.claims import ClaimPath, Placed
@@ -458,7 +456,7 @@ class Scheduler:
             self.metrics.bind_error()
             self.queue.failed(key)
             return None
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except TransportError as exc:
             log.warning("binding %s to %s: no answer (%s); will retry", key, node, exc)
             self.metrics.bind_error()
             self.queue.failed(key)
@@ -525,7 +523,7 @@ class Scheduler:
             )
         except NotFound:
             pass
-        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
+        except (ApiError, TransportError) as exc:
             log.warning("could not set PodScheduled=False on %s: %s", key, exc)
             self.queue.unreported(key)
         await self.recorder.pod(pod, "Warning", constants.EVENT_FAILED_SCHEDULING, message)

@@ -4,23 +4,20 @@ API's sake. It must not write anything but Events."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
-from gpu_scheduling.kube.errors import ApiError
+from gpu_scheduling.kube.errors import ApiError, TransportError
 
 if TYPE_CHECKING:
     from gpu_scheduling.kube.client import Client
 
 log = logging.getLogger(__name__)
 
-TRANSIENT = (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
+TRANSIENT = (ApiError, TransportError, TimeoutError)
 """What a call to the API may fail with and be tried again (the scheduler's modules that write share it)."""
 
 
@@ -64,6 +61,6 @@ class Recorder:
         }
         try:
             await self.client.post(paths.events(namespace), event)
-        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
+        except (ApiError, TransportError) as exc:
             # An event is a courtesy: losing one (the apiserver busy or going away) must not disturb scheduling.
             log.warning("could not record %s event for %s %s: %s", reason, involved["kind"], involved["name"], exc)

@@ -7,14 +7,13 @@ import asyncio
 import functools
 import logging
 import os
-import signal
 import socket
 import uuid
 from collections.abc import Callable
 
 from aiohttp import web
 
-from gpu_scheduling import constants, health, logs
+from gpu_scheduling import constants, health, logs, runtime
 from gpu_scheduling.claims import strategy_names
 from gpu_scheduling.kube import config as kubeconfig
 from gpu_scheduling.kube.client import Client
@@ -22,14 +21,6 @@ from gpu_scheduling.kube.leaderelection import ElectionConfig, LeadershipLost, r
 from gpu_scheduling.scheduler.controller import Scheduler, SchedulerConfig
 
 log = logging.getLogger("gpu_scheduling.scheduler")
-
-
-def _seconds(text: str) -> float:
-    """A duration in seconds, written `15` or, as kube-scheduler's flags, `15s`."""
-    try:
-        return float(text.removesuffix("s"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds such as 15 or 15s, got {text!r}") from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,7 +34,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get(constants.SCHEDULER_NAME_ENV, constants.DEFAULT_SCHEDULER_NAME),
         help="spec.schedulerName to serve (default: $SCHEDULER_NAME or gpu-scheduler)",
     )
-    p.add_argument("--health-port", type=int, default=8080, help="port of /healthz, /readyz, /metrics (default 8080)")
+    p.add_argument(
+        "--health-port", type=runtime.port, default=8080, help="port of /healthz, /readyz, /metrics (default 8080)"
+    )
     p.add_argument("--health-host", default="0.0.0.0", help="address of the health server (default 0.0.0.0)")
     p.add_argument("--workers", type=int, default=SchedulerConfig.workers, help="concurrent bind workers")
     p.add_argument(
@@ -76,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     le.add_argument(
         "--leader-elect-lease-duration",
-        type=_seconds,
+        type=runtime.seconds(0, 3600),
         default=defaults.lease_duration,
         metavar="SECONDS",
         help="how long followers wait after the leader's last renewal before "
@@ -84,14 +77,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     le.add_argument(
         "--leader-elect-renew-deadline",
-        type=_seconds,
+        type=runtime.seconds(0, 3600),
         default=defaults.renew_deadline,
         metavar="SECONDS",
         help=f"how long the leader keeps scheduling without a successful renewal (default {defaults.renew_deadline:g})",
     )
     le.add_argument(
         "--leader-elect-retry-period",
-        type=_seconds,
+        type=runtime.seconds(0, 3600),
         default=defaults.retry_period,
         metavar="SECONDS",
         help=f"time between renewals and between a follower's attempts (default {defaults.retry_period:g})",
@@ -164,15 +157,11 @@ async def schedule(
             task.cancel()
 
 
-async def run(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace, stop: asyncio.Event) -> None:
     cfg = kubeconfig.load(args.kubeconfig)
     election = election_config(args) if args.leader_elect else None
     # The audit log tells the replicas apart by their user agent.
     agent = f"{args.scheduler_name}/{election.identity}" if election else args.scheduler_name
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     async with Client(
         cfg, qps=args.qps, burst=args.burst, connections=max(64, args.workers * 2), user_agent=agent
     ) as client:
@@ -197,18 +186,15 @@ async def run(args: argparse.Namespace) -> None:
         )
         election_client = functools.partial(Client, cfg, connections=2, user_agent=f"{agent}/leader-election")
         main = asyncio.create_task(schedule(scheduler, election_client, election), name="schedule")
-        stopper = asyncio.create_task(stop.wait(), name="stop")
         try:
-            await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            await runtime.until_stopped(stop, {main})
         finally:
-            stopper.cancel()
             # Wait for the work to stop: a leader stops scheduling, then hands the lease over (bounded), so that
             # a follower takes over at once instead of after a lease duration.
             main.cancel()
             await asyncio.wait({main})
             await runner.cleanup()
-        if not main.cancelled() and (error := main.exception()) is not None:
-            raise error
+        runtime.raise_failure({main})
         log.info("gpu-scheduler stopped")
 
 
@@ -216,9 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logs.configure(args.log_level, args.log_format)
     try:
-        asyncio.run(run(args))
-    except kubeconfig.ConfigError as exc:
-        raise SystemExit(f"gpu-scheduler: {exc}") from None
+        runtime.run("gpu-scheduler", functools.partial(run, args))
     except LeadershipLost as exc:
         # As kube-scheduler: never go on with caches and queues of a term that ended; the kubelet restarts the
         # container, which comes back as a follower.
