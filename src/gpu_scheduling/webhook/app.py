@@ -17,7 +17,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from gpu_scheduling import admission, health
+from gpu_scheduling import admission, gpumap, health
 from gpu_scheduling.webhook.metrics import MAX_BODY_BYTES, WebhookMetrics
 
 if TYPE_CHECKING:
@@ -100,6 +100,8 @@ class WebhookApp:
     ) -> None:
         self.metrics = metrics or WebhookMetrics()
         self.gpu_resource, self.isolated = gpu_resource, isolated
+        # The maps of the pods it reviews, each distinct map parsed once: a StatefulSet's replicas carry the same one.
+        self.maps = gpumap.ParseCache()
         self.max_body, self.body_timeout = max_body, body_timeout
         self._budget_bytes = body_budget
         self._budget: _BodyBudget | None = None
@@ -172,10 +174,10 @@ class WebhookApp:
                 if self._large is None:
                     self._large = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="decide-large")
                 review = await asyncio.get_running_loop().run_in_executor(
-                    self._large, _decide, body, self.gpu_resource, self.isolated
+                    self._large, _decide, body, self.gpu_resource, self.isolated, self.maps
                 )
             else:
-                review = _decide(body, self.gpu_resource, self.isolated)
+                review = _decide(body, self.gpu_resource, self.isolated, self.maps)
         except admission.BadRequest as exc:
             self.metrics.bad_requests.inc()
             log.warning("bad admission request from %s: %s", _peer(scope), exc)
@@ -279,8 +281,10 @@ class WebhookApp:
             raise _Gone from exc
 
 
-def _decide(body: bytes, gpu_resource: str | None = None, isolated: bool = False) -> admission.AdmissionReview:
-    return admission.review_pod(admission.parse_review(body), gpu_resource, isolated)
+def _decide(
+    body: bytes, gpu_resource: str | None, isolated: bool, maps: gpumap.ParseCache
+) -> admission.AdmissionReview:
+    return admission.review_pod(admission.parse_review(body), gpu_resource, isolated, maps)
 
 
 def _peer(scope: HTTPScope) -> str:
