@@ -3,7 +3,7 @@
 `make uninstall-check` requires to be empty afterwards.
 
 The footprint is read from the machine and classified by plain functions of what was read (`Docker`, `Names`), so
-that the rules are unit-tested (tests/unit/test_uninstall.py) and the uninstall and its check cannot disagree on
+that the rules are unit-tested (tests/unit/testbed/test_uninstall.py) and the uninstall and its check cannot disagree on
 what belongs to the test-bed:
 
   containers  the node containers of every kind cluster the test-bed made (label io.x-k8s.kind.cluster: the
@@ -71,10 +71,10 @@ ONLINE_VARS = ROOT / "hack" / "online-vars.yml"
 # The label kind puts on each node container, naming its cluster (kind's pkg/cluster/constants).
 CLUSTER_LABEL = "io.x-k8s.kind.cluster"
 # Every image the test-bed names itself lives under this namespace (roles' defaults and images/kind-node/build.sh;
-# tests/unit/test_uninstall.py checks both).
+# tests/unit/testbed/test_uninstall.py checks both).
 IMAGE_NAMESPACE = "gpu-testbed/"
 # The images images/kind-node/build.sh builds under their upstream names, to import them into the node image
-# (tests/unit/test_uninstall.py checks this list against the script). Any tag: an earlier pin's build is the
+# (tests/unit/testbed/test_uninstall.py checks this list against the script). Any tag: an earlier pin's build is the
 # test-bed's too.
 COMPONENT_REPOSITORIES = tuple(
     f"registry.k8s.io/{name}"

@@ -85,8 +85,8 @@ def render(
 
 @functools.cache
 def keys() -> dict[str, str]:
-    """charts/gpu-scheduler/keys.yaml: constant name in lowercase -> its value (tests/unit/test_constants.py checks
-    each against src/gpu_scheduling/constants.py)."""
+    """charts/gpu-scheduler/keys.yaml: constant name in lowercase -> its value (tests/unit/testbed/test_constants.py
+    checks each against src/gpu_scheduling/constants.py)."""
     loaded: dict[str, str] = yaml.safe_load(KEYS_FILE.read_text())
     return loaded
 

@@ -16,7 +16,7 @@ built-in schemas only describe in prose), CEL rules (``x-kubernetes-validations`
 It reads versions.yml and the module cache, nothing else: it downloads nothing and talks to no cluster.
 
 Why not a library: `kubernetes-validate` 1.37.0 (jsonschema over the yannh/kubernetes-json-schema strict
-schemas, the maintained Python choice) was run on the cases of tests/unit/test_openapi.py with the schemas of
+schemas, the maintained Python choice) was run on the cases of tests/unit/testbed/test_openapi.py with the schemas of
 v1.34.0 (2026-11): 18 of 22 verdicts agree; it accepts a port of 2**31 (int32 range), a memory limit of "1GB" (not
 a quantity) and a caBundle that is not base64, which the apiserver refuses, and it cannot check a custom resource
 against the CRD the chart ships (GpuClaim: schema not found), which half of test_openapi needs. It is a 22.5 MB

@@ -1,7 +1,7 @@
 """Every annotation, label, environment variable, API group and version, resource and name the components agree
 on. Constants only, no logic beyond composing constants; the API paths built from them are in `kube.paths`.
 
-The Jinja templates of the test-bed take the same keys from inventory variables; tests/unit/test_constants.py
+The Jinja templates of the test-bed take the same keys from inventory variables; tests/unit/testbed/test_constants.py
 compares the two so they cannot drift apart.
 """
 

@@ -231,7 +231,7 @@ def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | No
 def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     """What `footprint` reads of a pod, and no more (its requests and host ports, node and phase): what the
     scheduler's informer keeps of each of possibly many thousands of other schedulers' pods. Kept beside the
-    readers it must serve; tests/unit/test_fit.py checks that `footprint(trimmed(pod)) == footprint(pod)`."""
+    readers it must serve; tests/unit/scheduler/test_fit.py checks that `footprint(trimmed(pod)) == footprint(pod)`."""
 
     def container(c: Any) -> Any:
         if not isinstance(c, dict):

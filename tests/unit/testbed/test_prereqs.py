@@ -17,8 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from hack import prereqs, toolchain
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import ROOT
 
 READY = prereqs.Facts(
     goal="test",

@@ -2,7 +2,7 @@
 (the chart's keys.yaml, which Ansible includes as `testbed_keys`), and the chart's MutatingWebhookConfiguration,
 rendered by the one template for both the test-bed and the control-plane tests, scopes the webhook the same way in
 both. The manifests are the chart's as `helm template` renders them with its defaults in the test-bed's namespace
-(harness/manifests.py); tests/unit/test_chart.py checks each of its values."""
+(harness/manifests.py); tests/unit/testbed/test_chart.py checks each of its values."""
 
 import base64
 import copy
@@ -18,8 +18,8 @@ from gpu_scheduling import constants, gpumap
 from gpu_scheduling.agent import inventory
 from gpu_scheduling.board import forms
 from harness import manifests
+from tests import ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = manifests.CHART
 KEYS = manifests.keys()
 CHART_DEFAULTS = manifests.chart_defaults()
@@ -275,7 +275,7 @@ def test_webhook_configuration_takes_one_client():
 
 def test_the_webhook_certificate_names_the_service_the_configuration_calls():
     """webhook_tls signs the DNS names of testbed_webhook_service, the Service the chart creates and calls
-    (tests/unit/test_chart.py checks the certificate the chart generates)."""
+    (tests/unit/testbed/test_chart.py checks the certificate the chart generates)."""
     tls_tasks = (ROOT / "roles/webhook_tls/tasks/main.yml").read_text()
     assert 'DNS:{{ testbed_webhook_service }}.{{ testbed_system_namespace }}.svc"' in tls_tasks
     service = one("Service", WEBHOOK)

@@ -19,7 +19,8 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import ROOT
+
 REQUIREMENTS = ROOT / "requirements.yml"
 #: ansible-core's own plugins: always there, nothing to install.
 CORE = "ansible.builtin"

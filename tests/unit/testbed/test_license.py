@@ -6,10 +6,10 @@ of the work to carry it, and setuptools puts LICENSE* into the wheel and the sdi
 
 import fnmatch
 import hashlib
-import pathlib
 import tomllib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import ROOT
+
 LICENSE = ROOT / "LICENSE"
 #: SPDX identifier -> the first lines of its licence text (blank lines and indentation aside).
 HEADINGS = {"Apache-2.0": ("Apache License", "Version 2.0, January 2004", "http://www.apache.org/licenses/")}

@@ -9,7 +9,8 @@ import re
 import pytest
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import ROOT
+
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
 
 

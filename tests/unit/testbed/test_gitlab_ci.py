@@ -5,14 +5,14 @@ project, git-ignored) and the acceptance results as its JUnit report, found wher
 GitLab is not run here; what is checked is what GitLab reads: the YAML, its one job, the paths and the duration."""
 
 import fnmatch
-import pathlib
 import re
 import subprocess
 
 import pytest
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import ROOT
+
 CI_FILE = ROOT / ".gitlab-ci.yml"
 COMMAND = "bash .ci/run"
 LIMIT_MINUTES = 90

@@ -4,14 +4,13 @@ mistake is reported with the document, the field's path and what was expected.""
 
 import base64
 import copy
-import pathlib
 
 import pytest
 import yaml
 
 from harness import openapi
+from tests import ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The CRDs live in the chart; before the chart they were files of the deploy role.
 CRD_DIRS = [ROOT / "charts" / "gpu-scheduler" / "crds", ROOT / "roles" / "deploy" / "files" / "crds"]
 CA_BUNDLE = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n").decode()

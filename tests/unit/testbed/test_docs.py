@@ -10,7 +10,8 @@ import urllib.parse
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import ROOT
+
 README_MAX_LINES = 250
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 

@@ -34,8 +34,8 @@ import yaml
 
 from gpu_scheduling import gpumap
 from harness import manifests
+from tests import ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "evidence"
 POD_LIST = "kubectl-get-pod-owide-A.txt"
 DEPLOY = ROOT / "roles" / "deploy"

@@ -4,7 +4,8 @@ document valid against the pinned Kubernetes OpenAPI schemas (harness/openapi.py
 the values the schema or the templates refuse, each naming the value; the programs accepting the arguments the
 chart gives them; every value documented, in the schema and set by a ci file.
 
-tests/unit/test_constants.py checks the keys, the RBAC, the policies and the webhook configuration of the defaults.
+tests/unit/testbed/test_constants.py checks the keys, the RBAC, the policies and the webhook configuration of the
+defaults.
 """
 
 from __future__ import annotations
@@ -1006,12 +1007,12 @@ def dashboard() -> dict[str, Any]:
 
 
 def exposed_series_names() -> set[str]:
-    """Every sample name the three programs expose (tests/unit/test_metrics.py's registries, with state, a written
-    status and an observation each, so that every family shows)."""
+    """Every sample name the three programs expose (tests/unit/programs/test_metrics.py's registries, with state, a
+    written status and an observation each, so that every family shows)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     from gpu_scheduling import health
-    from tests.unit.test_metrics import _registries
+    from tests.unit.programs.test_metrics import _registries
 
     return {
         sample.name

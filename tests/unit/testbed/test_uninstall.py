@@ -14,8 +14,7 @@ import pytest
 import yaml
 
 from hack import footprint
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import ROOT
 
 NAMES = footprint.Names(
     clusters=("gpu-cluster", "gpu-online"),

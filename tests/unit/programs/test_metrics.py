@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
-import pathlib
 import re
 
 import prometheus_client
@@ -19,6 +18,7 @@ from gpu_scheduling import constants, health
 from gpu_scheduling.board.server import BoardMetrics
 from gpu_scheduling.scheduler.metrics import ATTEMPT_BUCKETS, BUCKETS, E2E_BUCKETS, Metrics, SchedulerState
 from gpu_scheduling.webhook.metrics import WebhookMetrics
+from tests import ROOT
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -450,7 +450,6 @@ def _registries() -> list[tuple[str, prometheus_client.CollectorRegistry]]:
     return out
 
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
 
