@@ -355,20 +355,14 @@ class _Protocols(ProtocolWrapper):
         self.protocol: H11Protocol | H2Protocol = self._h2() if alpn_protocol == "h2" else self._h11()
 
     def _h2(self) -> _H2Protocol:
-        return _H2Protocol(
-            self.app,
-            self.config,
-            self.context,
-            self.task_group,
-            self.state,
-            self.ssl,
-            self.client,
-            self.server,
-            self.send,
-        )
+        return _H2Protocol(*self._arguments())
 
     def _h11(self) -> _H11Protocol:
-        return _H11Protocol(
+        return _H11Protocol(*self._arguments())
+
+    def _arguments(self) -> tuple[Any, ...]:
+        """What both of Hypercorn's protocols are built with, in their constructors' order."""
+        return (
             self.app,
             self.config,
             self.context,
