@@ -42,6 +42,7 @@ import pytest
 from pytest_bdd import given, then, when
 
 from features.support import (
+    SYSTEM_NAMESPACE,
     TAKE_HOME_MAP,
     TESTBED,
     WORKER_NODES,
@@ -74,7 +75,7 @@ from harness.controlplane import ControlPlane, create_namespace
 from harness.inventory import publish
 from harness.skips import as_failure
 from harness.wait import wait_for
-from harness.watch import Findings, Watch
+from harness.watch import Findings, Watch, container_restarts, restarted
 
 # ---- tiers -----------------------------------------------------------------------------------------------------
 
@@ -262,7 +263,10 @@ def world(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[World]:
     watch = Watch(cluster.cp.logs) if cluster.cp is not None and comps is not None else None
     if watch is not None and comps is not None:
         watch.begin(comps.programs)
+    # On KinD the kubelet restarts the programs: their containers' restart counts before and after.
+    kind_restarts = container_restarts(api.pods(SYSTEM_NAMESPACE)) if cluster.cp is None else None
     yield w
+    grown = restarted(kind_restarts, container_restarts(api.pods(SYSTEM_NAMESPACE))) if kind_restarts else ()
     # What the programs did is read before the teardown restarts any of them.
     found = watch.findings(comps.programs) if watch is not None and comps is not None else None
     # Undo what this scenario changed on shared things, then drop its namespace.
@@ -282,10 +286,14 @@ def world(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[World]:
     if found is not None and watch is not None and comps is not None:
         # The teardown's own requests are this scenario's too: its logs are read once more after it.
         later = watch.findings(comps.programs)
-        fail_on_undeclared(request, dataclasses.replace(found, tracebacks=later.tracebacks, errors=later.errors), watch)
+        fail_on_undeclared(
+            request, dataclasses.replace(found, tracebacks=later.tracebacks, errors=later.errors), str(watch.log_dir)
+        )
+    if grown:
+        fail_on_undeclared(request, Findings(restarts=grown), f"the {SYSTEM_NAMESPACE} namespace's pods")
 
 
-def fail_on_undeclared(request: pytest.FixtureRequest, found: Findings, watch: Watch) -> None:
+def fail_on_undeclared(request: pytest.FixtureRequest, found: Findings, where: str) -> None:
     """Fail the scenario on what its programs did that its tags do not declare (harness/watch.py)."""
     unexpected = found.unexpected(
         restarts=request.node.get_closest_marker(EXPECT_RESTART) is not None,
@@ -294,7 +302,7 @@ def fail_on_undeclared(request: pytest.FixtureRequest, found: Findings, watch: W
     if unexpected:
         pytest.fail(
             f"the scenario's programs did what it did not declare (tagged @{EXPECT_RESTART} or @{EXPECT_TRACEBACK} "
-            f"when meant; logs in {watch.log_dir}):\n" + "\n".join(unexpected),
+            f"when meant; see {where}):\n" + "\n".join(unexpected),
             pytrace=False,
         )
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from harness.processes import Process
 
@@ -39,7 +40,7 @@ class Findings:
         tracebacks and error records."""
         lines = []
         if not restarts:
-            lines += [f"restarted by the supervisor: {r}" for r in self.restarts]
+            lines += [f"restarted (by the harness's supervisor, or on KinD the kubelet): {r}" for r in self.restarts]
             lines += [f"exited without being stopped: {e}" for e in self.exits]
         if not tracebacks:
             lines += [f"traceback: {t}" for t in self.tracebacks]
@@ -84,6 +85,29 @@ class Watch:
                 elif ERROR_RECORD.search(line):
                     errors.append(f"{path.name}: {line[:EXCERPT]}")
         return Findings(restarts, exits, tuple(tracebacks), tuple(errors))
+
+
+def container_restarts(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """`<pod>/<container>@<pod uid>` -> its restartCount, for every container and init container of `pods` (the
+    KinD tier's counterpart of the supervisor's counts: there the kubelet restarts the programs)."""
+    counts: dict[str, int] = {}
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        for key in ("initContainerStatuses", "containerStatuses"):
+            for c in status.get(key) or ():
+                counts[f"{meta.get('name')}/{c.get('name')}@{meta.get('uid')}"] = int(c.get("restartCount") or 0)
+    return counts
+
+
+def restarted(before: Mapping[str, int], after: Mapping[str, int]) -> tuple[str, ...]:
+    """The containers whose restartCount grew from `before` to `after`, as `<pod>/<container> (Nx)`. A pod that
+    is new (its uid not in `before`) counts from zero: a pod replaced by its controller is not a restart, a
+    container of it that restarted already is."""
+    return tuple(
+        f"{key.rpartition('@')[0]} ({count - before.get(key, 0)}x)"
+        for key, count in sorted(after.items())
+        if count > before.get(key, 0)
+    )
 
 
 def new_lines(path: pathlib.Path, offset: int) -> list[str]:

@@ -7,7 +7,7 @@ import pytest
 
 from harness import skips
 from harness.processes import Process
-from harness.watch import Watch
+from harness.watch import Watch, container_restarts, restarted
 
 TRACEBACK_RECORD = (
     "2026-01-01 12:00:00,000 ERROR gpu_scheduling.scheduler.controller: unexpected error scheduling ns/p\\n"
@@ -65,3 +65,32 @@ def test_a_skip_becomes_a_failure_and_an_xfail_stays(tmp_path):
     xfailed.wasxfail = "known"
     skips.as_failure(xfailed)
     assert xfailed.outcome == "skipped"
+
+
+def _system_pod(name: str, uid: str, restarts: int, init_restarts: int = 0) -> dict:
+    return {
+        "metadata": {"name": name, "uid": uid},
+        "status": {
+            "initContainerStatuses": [{"name": "wait", "restartCount": init_restarts}],
+            "containerStatuses": [{"name": "main", "restartCount": restarts}],
+        },
+    }
+
+
+def test_on_kind_a_container_whose_restart_count_grew_is_a_restart_and_a_replaced_pod_is_not():
+    before = container_restarts([_system_pod("gpu-scheduler-a", "u1", 2), _system_pod("agent-x", "u2", 0)])
+    after = container_restarts(
+        [
+            _system_pod("gpu-scheduler-a", "u1", 3),  # restarted once more during the scenario
+            _system_pod("agent-x", "u2", 0, init_restarts=1),  # its init container restarted
+            _system_pod("gpu-scheduler-b", "u3", 0),  # a replacement pod, started fresh: not a restart
+            _system_pod("board-y", "u4", 1),  # a new pod whose container restarted already: a restart
+        ]
+    )
+    assert restarted(before, after) == (
+        "agent-x/wait (1x)",
+        "board-y/main (1x)",
+        "gpu-scheduler-a/main (1x)",
+    )
+    assert restarted(after, after) == ()
+    assert container_restarts([{"metadata": {"name": "p", "uid": "u"}, "status": {}}]) == {}
