@@ -221,7 +221,12 @@ class Ledger:
 
     def pod_gone(self, uid: str) -> set[GpuKey]:
         """The API says the pod is deleted or finished: it holds nothing. Returns the Leases naming it."""
-        return self.forget(uid)
+        leases = self.forget(uid)
+        if not leases:
+            # Nothing names it, so nothing to remember: every pod ever deleted would stay here otherwise. A Lease
+            # that names it later (written just before the pod went) is verified against the API instead.
+            self._released.discard(uid)
+        return leases
 
     def lease_seen(self, lease: LeaseRecord) -> None:
         old = self._leases.get(lease.key)

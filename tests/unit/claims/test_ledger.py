@@ -72,6 +72,24 @@ def test_a_lease_keeps_its_gpu_busy_until_the_api_deletes_it():
     ledger.check()
 
 
+def test_a_deleted_pod_no_lease_names_is_not_remembered():
+    """The ledger remembers a released pod only while a Lease names it: a scheduler that ran for months would
+    otherwise keep the uid of every pod ever deleted. A Lease that names it afterwards is verified instead."""
+    ledger = Ledger()
+    for uid in ("m1", "m2", "m3"):
+        ledger.pod_bound(map_hold(uid))
+        assert ledger.pod_gone(uid) == set()
+    ledger.lease_seen(lease("n1", 1, "c1"))
+    ledger.pod_bound(claim("c1", gpus=(1,)))
+    assert ledger.pod_gone("c1") == {("n1", 1)}
+    assert ledger._released == {"c1"}  # named by its Lease until the API deletes it
+    ledger.lease_deleted(("n1", 1))
+    assert ledger._released == set()
+    ledger.lease_seen(lease("n1", 2, "m1"))  # a Lease of a pod the ledger forgot: asked of the API, not dropped
+    assert ledger.lease_plan(lease("n1", 2, "m1")).verify == {"m1": "ns/m1"}
+    ledger.check()
+
+
 def test_a_holder_the_ledger_cannot_vouch_for_is_verified_not_dropped():
     ledger = Ledger()
     ledger.lease_seen(lease("n1", 0, "stranger"))
