@@ -12,23 +12,18 @@ from gpu_scheduling.scheduler.events import Recorder
 from gpu_scheduling.scheduler.metrics import Metrics
 from gpu_scheduling.scheduler.policy import RuntimePolicy
 from gpu_scheduling.scheduler.queue import SchedulingQueue
+from tests.unit.scheduler import queued_pod
 
 
 def _policy(generation: int, **spec: str) -> dict[str, Any]:
     return {"metadata": {"name": "default", "generation": generation}, "spec": spec}
 
 
-def _pod(key: str, priority: int, created: str) -> dict[str, Any]:
-    namespace, _, name = key.partition("/")
-    meta = {"namespace": namespace, "name": name, "creationTimestamp": created}
-    return {"metadata": meta, "spec": {"priority": priority}}
-
-
 def test_the_policy_applies_until_it_is_deleted_and_its_queue_order_reaches_the_queue() -> None:
     async def scenario() -> None:
         pods = {
-            "ns/old": _pod("ns/old", 0, "2026-01-01T00:00:00Z"),
-            "ns/high": _pod("ns/high", 9, "2026-01-02T00:00:00Z"),
+            "ns/old": queued_pod("ns/old", 0, "2026-01-01T00:00:00Z"),
+            "ns/high": queued_pod("ns/high", 9, "2026-01-02T00:00:00Z"),
         }
         queue = SchedulingQueue(pods, 1.0, 10.0)
         for key in pods:

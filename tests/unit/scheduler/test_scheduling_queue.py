@@ -10,14 +10,7 @@ from typing import Any
 from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.claims.priority import Waiter
 from gpu_scheduling.scheduler.queue import SchedulingQueue
-
-
-def _pod(key: str, priority: int = 0, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
-    namespace, _, name = key.partition("/")
-    return {
-        "metadata": {"namespace": namespace, "name": name, "creationTimestamp": created},
-        "spec": {"priority": priority},
-    }
+from tests.unit.scheduler import queued_pod
 
 
 async def _drain(queue: SchedulingQueue) -> list[str]:
@@ -73,9 +66,9 @@ def test_freed_gpus_wake_the_map_pods_waiting_for_that_node_and_the_waiting_clai
 def test_waiting_claim_pods_are_retried_in_the_order_they_are_served_and_again_when_it_changes() -> None:
     async def scenario() -> None:
         pods = {
-            "ns/old-low": _pod("ns/old-low", 0, "2026-01-01T00:00:00Z"),
-            "ns/new-high": _pod("ns/new-high", 10, "2026-01-02T00:00:00Z"),
-            "ns/mid": _pod("ns/mid", 5, "2026-01-01T12:00:00Z"),
+            "ns/old-low": queued_pod("ns/old-low", 0, "2026-01-01T00:00:00Z"),
+            "ns/new-high": queued_pod("ns/new-high", 10, "2026-01-02T00:00:00Z"),
+            "ns/mid": queued_pod("ns/mid", 5, "2026-01-01T12:00:00Z"),
         }
         q = SchedulingQueue(pods, 1.0, 10.0)
         for key in pods:
@@ -119,7 +112,7 @@ def test_a_message_is_news_once_and_again_after_it_could_not_be_said() -> None:
 
 def test_forgetting_a_waiter_frees_its_nodes_for_lower_priorities_and_wakes_them() -> None:
     async def scenario() -> None:
-        pods = {"ns/high": _pod("ns/high", 10), "ns/low": _pod("ns/low", 0)}
+        pods = {"ns/high": queued_pod("ns/high", 10), "ns/low": queued_pod("ns/low", 0)}
         q = SchedulingQueue(pods, 1.0, 10.0)
         for key in pods:
             q.names_claim(key, f"{key}-claim")
