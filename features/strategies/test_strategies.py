@@ -275,12 +275,6 @@ def priority_class(world: World, name: str, value: int) -> None:
     world.api.create(paths.PRIORITY_CLASSES, body, exist_ok=True)
 
 
-@then(step('the GpuClaim "{first:q}" was allocated before the GpuClaim "{second:q}"'))
-def allocated_before(world: World, first: str, second: str) -> None:
-    a, b = claim_status(world, first), claim_status(world, second)
-    assert a["allocatedAt"] < b["allocatedAt"], (a, b)
-
-
 @then(step('the GpuClaim "{name:q}" is Failed with a message containing "{fragment:q}"'))
 def claim_failed(world: World, name: str, fragment: str) -> None:
     wait_for(
