@@ -4,6 +4,7 @@ kubeconfig loader, PATCH kinds and `errors.ApiError` hierarchy. Standard library
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import pathlib
 import ssl
@@ -15,7 +16,7 @@ from typing import Any
 import yaml
 
 from gpu_scheduling.kube import config, paths
-from gpu_scheduling.kube.errors import AlreadyExists, Conflict, NotFound, error_for
+from gpu_scheduling.kube.errors import AlreadyExists, Conflict, NotFound, TransportError, error_for
 from gpu_scheduling.kube.wire import JSON, PATCH_CONTENT_TYPES
 
 
@@ -56,6 +57,8 @@ class SyncClient:
                 return body
         except urllib.error.HTTPError as exc:
             raise error_for(exc.code, exc.read().decode(errors="replace"), exc.reason or "") from None
+        except (OSError, http.client.HTTPException) as exc:  # no answer, or not a whole one: as the async client says
+            raise TransportError(req.get_method(), req.selector, exc) from exc
 
     def request(
         self,

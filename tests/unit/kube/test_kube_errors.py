@@ -14,6 +14,7 @@ import pytest
 from gpu_scheduling.kube import errors
 from gpu_scheduling.kube.client import Client
 from gpu_scheduling.kube.config import ClusterConfig
+from gpu_scheduling.kube.sync import SyncClient
 
 
 def status(code: int, reason: str, message: str = "m") -> str:
@@ -170,3 +171,31 @@ def test_a_watch_cut_short_is_a_transport_error_and_an_error_answer_stays_an_api
         return seen
 
     assert asyncio.run(main()) == [{"type": "ADDED", "object": {}}]
+
+
+@pytest.mark.parametrize(
+    "handler, cause",
+    [(None, "URLError"), (_hang_up, "RemoteDisconnected"), (_half_answer, "IncompleteRead")],
+)
+def test_the_blocking_client_says_no_answer_the_same_way(tmp_path, handler, cause):
+    """kube.sync.SyncClient (the tests' and tools' client) raises the async client's TransportError too."""
+
+    async def main() -> errors.TransportError:
+        async with contextlib.AsyncExitStack() as stack:
+            url = _closed_port() if handler is None else await stack.enter_async_context(_server(handler))
+            kubeconfig = tmp_path / "kubeconfig"
+            kubeconfig.write_text(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                f"clusters: [{{name: k, cluster: {{server: '{url}'}}}}]\n"
+                "users: [{name: u, user: {token: t}}]\n"
+                "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+            )
+            client = SyncClient(str(kubeconfig), timeout=5)
+            with pytest.raises(errors.TransportError) as raised:
+                await asyncio.to_thread(client.get, "/api/v1/nodes", limit="1")
+            return raised.value
+
+    exc = asyncio.run(main())
+    assert isinstance(exc, OSError) and not isinstance(exc, errors.ApiError)
+    assert exc.cause == cause and type(exc.__cause__).__name__ == cause
+    assert (exc.method, exc.path) == ("GET", "/api/v1/nodes?limit=1")
