@@ -19,13 +19,17 @@ from gpu_scheduling.kube.config import ConfigError
 # ---- flag types --------------------------------------------------------------------------------------------------
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
 def seconds(low: float = 0.0, high: float = 3600.0) -> Callable[[str], float]:
-    """The argparse type of a duration: seconds written `15` or, as kube-scheduler's flags, `15s`, from `low` to
-    `high` (both included; NaN and infinity are refused)."""
+    """The argparse type of a duration: seconds written `15` or, as kube-scheduler's and kubectl's flags, with a
+    unit: `15s`, `2m`, `1h`; from `low` to `high` (both included; NaN and infinity are refused)."""
 
     def parse(text: str) -> float:
+        scale = _UNITS.get(text[-1:], 1)
         try:
-            value = float(text.removesuffix("s"))
+            value = float(text[:-1] if text[-1:] in _UNITS else text) * scale
         except ValueError:
             value = float("nan")
         if not low <= value <= high:  # NaN too

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TextIO
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, runtime
 from gpu_scheduling.claims import strategy_names as strategies
 from gpu_scheduling.cli import commands, health, output, template, watch
 from gpu_scheduling.cli.api import Api, CliError
@@ -66,16 +66,8 @@ def _global_flags(p: argparse.ArgumentParser, *, suppress: bool) -> None:
     )
 
 
-def _timeout(text: str) -> float:
-    """Seconds, as `30` or `30s` (or `2m`)."""
-    scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:])
-    try:
-        value = float(text[:-1]) * scale if scale else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (seconds, or 30s, 2m)") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
+#: `--timeout`: up to a week, as `30`, `30s`, `2m` or `1h`.
+_timeout = runtime.seconds(0.001, 7 * 24 * 3600)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -18,12 +18,15 @@ from harness import pki
 # ---- flag types --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "value"), [("0", 0.0), ("15", 15.0), ("15s", 15.0), ("0.5s", 0.5), ("3600", 3600.0)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0", 0.0), ("15", 15.0), ("15s", 15.0), ("0.5s", 0.5), ("3600", 3600.0), ("15m", 900.0), ("1h", 3600.0)],
+)
 def test_seconds_with_or_without_unit(text, value):
     assert runtime.seconds(0, 3600)(text) == value
 
 
-@pytest.mark.parametrize("text", ["-1", "3601", "nan", "inf", "soon", "", "15m", "1e9"])
+@pytest.mark.parametrize("text", ["-1", "3601", "nan", "inf", "soon", "", "61m", "2h", "1e9", "m", "5d"])
 def test_seconds_out_of_range_or_not_a_number(text):
     with pytest.raises(argparse.ArgumentTypeError, match=f"^expected seconds from 0 to 3600, got {text!r}$"):
         runtime.seconds(0, 3600)(text)
