@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpu_scheduling import gpumap
 from gpu_scheduling.claims import occupancy
 
 #: The agent's default declaration (nodes without the annotation constants.SIMULATED_ANNOTATION): 8 GPUs, 0-3 in
@@ -171,12 +170,7 @@ def node_status(
     show) from the node's GPU Leases and the pods bound to it (map entries, allocations), and the counts. With the
     kubelet's view (`kubelet`: GPU -> pods, from gpu-device-plugin), each device also says which pods the kubelet
     gave a device of it to (`kubeletPods`)."""
-    maps = gpumap.ParseCache()  # this reading's own: the pods of one workload carry one map
-    by_key = {p.key: p for p in (occupancy.read_pod(obj, maps) for obj in pods) if p is not None}
-    by_uid: dict[str, occupancy.Pod] = {}
-    for key in sorted(by_key):
-        if by_key[key].uid:
-            by_uid.setdefault(by_key[key].uid, by_key[key])
+    by_key, by_uid = occupancy.read_pods(pods)
     # The pods are those bound to this node and the Leases this node's: the model's node name plays no part. A pod
     # whose allocation names another node than the one it is bound to holds nothing here.
     model = occupancy.node(

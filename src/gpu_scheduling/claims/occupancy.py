@@ -662,20 +662,29 @@ class Occupancy:
         return [*self.findings, *(f for name in sorted(self.nodes) for f in self.nodes[name].all_findings())]
 
 
+def read_pods(objs: Iterable[object]) -> tuple[dict[str, Pod], dict[str, Pod]]:
+    """The pods of `objs` by key (of two with one key the later counts, as an informer's ADDED replaces what it
+    had) and by uid (the first in key order), read through a parse cache of this reading's own (the pods of one
+    workload carry one map)."""
+    maps = gpumap.ParseCache()
+    by_key = {p.key: p for p in (read_pod(obj, maps) for obj in objs) if p is not None}
+    by_uid: dict[str, Pod] = {}
+    for key in sorted(by_key):
+        if by_key[key].uid:
+            by_uid.setdefault(by_key[key].uid, by_key[key])
+    return by_key, by_uid
+
+
 def cluster(inventories: Iterable[object], pods: Iterable[object], leases: Iterable[object]) -> Occupancy:
     """The occupancy of every node any of the objects names (GpuNodeStatuses, pods, GPU Leases: objects of any
     shape; what is not a GPU Lease among `leases` is left out)."""
     # Of two objects with one key, the later counts (as an informer's ADDED replaces what it had).
     by_inventory = {i.name: i for i in map(read_inventory, inventories) if i is not None}
-    maps = gpumap.ParseCache()  # this reading's own: the pods of one workload carry one map
-    by_key = {p.key: p for p in (read_pod(obj, maps) for obj in pods) if p is not None}
+    by_key, by_uid = read_pods(pods)
     by_lease = {lease.key: lease for lease in map(read_lease, leases) if lease is not None}
-    by_uid: dict[str, Pod] = {}
     holding: dict[str, list[Pod]] = {}
     for key in sorted(by_key):
         pod = by_key[key]
-        if pod.uid:
-            by_uid.setdefault(pod.uid, pod)
         if pod.hold is not None:
             holding.setdefault(pod.hold.node, []).append(pod)
     by_node: dict[str, list[Lease]] = {}
