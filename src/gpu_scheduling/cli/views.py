@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpu_scheduling import constants
@@ -32,18 +32,6 @@ def finished(pod: Mapping[str, Any]) -> bool:
 def ref(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
-# ---- who holds which GPU ---------------------------------------------------------------------------------------
-
-
-def holders(leases: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, set[str]]]:
-    """node -> GPU id -> the pods ("<namespace>/<name>", or as its Lease names it) holding it."""
-    model = occupancy.cluster((), pods, leases)
-    return {
-        name: {gpu.id: {h.pod for h in gpu.holders} for gpu in node.gpus if gpu.holders}
-        for name, node in model.nodes.items()
-    }
 
 
 # ---- nodes -----------------------------------------------------------------------------------------------------
@@ -382,10 +370,3 @@ def finding_text(finding: Finding) -> str:
             "Lease names it"
         )
     return finding.message
-
-
-def lease_findings(leases: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Disagreements between the GPU Leases and the pods' allocations: a Lease naming no pod, a pod that is gone,
-    finished, not bound or holding another GPU; a bound claim pod's GPU without a Lease naming it. Empty when they
-    agree."""
-    return [finding_text(f) for f in findings((), leases, pods) if f.lease_finding]

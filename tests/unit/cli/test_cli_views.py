@@ -2,10 +2,11 @@
 the policy and leader, and whether the GPU Leases agree with the pods' allocations."""
 
 import datetime
+from typing import Any
 
 from gpu_scheduling import constants
-from gpu_scheduling.claims import objects
-from gpu_scheduling.cli import views
+from gpu_scheduling.claims import objects, occupancy
+from gpu_scheduling.cli import health, views
 
 NOW = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
 
@@ -60,8 +61,9 @@ def test_holders_come_from_leases_claim_pods_and_bound_map_pods():
         map_pod("check-3", "u3", "3=node1:4", None),  # not bound: holds nothing
         claim_pod("done", "u4", "node1:5", phase="Succeeded"),  # finished: holds nothing
     ]
-    held = views.holders([lease("node1", 0, {"u1": "ns/train"}), lease("node1", 7, {"u9": "ns/gone"})], pods)
-    assert {gpu: sorted(who) for gpu, who in held["node1"].items()} == {
+    model = occupancy.cluster((), pods, [lease("node1", 0, {"u1": "ns/train"}), lease("node1", 7, {"u9": "ns/gone"})])
+    held = {gpu.id: sorted(h.pod for h in gpu.holders) for gpu in model.nodes["node1"].gpus if gpu.holders}
+    assert held == {
         0: ["ns/train"],
         1: ["ns/train"],
         2: ["ns/check-2"],
@@ -183,10 +185,15 @@ def test_leader_view():
     assert views.leader_view(None, NOW) is None
 
 
+def lease_checks(leases: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[str]:
+    """What `kubectl gpu health` says under gpu-leases: the Lease and allocation findings, in its words."""
+    return [c.detail for c in health.occupancy_checks([], leases, pods) if c.name == "gpu-leases"]
+
+
 def test_leases_that_agree_with_allocations_have_no_findings():
     pods = [claim_pod("train", "u1", "node1:0,1"), map_pod("check-2", "u2", "2=node1:2", "node1")]
     leases = [lease("node1", 0, {"u1": "ns/train"}), lease("node1", 1, {"u1": "ns/train"})]
-    assert views.lease_findings(leases, pods) == []
+    assert lease_checks(leases, pods) == []
 
 
 def test_lease_findings():
@@ -203,7 +210,7 @@ def test_lease_findings():
         lease("node3", 1, {"u5": "ns/moved"}),
     ]
     broken = {"metadata": {"name": "gpu-x", "labels": {constants.LEASE_LABEL: "gpu"}}, "spec": {}}
-    assert views.lease_findings([*leases, broken], pods) == [
+    assert lease_checks([*leases, broken], pods) == [
         "Lease gpu-node1-5 (node1 GPU 5) names pod ns/gone, which is gone or finished",
         "Lease gpu-node2-0 (node2 GPU 0) names pod ns/done, which is gone or finished",
         "Lease gpu-node3-2 (node3 GPU 2) names pod ns/moved, whose allocation is node3:1",
