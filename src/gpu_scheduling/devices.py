@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpu_scheduling import constants
+from gpu_scheduling import constants, gpumap
 from gpu_scheduling.claims import objects
 
 _DEVICE_RE = re.compile(r"^gpu(0|[1-9][0-9]{0,3})-(0|[1-9][0-9]{0,3})$")
@@ -136,15 +136,18 @@ class Wanted:
         return f"{self.namespace}/{self.name}"
 
 
-def wanted(pod: Mapping[str, Any], resource: str = constants.GPU_RESOURCE) -> Wanted | None:
+def wanted(
+    pod: Mapping[str, Any], resource: str = constants.GPU_RESOURCE, maps: gpumap.ParseCache | None = None
+) -> Wanted | None:
     """What the pod asks the kubelet for, or None when no container of it asks for the resource (or it is not a
-    pod object). Never raises: a field of the wrong shape counts as absent."""
+    pod object); its map parsed through `maps` when the caller keeps a cache. Never raises: a field of the wrong
+    shape counts as absent."""
     meta, spec = _mapping(pod.get("metadata")), _mapping(pod.get("spec"))
     containers = [(c["name"], units) for c, units in requests(pod, resource) if isinstance(c.get("name"), str)]
     if not containers:
         return None
     try:
-        hold = objects.hold_from_pod(pod)
+        hold = objects.hold_from_pod(pod, maps)
     except (KeyError, TypeError, AttributeError, ValueError):
         hold = None
     node = spec.get("nodeName")

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import grpc
 from aiohttp import web
 
-from gpu_scheduling import constants, devices, health, logs, runtime
+from gpu_scheduling import constants, devices, gpumap, health, logs, runtime
 from gpu_scheduling.agent import inventory, nvml
 from gpu_scheduling.kube import config as kubeconfig
 from gpu_scheduling.kube import paths
@@ -225,6 +225,7 @@ class DevicePlugin:
         #: Where the kubelet's view is kept for the agent ("": nowhere).
         self.view_file = view_file
         self.pods: dict[str, devices.Wanted] = {}
+        self.maps = gpumap.ParseCache()  # the maps of this node's pods, each parsed once
         self.informer = (
             Informer(
                 client,
@@ -249,7 +250,7 @@ class DevicePlugin:
 
     def _on_pod(self, kind: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
         key = key_of(obj)
-        want = None if kind == "DELETED" else devices.wanted(obj, self.resource)
+        want = None if kind == "DELETED" else devices.wanted(obj, self.resource, self.maps)
         if want is None:
             self.pods.pop(key, None)
         else:
@@ -261,7 +262,7 @@ class DevicePlugin:
             return
         listed = await self.client.get(paths.ALL_PODS, fieldSelector=f"spec.nodeName={self.inventory.node}")
         for pod in listed.get("items") or []:
-            want = devices.wanted(pod, self.resource)
+            want = devices.wanted(pod, self.resource, self.maps)
             if want is not None:
                 self.pods[key_of(pod)] = want
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from gpu_scheduling import admission, constants, devices, patches
+from gpu_scheduling import admission, constants, devices, gpumap, patches
 from gpu_scheduling.podrequest import PodRequestError
 
 R = constants.GPU_RESOURCE
@@ -41,6 +41,14 @@ def pod(
         "annotations": annotations,
     }
     return {"metadata": meta, "spec": spec}
+
+
+def test_the_plugin_reads_a_pods_map_through_the_cache_it_owns() -> None:
+    maps = gpumap.ParseCache()
+    first, second = pod("a-0", (2, 3)), pod("b-0", (2, 3))
+    assert devices.wanted(first, R, maps) == devices.wanted(first, R)
+    assert devices.wanted(second, R, maps) is not None and devices.wanted(second, R, maps).gpus == (2, 3)
+    assert len(maps) == 1  # one map text, parsed once for both pods
 
 
 def test_device_ids_round_trip_and_refuse_others() -> None:
