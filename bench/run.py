@@ -378,7 +378,11 @@ def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) ->
             untried_after_timeout=waiting,
             first_pass_seconds=round(time.monotonic() - started, 1),
         )
-        result["storm"] = _window(plane, contender, watched, writes, settings.storm_seconds)
+        profilers = _start_profilers(contender, workdir) if settings.profile else []
+        try:
+            result["storm"] = _window(plane, contender, watched, writes, settings.storm_seconds)
+        finally:
+            _stop_profilers(profilers)
         listed = plane.api.get(paths.pods(NAMESPACE))["items"]
         result["bound"] = sum(bool(p["spec"].get("nodeName")) for p in listed)
         if bound := checks.storm_bound(listed):
@@ -407,15 +411,19 @@ def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) ->
 
 
 def _start_profilers(contender: contenders.Contender, workdir: pathlib.Path) -> list[subprocess.Popen[bytes]]:
-    """py-spy on every Python process of the contender (sampling, so the run is slowed only a little)."""
+    """py-spy on every Python process of the contender (sampling, so the run is slowed only a little): a flame
+    graph (`.svg`) and the same samples as collapsed stacks (`.txt`, one line per stack and its count, to grep)."""
     py_spy = pathlib.Path(sys.executable).parent / "py-spy"
     out = []
     for name, stats in contender.processes().items():
-        if name in contender.python_processes:
-            svg = workdir / f"profile-{contender.name}-{name}.svg"
+        if name not in contender.python_processes:
+            continue
+        for fmt, suffix in (("flamegraph", "svg"), ("raw", "txt")):
+            target = workdir / f"profile-{contender.name}-{name}.{suffix}"
+            argv = [str(py_spy), "record", "--nonblocking", "--rate", "100", "--format", fmt]
             out.append(
                 subprocess.Popen(
-                    [str(py_spy), "record", "--nonblocking", "--rate", "100", "-p", str(stats.pid), "-o", str(svg)],
+                    [*argv, "-p", str(stats.pid), "-o", str(target)],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )

@@ -50,6 +50,18 @@ def integer(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def number(low: float, high: float) -> Callable[[str], float]:
+    """The argparse type of a rate from `low` to `high` (both included): a plain decimal such as 50 or 2.5."""
+
+    def parse(text: str) -> float:
+        body = text.replace(".", "", 1)
+        if not (text.isascii() and body.isdigit() and len(text) <= 12 and low <= float(text) <= high):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a number {low:g}..{high:g}")
+        return float(text)
+
+    return parse
+
+
 def port(text: str) -> int:
     """The argparse type of a port to listen on: 1..65535, plain ASCII digits (checked where the message names the
     flag, rather than when the server binds)."""

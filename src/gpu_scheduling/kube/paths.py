@@ -117,6 +117,10 @@ def events(namespace: str) -> str:
     return EVENT.collection(namespace)
 
 
+def event(namespace: str, name: str) -> str:
+    return EVENT.item(name, namespace)
+
+
 def leases(namespace: str) -> str:
     return LEASE.collection(namespace)
 

@@ -246,7 +246,8 @@ class ClaimPath:
             return await self._no_node(key, claim, claim_name, self._no_inventory(nodes, tolerations))
         inventory, refused = self._fitting(wanted, inventory, nodes)
         if not inventory:
-            why = f"the pod fits none of the {len(refused)} nodes with a GPU inventory: {fit.summary(refused)}"
+            reasons = fit.explain(wanted, refused, nodes, self.usage)
+            why = f"the pod fits none of the {len(refused)} nodes with a GPU inventory: {reasons}"
             return await self._no_node(key, claim, claim_name, why)
         rank = priority.pod_priority(pod)
         outcome = allocator.allocate(
@@ -315,19 +316,20 @@ class ClaimPath:
 
     def _fitting(
         self, wanted: fit.Want, inventory: list[allocator.Node], nodes: Mapping[str, dict[str, Any]]
-    ) -> tuple[list[allocator.Node], dict[str, str]]:
-        """The nodes of `inventory` the pod fits now (scheduler.fit), and why each other one does not. A pod that asks
-        nothing of a node but a place fits every node whose pod count is not reached: while none is (the common
-        case), that costs one dictionary lookup per node (is its capacity known?) instead of judging it."""
+    ) -> tuple[list[allocator.Node], list[str]]:
+        """The nodes of `inventory` the pod fits now (scheduler.fit), and the names of the others (their reasons are
+        written only for the message, fit.explain). A pod that asks nothing of a node but a place fits every node
+        whose pod count is not reached: while none is (the common case), that costs one dictionary lookup per node
+        (is its capacity known?) instead of judging it."""
         if wanted.bare and not self.usage.full and all(self.usage.known(c.name) for c in inventory):
-            return inventory, {}
-        fitting, refused = [], {}
+            return inventory, []
+        fitting: list[allocator.Node] = []
+        refused: list[str] = []
         for candidate in inventory:
-            why = fit.problem(wanted, nodes[candidate.name], self.usage)
-            if why is None:
+            if fit.fits(wanted, nodes[candidate.name], self.usage):
                 fitting.append(candidate)
             else:
-                refused[candidate.name] = why
+                refused.append(candidate.name)
         return fitting, refused
 
     def _usable_inventory(

@@ -70,7 +70,7 @@ class SchedulerConfig:
     """Longest such delay (kube-scheduler's podMaxBackoffSeconds)."""
 
     sweep_seconds: float = 60.0
-    """Every this many seconds the GPU Leases are listed fresh and compared with the ledger."""
+    """Every this many seconds the Lease cache is compared with the ledger (scheduler.leases.LeaseReconciler.sweep)."""
 
     strategy: str = constants.DEFAULT_STRATEGY
     """Node strategy of the GpuClaims that name none while the GpuSchedulingPolicy sets no defaultStrategy."""
@@ -289,6 +289,7 @@ class Scheduler:
         )
         tasks = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.config.workers)]
         tasks.append(asyncio.create_task(self._flush(), name="flush-unschedulable"))
+        tasks.append(asyncio.create_task(self.recorder.run(), name="event-series"))
         tasks.append(asyncio.create_task(self.claim_path.lead(), name="claims-lead"))
         try:
             # asyncio.wait, not gather: being cancelled must not cut off the workers' API calls mid-flight.
@@ -325,7 +326,8 @@ class Scheduler:
     async def _flush(self) -> None:
         while True:
             await asyncio.sleep(self.config.flush_seconds)
-            self.queue.flush()
+            if retried := self.queue.flush():
+                log.info("flush: %d unschedulable pods tried again", retried)
 
     async def _worker(self) -> None:
         me = asyncio.current_task()
@@ -493,12 +495,16 @@ class Scheduler:
         self.queue.forget(key)
         log.info("bound %s to %s", key, node)
         self._spawn(
-            self.recorder.pod(pod, "Normal", constants.EVENT_SCHEDULED, f"Successfully assigned {key} to {node}")
+            self.recorder.pod(
+                pod, "Normal", constants.EVENT_SCHEDULED, f"Successfully assigned {key} to {node}", series=False
+            )
         )
 
     async def _report_unschedulable(self, key: str, pod: dict[str, Any], message: str) -> None:
-        """Say why the pod waits: its condition and a FailedScheduling event, only when the reason changed."""
+        """Say why the pod waits: its condition and a FailedScheduling event when the reason changed; a repeat of
+        the same reason only counts in the event's series (written back with a backoff, events.SeriesTiming)."""
         if not self.queue.unschedulable(key, message):
+            self.recorder.repeated(pod, "Warning", constants.EVENT_FAILED_SCHEDULING, message)
             return
         conditions = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
         current = conditions.get("PodScheduled") or {}

@@ -1,16 +1,28 @@
 """The scheduler's Events: one recorder, given to whoever says something about an object (a pod scheduled or not,
 a policy applied). An Event is a courtesy: losing one must never disturb scheduling, so nothing here raises for the
-API's sake. It must not write anything but Events."""
+API's sake. It must not write anything but Events.
+
+Repeats form a series, as kube-scheduler's events do: the first occurrence of an event (the same object, type,
+reason and message) is created at once; later ones only count, and the count (with the time last seen) is written
+back with a backoff (`SeriesTiming`), so a pod that fails the same way on every attempt costs one Event and a few
+updates, not a write per attempt. A new message is a new Event. The series live in this replica's memory: a new
+leader starts afresh, as kube-scheduler's does.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import datetime
+import heapq
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
-from gpu_scheduling.kube.errors import ApiError, TransportError
+from gpu_scheduling.kube.errors import ApiError, NotFound, TransportError
 
 if TYPE_CHECKING:
     from gpu_scheduling.kube.client import Client
@@ -25,29 +37,172 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclasses.dataclass(frozen=True)
+class SeriesTiming:
+    first_update: float = 10.0
+    """Seconds after an Event is written before a repeat's count is written back."""
+
+    max_interval: float = 1800.0
+    """The interval between a series' writes doubles up to this (kube-scheduler refreshes its series every 30
+    minutes)."""
+
+    idle: float = 360.0
+    """A series seen for the last time this long ago, with nothing left to write, is forgotten (kube-scheduler
+    finishes its series after 6 minutes): a later occurrence starts a new Event."""
+
+
+SeriesKey = tuple[str, str, str, str]
+"""(the object's uid, type, reason, message)."""
+
+
+@dataclasses.dataclass
+class Series:
+    """One Event and what has happened to it since it was written."""
+
+    namespace: str
+    name: str  # the Event's name, chosen here so that an update never waits for the create's answer
+    body: dict[str, Any]  # the Event as created
+    count: int = 1  # occurrences seen
+    written: int = 1  # the count the API has
+    last_seen: float = 0.0  # monotonic
+    last_seen_stamp: str = ""
+    next_write: float = 0.0  # monotonic: when a pending count may be written
+    interval: float = 0.0  # the wait after the next write
+
+    @property
+    def pending(self) -> bool:
+        return self.count > self.written
+
+
+class SeriesBook:
+    """The series and when each is due (pure: no API, no clock of its own). `Recorder` does the writing."""
+
+    def __init__(self, timing: SeriesTiming):
+        self.timing = timing
+        self.series: dict[SeriesKey, Series] = {}
+        self._due: list[tuple[float, SeriesKey]] = []  # heap of (when, key); stale entries skipped
+
+    def __len__(self) -> int:
+        return len(self.series)
+
+    def start(self, key: SeriesKey, namespace: str, name: str, body: dict[str, Any], at: float, stamp: str) -> Series:
+        """A first occurrence, written now."""
+        s = Series(namespace, name, body, last_seen=at, last_seen_stamp=stamp)
+        s.next_write, s.interval = at + self.timing.first_update, self.timing.first_update * 2
+        self.series[key] = s
+        heapq.heappush(self._due, (at + self.timing.idle, key))  # when it may be forgotten
+        return s
+
+    def repeat(self, key: SeriesKey, at: float, stamp: str) -> bool:
+        """Another occurrence of `key`: counted. False when there is no such series (write a new Event)."""
+        s = self.series.get(key)
+        if s is None:
+            return False
+        s.count += 1
+        s.last_seen, s.last_seen_stamp = at, stamp
+        heapq.heappush(self._due, (max(at, s.next_write), key))
+        return True
+
+    def next_due(self) -> float | None:
+        return self._due[0][0] if self._due else None
+
+    def take_due(self, at: float) -> list[tuple[SeriesKey, Series]]:
+        """The series whose count is to be written now; forgets those idle past `timing.idle`."""
+        out: dict[SeriesKey, Series] = {}
+        while self._due and self._due[0][0] <= at:
+            _, key = heapq.heappop(self._due)
+            s = self.series.get(key)
+            if s is None or key in out:
+                continue
+            if s.pending and s.next_write <= at:
+                out[key] = s
+            elif not s.pending and at - s.last_seen >= self.timing.idle:
+                del self.series[key]
+            elif not s.pending:
+                heapq.heappush(self._due, (s.last_seen + self.timing.idle, key))
+            else:
+                heapq.heappush(self._due, (s.next_write, key))
+        return list(out.items())
+
+    def written(self, key: SeriesKey, count: int, at: float) -> None:
+        """The API has `count` for `key` (written at `at`): the next write waits one interval more, doubled."""
+        s = self.series.get(key)
+        if s is None:
+            return
+        s.written = max(s.written, count)
+        s.next_write = at + s.interval
+        s.interval = min(s.interval * 2, self.timing.max_interval)
+        heapq.heappush(self._due, (s.next_write if s.pending else s.last_seen + self.timing.idle, key))
+
+    def failed(self, key: SeriesKey, at: float) -> None:
+        """Writing `key` failed: try again after its interval (the count stays pending)."""
+        s = self.series.get(key)
+        if s is not None:
+            s.next_write = at + s.interval
+            heapq.heappush(self._due, (s.next_write, key))
+
+
 class Recorder:
-    def __init__(self, client: Client, component: str, instance: str):
+    def __init__(
+        self,
+        client: Client,
+        component: str,
+        instance: str,
+        timing: SeriesTiming | None = None,
+    ):
         self.client = client
         self.component = component  # the scheduler's name
         self.instance = instance  # this replica (its host name)
+        self.book = SeriesBook(timing or SeriesTiming())
+        self._wake = asyncio.Event()
 
-    async def pod(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    @staticmethod
+    def _pod_ref(pod: dict[str, Any]) -> dict[str, Any]:
         meta = pod["metadata"]
-        involved = {
+        return {
             "apiVersion": constants.CORE_API_VERSION,
             "kind": "Pod",
             "namespace": meta["namespace"],
             "name": meta["name"],
             "uid": meta["uid"],
         }
-        await self.post(involved, meta["namespace"], type_, reason, message)
 
-    async def post(self, involved: dict[str, Any], namespace: str, type_: str, reason: str, message: str) -> None:
+    async def pod(self, pod: dict[str, Any], type_: str, reason: str, message: str, *, series: bool = True) -> None:
+        """Record an event about `pod`. `series=False`: one that cannot repeat (Scheduled), kept nowhere."""
+        await self.post(self._pod_ref(pod), pod["metadata"]["namespace"], type_, reason, message, series=series)
+
+    def repeated(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> bool:
+        """Count another occurrence of an event about `pod`, never writing now: False when this replica keeps no
+        such series (a previous leader wrote the Event, say), and then nothing is counted."""
+        return self._count((pod["metadata"]["uid"], type_, reason, message))
+
+    def _count(self, key: SeriesKey) -> bool:
+        if not self.book.repeat(key, time.monotonic(), now()):
+            return False
+        self._wake.set()
+        return True
+
+    async def post(
+        self,
+        involved: dict[str, Any],
+        namespace: str,
+        type_: str,
+        reason: str,
+        message: str,
+        *,
+        series: bool = True,
+    ) -> None:
+        key = (str(involved.get("uid") or ""), type_, reason, message)
+        if series and self._count(key):
+            return
         stamp = now()
+        at = time.monotonic()
+        # Named here (as client-go names its Events) so that a series' update never waits for the create's answer.
+        name = f"{involved['name']}.{time.time_ns():x}"
         event = {
             "apiVersion": constants.CORE_API_VERSION,
             "kind": "Event",
-            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace},
             "involvedObject": involved,
             "type": type_,
             "reason": reason,
@@ -59,8 +214,37 @@ class Recorder:
             "lastTimestamp": stamp,
             "count": 1,
         }
+        if series and key[0]:
+            self.book.start(key, namespace, name, event, at, stamp)
         try:
             await self.client.post(paths.events(namespace), event)
         except (ApiError, TransportError) as exc:
             # An event is a courtesy: losing one (the apiserver busy or going away) must not disturb scheduling.
             log.warning("could not record %s event for %s %s: %s", reason, involved["kind"], involved["name"], exc)
+
+    async def run(self) -> None:
+        """Write the series' counts when they are due, until cancelled (the leader runs it)."""
+        while True:
+            due = self.book.next_due()
+            delay = None if due is None else max(0.0, due - time.monotonic())
+            self._wake.clear()
+            if delay is None or delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                continue
+            for key, s in self.book.take_due(time.monotonic()):
+                await self._write(key, s)
+
+    async def _write(self, key: SeriesKey, s: Series) -> None:
+        count = s.count
+        patch = {"count": count, "lastTimestamp": s.last_seen_stamp}
+        try:
+            try:
+                await self.client.patch(paths.event(s.namespace, s.name), patch)
+            except NotFound:  # expired (the apiserver's event TTL) or never created: write it whole again
+                await self.client.post(paths.events(s.namespace), dict(s.body, **patch))
+        except (ApiError, TransportError) as exc:
+            log.warning("could not update event %s/%s: %s", s.namespace, s.name, exc)
+            self.book.failed(key, time.monotonic())
+            return
+        self.book.written(key, count, time.monotonic())

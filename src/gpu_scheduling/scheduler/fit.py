@@ -27,7 +27,7 @@ import dataclasses
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -588,8 +588,37 @@ def problem(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> str | None
     return affinity_problem(want, node) or ports_problem(want, node, usage) or resources_problem(want, node, usage)
 
 
+def fits(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> bool:
+    """`problem(want, node, usage) is None`, without writing the reason: a claim pod is judged against every GPU
+    node on each attempt, and only the few nodes a message names need their reason written
+    (tests/unit/scheduler/test_fit.py checks that the two agree)."""
+    name = node["metadata"]["name"]
+    has = usage.capacity(node)
+    on_node = usage.pods(name)
+    if on_node + 1 > has.get(PODS, 0):
+        return False
+    if want.bare:
+        return True
+    if affinity_problem(want, node) is not None:  # no text is written for a node that matches
+        return False
+    if want.ports and _ports_conflict(want.ports, usage.ports(name)) is not None:
+        return False
+    return all(asked <= has.get(r, 0) - usage.requested(name, r) for r, asked in want.requests.items())
+
+
 def summary(refusals: Mapping[str, str], limit: int = 3) -> str:
     """Why no node fits, per node, the first `limit` nodes named."""
     shown = [refusals[n] for n in sorted(refusals)[:limit]]
     more = len(refusals) - len(shown)
     return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def explain(
+    want: Want, refused: Collection[str], nodes: Mapping[str, Mapping[str, Any]], usage: NodeUsage, limit: int = 3
+) -> str:
+    """`summary` of the nodes named `refused` (which `fits` refused), writing the reasons of the `limit` it shows
+    and no others."""
+    shown = sorted(refused)[:limit]
+    reasons = {name: problem(want, nodes[name], usage) or "" for name in shown}
+    more = len(refused) - len(shown)
+    return "; ".join(reasons[n] for n in shown) + (f"; and {more} more" if more > 0 else "")

@@ -4,8 +4,9 @@ Leases exist, even if something went away while the scheduler was down.
 Releasing is desired state, not a call: whatever makes a pod hold nothing (deleted, finished, a failed attempt)
 puts the Leases that name it on a keyed work queue (`reconcile`); a worker reads the Lease fresh, asks the API about
 any holder the ledger cannot vouch for, and deletes (or rewrites) it with the resourceVersion as precondition,
-retrying with the work queue's backoff until the API agrees. A sweep compares the ledger with a fresh list of the
-Leases, so nothing a watch missed stays locked. Only the leader writes; followers keep the ledger warm from the
+retrying with the work queue's backoff until the API agrees. A sweep (when a replica starts leading, then every
+minute) compares the ledger with the Lease cache, so a Lease that changed while this replica did not lead, or whose
+release was never asked for, is reconciled too. Only the leader writes; followers keep the ledger warm from the
 Lease watch.
 
 It reads and writes GPU Leases and reads pods; it tells the ledger what the API said and the scheduling queue
@@ -226,15 +227,16 @@ class LeaseReconciler:
                     return pod
         return None
 
-    async def sweep(self) -> int:
-        """Compare the ledger with a fresh list of the GPU Leases; queue every Lease that disagrees (and every GPU
-        of a bound pod without its Lease). Returns how many were queued."""
+    def sweep(self) -> int:
+        """Compare the ledger with the Lease informer's cache (the API's view, kept by list and watch: a watch
+        that falls behind is answered 410 and lists again, so nothing is missed for good); queue every Lease that
+        disagrees (and every GPU of a bound pod without its Lease). Returns how many were queued. No API call: a
+        fresh list of every GPU Lease each minute cost the apiserver more than the rest of an idle backlog."""
         seen: dict[GpuKey, LeaseRecord] = {}
-        async for page in self.client.list_pages(paths.GPU_LEASES, labelSelector=constants.GPU_LEASE_SELECTOR):
-            for lease in page.get("items") or []:
-                record = objects.lease_record(lease)
-                if record is not None:
-                    seen[record.key] = record
+        for lease in self.informer.cache.values():
+            record = objects.lease_record(lease)
+            if record is not None:
+                seen[record.key] = record
         queue = {key for key, record in seen.items() if not self.ledger.lease_plan(record).settled}
         queue |= {lease.key for lease in self.ledger.leases() if lease.key not in seen}
         for hold in self.ledger.holds():
@@ -249,7 +251,7 @@ class LeaseReconciler:
     async def _sweep_loop(self) -> None:
         while True:
             try:
-                await self.sweep()
+                self.sweep()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - keep sweeping

@@ -48,8 +48,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"(also snake_case, as the reference's least_utilized; default: ${constants.STRATEGY_ENV} "
         f"or {constants.DEFAULT_STRATEGY})",
     )
-    p.add_argument("--qps", type=float, default=0, help="client-side API rate limit, requests/s (0: none)")
-    p.add_argument("--burst", type=int, default=100, help="client-side API burst (with --qps)")
+    p.add_argument(
+        "--qps",
+        type=runtime.number(0, 100_000),
+        default=50,
+        help="the scheduler's own API requests per second, as kube-scheduler's --kube-api-qps (default 50; 0: no "
+        "limit): a backlog of waiting pods is reported at this rate, not all at once. Leader election has a client of "
+        "its own outside it",
+    )
+    p.add_argument(
+        "--burst",
+        type=runtime.integer(1, 100_000),
+        default=100,
+        help="requests it may make at once above --qps (default 100)",
+    )
     p.add_argument(
         "--isolated-gpus",
         action="store_true",

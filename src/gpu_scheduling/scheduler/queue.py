@@ -42,6 +42,10 @@ class SchedulingQueue:
         self._pod_claim: dict[str, str] = {}  # the reverse
         self._unschedulable: set[str] = set()  # pods last found unschedulable (flushed every flush_seconds)
         self._reported: dict[str, str] = {}  # pod key -> last Unschedulable message reported
+        self.generation = 0
+        """Counts the changes that could help a waiting pod (every call below "what could help"); a pod tried at
+        the current generation has nothing new to find, so the flush leaves it alone."""
+        self._tried_at: dict[str, int] = {}  # pod key -> the generation of its last attempt
 
     # ---- adding pods --------------------------------------------------------------------------------------------
     def add(self, key: str) -> None:
@@ -65,6 +69,7 @@ class SchedulingQueue:
     def attempted(self, key: str) -> None:
         """A worker tries `key` now: its backoff grows, and it waits for nothing until this attempt says so."""
         self.backoff.attempted(key)
+        self._tried_at[key] = self.generation
         self.unwait(key)
 
     # ---- why a pod waits ----------------------------------------------------------------------------------------
@@ -109,6 +114,7 @@ class SchedulingQueue:
     def forget(self, key: str) -> None:
         """`key` is bound, gone or gated: drop every trace of it (a worker busy with it finishes)."""
         self._reported.pop(key, None)
+        self._tried_at.pop(key, None)
         self.backoff.reset(key)
         self.work.discard(key)
         self.unwait(key)
@@ -122,6 +128,7 @@ class SchedulingQueue:
     # ---- what could help ----------------------------------------------------------------------------------------
     def room_made(self, node: str) -> None:
         """`node` has more room (or changed): retry the map pods waiting for it."""
+        self.generation += 1
         for key in list(self._for_room.pop(node, ())):
             self.retry(key)
 
@@ -131,6 +138,7 @@ class SchedulingQueue:
         if not ledger.freed:
             return
         freed, ledger.freed = ledger.freed, set()
+        self.generation += 1
         for node in freed:
             for key in list(self._for_gpus.pop(node, ())):
                 self.retry(key)
@@ -138,12 +146,14 @@ class SchedulingQueue:
 
     def claim_changed(self, claim: str) -> None:
         """The GpuClaim `claim` appeared or its spec changed: its pods are tried again, their backoff reset."""
+        self.generation += 1
         for key in list(self._claim_pods.get(claim, ())):
             self.backoff.reset(key)
             self.retry(key)
 
     def wake_claim_pods(self) -> None:
         """Retry the waiting claim pods, in the order they are served (priority, then age; or age alone)."""
+        self.generation += 1
         waiting = [key for keys in self._claim_pods.values() for key in keys if key in self._unschedulable]
         if len(waiting) > 1:
             waiting.sort(key=lambda k: priority.order_key(self._pods.get(k) or _placeholder(k), self.order))
@@ -156,10 +166,14 @@ class SchedulingQueue:
             self.order = order
             self.wake_claim_pods()
 
-    def flush(self) -> None:
-        """Retry every pod last found unschedulable, in case an event that could help it was missed."""
-        for key in list(self._unschedulable):
+    def flush(self) -> int:
+        """Retry every pod last found unschedulable, in case the change that could help it was routed to other
+        pods: those tried before the latest such change (nothing has changed for the others, and every change the
+        caches see passes through this class). How many were retried."""
+        stale = [key for key in self._unschedulable if self._tried_at.get(key) != self.generation]
+        for key in stale:
             self.retry(key)
+        return len(stale)
 
     # ---- reservations (claims.priority) -------------------------------------------------------------------------
     def reserved_for(self, rank: int) -> Mapping[str, str]:

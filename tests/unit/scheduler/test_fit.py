@@ -1083,3 +1083,39 @@ def test_the_trimmed_view_takes_what_the_pod_takes_and_keeps_little_else():
     view = fit.trimmed(p)
     assert fit.footprint(view) == fit.footprint(p) and fit.footprint(p).requests
     assert "env" not in view["spec"]["containers"][0] and len(view["spec"]["containers"][0]["ports"]) == 1
+
+
+_RESOURCES = st.sampled_from(["cpu", "memory", GPU, "pods"])
+_PORTS = st.tuples(st.sampled_from(["0.0.0.0", "10.0.0.1"]), st.sampled_from(["TCP", "UDP"]), st.integers(80, 82))
+
+
+@given(
+    requests=st.dictionaries(_RESOURCES.filter(lambda r: r != "pods"), st.integers(0, 5000), max_size=3),
+    ports=st.lists(_PORTS, max_size=2),
+    selector=st.dictionaries(st.sampled_from(["a", "b"]), st.sampled_from(["1", "2"]), max_size=2),
+    labels=st.dictionaries(st.sampled_from(["a", "b"]), st.sampled_from(["1", "2"]), max_size=2),
+    pods_allowed=st.integers(0, 3),
+    on_node=st.lists(
+        st.tuples(
+            st.sampled_from(["n1", "n2"]),
+            st.dictionaries(_RESOURCES.filter(lambda r: r != "pods"), st.integers(0, 4000), max_size=3),
+            st.lists(_PORTS, max_size=1),
+        ),
+        max_size=4,
+    ),
+)
+def test_fits_agrees_with_problem(requests, ports, selector, labels, pods_allowed, on_node):
+    """`fits` is `problem(...) is None` without the words: the claim path filters every node with it and writes
+    reasons for the few its message names, so the two must never disagree."""
+    n = node(labels=labels, allocatable={"cpu": "4", "memory": "16Gi", GPU: "8", "pods": str(pods_allowed)})
+    usage = usage_with(*(taken(where, req, ports_) for where, req, ports_ in on_node))
+    w = wants(requests, ports, selector)
+    assert fit.fits(w, n, usage) == (fit.problem(w, n, usage) is None)
+
+
+def test_explain_writes_the_reasons_of_the_nodes_it_names_only():
+    usage = usage_with(*(taken(f"n{i}", {"cpu": 4000}) for i in range(5)))
+    nodes = {f"n{i}": node(f"n{i}") for i in range(5)}
+    message = fit.explain(wants({"cpu": 1000}), ["n4", "n3", "n2", "n1", "n0"], nodes, usage)
+    assert message.startswith("Insufficient cpu (the pod requests 1; node n0 has 0 of 4 left); Insufficient cpu")
+    assert message.endswith("node n2 has 0 of 4 left); and 2 more")

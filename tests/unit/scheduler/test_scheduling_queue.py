@@ -131,3 +131,26 @@ def test_forgetting_a_waiter_frees_its_nodes_for_lower_priorities_and_wakes_them
         assert await _drain(q) == []
 
     _run(scenario)
+
+
+def test_the_flush_retries_only_the_pods_tried_before_the_latest_change_that_could_help() -> None:
+    """A backlog costs its first pass and then nothing: every change that could help a pod passes through the queue
+    (its generation), so the five-minute flush leaves alone a pod tried since the last one, and retries the others
+    (the change was routed to someone else, or a wake went missing)."""
+
+    async def scenario() -> None:
+        q = SchedulingQueue({}, 0.0, 0.0)
+        for key in ("ns/a", "ns/b"):
+            q.names_claim(key, f"{key}-claim")
+            q.attempted(key)
+            q.unschedulable(key, "busy")
+        assert q.flush() == 0 and await _drain(q) == [], "nothing changed since both were tried"
+        q.room_made("node1")  # helps map pods of node1 only, but it is a change
+        assert q.flush() == 2 and sorted(await _drain(q)) == ["ns/a", "ns/b"]
+        q.attempted("ns/a")
+        q.unschedulable("ns/a", "busy")
+        assert q.flush() == 1 and await _drain(q) == ["ns/b"], "a was tried after the change; b was not"
+        q.forget("ns/b")
+        assert q.flush() == 0
+
+    _run(scenario)

@@ -55,6 +55,7 @@ CLUSTER_KINDS = {
     "MutatingWebhookConfiguration",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "FlowSchema",
     "CustomResourceDefinition",
 }
 #: Values whose value is a map or a list given as a whole (resources, node labels, tolerations, labels): one value

@@ -370,6 +370,7 @@ def test_scheduler_rbac_is_least_privilege():
         ("pods/binding", "create"),
         ("pods/status", "patch"),
         ("events", "create"),
+        ("events", "patch"),
         ("gpuclaims", "get"),
         ("gpuclaims", "list"),
         ("gpuclaims", "watch"),
