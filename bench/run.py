@@ -25,7 +25,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench import board, checks, contenders, measure, report, workload
+from bench import board, checks, contenders, measure, report, state, workload
 from bench.plane import SCHEDULER_USER, BenchPlane, build_loadgen
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
@@ -313,7 +313,7 @@ def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) ->
     every waiting pod has been tried (PodScheduled=False), what the waiting costs over `storm_seconds`."""
     workdir = settings.out / "runs" / f"storm-{name}-{rep}"
     shutil.rmtree(workdir, ignore_errors=True)
-    plane = BenchPlane(workdir, loadgen)
+    plane = BenchPlane(workdir, loadgen, profiling=settings.profile)
     contender = contenders.BY_NAME[name]()
     print(
         f"== storm {name} repetition {rep}: {settings.nodes} nodes full, {settings.storm_pods} pods waiting", flush=True
@@ -379,15 +379,22 @@ def run_storm(settings: Settings, loadgen: pathlib.Path, name: str, rep: int) ->
             first_pass_seconds=round(time.monotonic() - started, 1),
         )
         profilers = _start_profilers(contender, workdir) if settings.profile else []
+        apiserver = ApiserverAccount(plane, workdir) if settings.profile else None
         try:
             result["storm"] = _window(plane, contender, watched, writes, settings.storm_seconds)
         finally:
             _stop_profilers(profilers)
+            if apiserver is not None:
+                apiserver.finish()
         listed = plane.api.get(paths.pods(NAMESPACE))["items"]
         result["bound"] = sum(bool(p["spec"].get("nodeName")) for p in listed)
         if bound := checks.storm_bound(listed):
             raise RunAborted("; ".join(bound))
         result["peak_rss_mib"] = {k: s.peak_rss_mib() for k, s in watched.items()}
+        if name.startswith("gpu-scheduler"):
+            result["state"] = state.measure(plane.cp.kubeconfig)
+            for part, m in result["state"]["parts"].items():
+                print(f"   state {part}: {m['objects']} objects, {m['bytes'] / 2**20:.1f} MiB", flush=True)
     except RunAborted as exc:
         result["failure"] = str(exc)
         print(f"   not measured: {exc}", flush=True)

@@ -26,9 +26,10 @@ from harness.wait import wait_for
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 SIMULATED_GPUS: int = simulated_status()["total"]
 """GPUs of a node with the simulated inventory (gpu_scheduling.agent.inventory), what a fake node advertises."""
-# Every pods/binding request, and every write of a Lease in the project's namespace (GPU Leases and the leader
-# Lease), each with its response code and user agent: the scenarios prove "bound exactly once", "only the leader
-# binds" and what happened to the Leases from the apiserver's own record.
+# Every pods/binding request, every write of a Lease in the project's namespace (GPU Leases and the leader Lease),
+# and every write of what the scheduler reports (a pod's status, an Event, a GpuClaim's status), each with its
+# response code and user agent: the scenarios prove "bound exactly once", "only the leader binds", what happened to
+# the Leases and what a backlog of waiting pods costs from the apiserver's own record.
 AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
@@ -43,6 +44,13 @@ rules:
   resources:
   - group: "coordination.k8s.io"
     resources: ["leases"]
+- level: Metadata
+  verbs: ["create", "update", "patch"]
+  resources:
+  - group: ""
+    resources: ["pods/status", "events"]
+  - group: "{constants.CLAIM_GROUP}"
+    resources: ["{constants.GPU_CLAIM_PLURAL}/status"]
 - level: None
 """
 
@@ -284,6 +292,7 @@ class ControlPlane:
             "code": (event.get("responseStatus") or {}).get("code"),
             "userAgent": event.get("userAgent", ""),
             "verb": event.get("verb"),
+            "resource": ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else ""),
             "received": _audit_time(event.get("requestReceivedTimestamp")),
         }
 
@@ -302,6 +311,11 @@ class ControlPlane:
         return [
             self._audit_entry(e) for e in self._audit_events() if (e.get("objectRef") or {}).get("resource") == "leases"
         ]
+
+    def writes(self) -> list[dict[str, Any]]:
+        """Every write the audit policy records (bindings, Leases, pod statuses, Events, GpuClaim statuses), as
+        `bindings()` has them, with `verb` and `resource` ("pods/status", "events", "leases", ...)."""
+        return [self._audit_entry(e) for e in self._audit_events()]
 
     # ---- nodes -----------------------------------------------------------------------------------------------
     def add_node(self, name: str, gpus: int = SIMULATED_GPUS, labels: dict[str, str] | None = None) -> dict[str, Any]:

@@ -37,7 +37,9 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
       | kube-system:gpu-scheduler | update | leases                 | default        | no     |
       | kube-system:gpu-scheduler | delete | nodes                  | the cluster    | no     |
       | kube-system:gpu-scheduler | patch  | nodes                  | the cluster    | no     |
-      | kube-system:gpu-scheduler | patch  | events                 | all namespaces | no     |
+      | kube-system:gpu-scheduler | patch  | events                 | all namespaces | yes    |
+      | kube-system:gpu-scheduler | update | events                 | all namespaces | no     |
+      | kube-system:gpu-scheduler | delete | events                 | all namespaces | no     |
       | kube-system:gpu-scheduler | update | gpuclaims              | all namespaces | no     |
       | kube-system:gpu-scheduler | create | gpunodestatuses        | the cluster    | no     |
       | kube-system:gpu-scheduler | patch  | gpunodestatuses/status | the cluster    | no     |

@@ -37,7 +37,7 @@ Source = Literal["claim", "map"]
 GpuKey = tuple[str, int]  # (node, GPU id)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Hold:
     """What one pod holds: GPUs of one node."""
 
@@ -59,7 +59,7 @@ class Hold:
         return f"pod {self.pod} ({what})"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class LeaseRecord:
     """One GPU Lease as the API last showed it."""
 
@@ -76,14 +76,14 @@ class LeaseRecord:
         return (self.node, self.gpu)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Conflict:
     node: str
     gpu: int
     holder: str  # a description: "pod ns/name (GpuClaim c)" or "Lease gpu-n-0 of pod <uid>"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class LeasePlan:
     """What the reconciler must do to one Lease: drop `remove` from its holders (delete it when nobody stays),
     after asking the API about the pods in `verify` (uid -> "<namespace>/<name>" or "" when unknown)."""

@@ -63,6 +63,10 @@ LEASE: Final = Resource("Lease", "leases", constants.LEASE_API_VERSION, True)
 STATEFULSET: Final = Resource("StatefulSet", "statefulsets", "apps/v1", True)
 DEPLOYMENT: Final = Resource("Deployment", "deployments", "apps/v1", True)
 DAEMONSET: Final = Resource("DaemonSet", "daemonsets", "apps/v1", True)
+FLOW_SCHEMA: Final = Resource("FlowSchema", "flowschemas", "flowcontrol.apiserver.k8s.io/v1", False)
+PRIORITY_LEVEL: Final = Resource(
+    "PriorityLevelConfiguration", "prioritylevelconfigurations", "flowcontrol.apiserver.k8s.io/v1", False
+)
 
 #: The core API (Pod, Node, Binding, Event).
 CORE_API: Final = POD.base

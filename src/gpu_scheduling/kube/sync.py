@@ -76,6 +76,19 @@ class SyncClient:
         answer: JSON = json.loads(self._open(req) or b"{}")
         return answer
 
+    def headers(self, path: str) -> dict[str, str]:
+        """GET `path` and return the answer's headers, whatever its status (an error answer's too)."""
+        req = urllib.request.Request(self._url(path, None), method="GET")
+        if self._token is not None:
+            req.add_header("Authorization", f"Bearer {self._token}")
+        try:
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                return dict(resp.headers)
+        except urllib.error.HTTPError as exc:
+            return dict(exc.headers)
+        except (OSError, http.client.HTTPException) as exc:
+            raise TransportError("GET", req.selector, exc) from exc
+
     def text(self, path: str, **params: str) -> str:
         """GET a plain-text resource such as pods/log."""
         return self._open(urllib.request.Request(self._url(path, params or None))).decode(errors="replace")

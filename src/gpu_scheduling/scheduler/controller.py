@@ -134,8 +134,9 @@ class Scheduler:
             self._on_pod,
             params={"fieldSelector": f"spec.schedulerName={config.name}"},
             name="pods",
+            transform=decision.pod_view,
         )
-        self.nodes = Informer(client, paths.NODES, self._on_node, name="nodes")
+        self.nodes = Informer(client, paths.NODES, self._on_node, name="nodes", transform=decision.node_view)
         # What the other schedulers' pods take from the nodes (their requests and host ports, nothing else kept):
         # with our own bound pods, the running totals that a pod must fit in (fit.NodeUsage).
         self.others = Informer(
@@ -239,7 +240,9 @@ class Scheduler:
         if decision.is_schedulable_pod(pod, self.config.name):
             self.queue.add(key)
 
-    def _on_node(self, kind: str, node: dict[str, Any], _old: dict[str, Any] | None) -> None:
+    def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind == "MODIFIED" and decision.same_node(old, node):
+            return  # a heartbeat, say: nothing a decision reads changed, so no waiting pod is woken
         if kind == "DELETED":
             self.usage.node_gone(node["metadata"]["name"])
         self.claim_path.nodes_changed()

@@ -96,6 +96,110 @@ def node_problem(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) 
     return None
 
 
+def node_view(node: dict[str, Any]) -> dict[str, Any]:
+    """What the scheduler's decisions read of a Node (node_problem, the fit rules, node affinity), and no more: the
+    nodes informer keeps this. Its heartbeats (condition times), images, addresses and the other conditions are
+    dropped, so an update of those alone reaches the scheduler as no change (`same_node`).
+    tests/unit/scheduler/test_decision.py checks every reader answers the same on the view as on the whole Node."""
+    meta = _object(node.get("metadata"))
+    status = _object(node.get("status"))
+    conditions = status.get("conditions")
+    conditions = conditions if isinstance(conditions, list) else []
+    ready = [
+        {k: c[k] for k in ("type", "status", "reason") if k in c}
+        for c in conditions
+        if isinstance(c, dict) and c.get("type") == "Ready"
+    ]
+    view_status: dict[str, Any] = {"conditions": ready}
+    if "allocatable" in status:
+        view_status["allocatable"] = status["allocatable"]
+    return {
+        "metadata": {
+            k: meta[k] for k in ("name", "uid", "resourceVersion", "labels", "deletionTimestamp") if k in meta
+        },
+        "spec": node.get("spec"),
+        "status": view_status,
+    }
+
+
+_UNREAD_CONTAINER_FIELDS = frozenset(
+    {
+        "image",
+        "imagePullPolicy",
+        "command",
+        "args",
+        "workingDir",
+        "volumeMounts",
+        "volumeDevices",
+        "livenessProbe",
+        "readinessProbe",
+        "startupProbe",
+        "lifecycle",
+        "terminationMessagePath",
+        "terminationMessagePolicy",
+        "securityContext",
+        "stdin",
+        "stdinOnce",
+        "tty",
+        "envFrom",
+    }
+)
+"""What no decision reads of a container (its name, env, resources, ports and restartPolicy are read)."""
+
+_UNREAD_POD_SPEC_FIELDS = frozenset(
+    {"volumes", "securityContext", "dnsPolicy", "dnsConfig", "enableServiceLinks", "imagePullSecrets", "hostAliases"}
+)
+"""What no decision reads of a pod's spec."""
+
+
+def pod_view(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the scheduler keeps of its own pods (its pods informer's transform): the pod without what no decision
+    reads (volumes, images, commands, probes, mounts, security contexts; managed fields; of the status only the phase
+    and the PodScheduled condition), so thousands of waiting pods and every bound one cost as little memory as
+    their decisions allow. Fields it does not know are kept: a reader added later is never silently starved.
+    tests/unit/scheduler/test_decision.py checks every reader answers the same on the view as on the whole pod."""
+    out = dict(pod)
+    meta = pod.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    spec = pod.get("spec")
+    if isinstance(spec, dict):
+        view = {k: v for k, v in spec.items() if k not in _UNREAD_POD_SPEC_FIELDS}
+        for field in ("initContainers", "containers"):
+            listed = spec.get(field)
+            if isinstance(listed, list):
+                view[field] = [
+                    {k: v for k, v in c.items() if k not in _UNREAD_CONTAINER_FIELDS} if isinstance(c, dict) else c
+                    for c in listed
+                ]
+        view.pop("ephemeralContainers", None)
+        out["spec"] = view
+    status = pod.get("status")
+    if isinstance(status, dict):
+        conditions = status.get("conditions")
+        kept: dict[str, Any] = {k: status[k] for k in ("phase",) if k in status}
+        if isinstance(conditions, list):
+            kept["conditions"] = [c for c in conditions if isinstance(c, dict) and c.get("type") == "PodScheduled"]
+        out["status"] = kept
+    return out
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def same_node(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Two `node_view`s that differ in nothing but their resourceVersion: no pod can be helped by the update."""
+    if old is None:
+        return False
+
+    def unversioned(view: Mapping[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in view["metadata"].items() if k != "resourceVersion"}
+        return {**view, "metadata": meta}
+
+    return unversioned(old) == unversioned(new)
+
+
 CORDON_TAINT: Mapping[str, str] = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 """A pod that tolerates this taint may go to a cordoned node (kube-scheduler's NodeUnschedulable), as DaemonSet
 pods do."""

@@ -366,3 +366,147 @@ def test_webhook_and_scheduler_give_the_same_reason(meta):
     verdict = decide(the_pod, NODES)
     assert not denial["allowed"] and isinstance(verdict, decision.Unschedulable)
     assert denial["status"]["message"].endswith(": " + verdict.message)
+
+
+# ---- node_view: what the nodes informer keeps -------------------------------------------------------------------
+
+
+def _kubelet_node(ready: str = "True", heartbeat: str = "2026-11-27T04:00:00Z") -> dict:
+    """A Node as a kubelet reports it (trimmed of nothing)."""
+    return {
+        "metadata": {
+            "name": "node1",
+            "uid": "u-1",
+            "resourceVersion": "41",
+            "labels": {"kubernetes.io/hostname": "node1", "zone": "a"},
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            "managedFields": [{"manager": "kubelet"}],
+        },
+        "spec": {"podCIDR": "10.244.1.0/24", "taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]},
+        "status": {
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "8"},
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "8"},
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": heartbeat},
+                {"type": "Ready", "status": ready, "reason": "KubeletReady", "lastHeartbeatTime": heartbeat},
+            ],
+            "images": [{"names": ["registry/image:tag"], "sizeBytes": 123}] * 20,
+            "addresses": [{"type": "InternalIP", "address": "172.18.0.3"}],
+            "nodeInfo": {"kubeletVersion": "v1.34.4"},
+        },
+    }
+
+
+@pytest.mark.parametrize("ready", ["True", "False"])
+def test_every_reader_answers_the_same_on_the_node_view(ready):
+    whole = _kubelet_node(ready)
+    view = decision.node_view(whole)
+    for tolerations in ([], [{"key": "gpu", "operator": "Exists"}], [dict(decision.CORDON_TAINT)]):
+        assert decision.node_problem(view, tolerations) == decision.node_problem(whole, tolerations)
+    assert fit.capacity(view) == fit.capacity(whole)
+    for term in (
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node1"]}]},
+        {"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]},
+    ):
+        assert fit.term_matches(term, view) == fit.term_matches(term, whole)
+    assert "images" not in view["status"] and "managedFields" not in view["metadata"]
+
+
+def test_a_heartbeat_is_no_change_but_readiness_labels_and_taints_are():
+    before = decision.node_view(_kubelet_node())
+    beat = _kubelet_node(heartbeat="2026-11-27T04:00:10Z")
+    beat["metadata"]["resourceVersion"] = "42"
+    assert decision.same_node(before, decision.node_view(beat))
+    assert not decision.same_node(None, before)
+    relabelled = _kubelet_node()
+    relabelled["metadata"]["labels"]["zone"] = "b"
+    untainted = _kubelet_node()
+    untainted["spec"]["taints"] = []
+    for changed in (_kubelet_node(ready="False"), relabelled, untainted):
+        assert not decision.same_node(before, decision.node_view(changed))
+
+
+# ---- pod_view: what the pods informer keeps ---------------------------------------------------------------------
+
+
+def _admitted(the_pod: dict, bound_to: str | None = None) -> dict:
+    """`the_pod` as the apiserver and a kubelet leave it: defaults, a service account volume, probes, a status."""
+    whole = {**the_pod, "metadata": {**the_pod["metadata"], "managedFields": [{"manager": "kubectl"}]}}
+    spec = dict(whole["spec"])
+    spec["volumes"] = [{"name": "kube-api-access-x", "projected": {"sources": [{"serviceAccountToken": {}}] * 3}}]
+    spec["securityContext"] = {"runAsNonRoot": True}
+    spec["dnsPolicy"] = "ClusterFirst"
+    spec["priority"] = 7
+    spec["containers"] = [
+        {
+            **c,
+            "image": "gpu-scheduler-check:0.1",
+            "command": ["python", "-m", "check"],
+            "volumeMounts": [{"name": "kube-api-access-x", "mountPath": "/var/run/secrets"}],
+            "livenessProbe": {"exec": {"command": ["true"]}},
+            "resources": {"requests": {"cpu": "100m", "nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}},
+            "ports": [{"containerPort": 8080, "hostPort": 8080}],
+        }
+        for c in spec["containers"]
+    ]
+    if bound_to:
+        spec["nodeName"] = bound_to
+    whole["spec"] = spec
+    whole["status"] = {
+        "phase": "Running" if bound_to else "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True" if bound_to else "False", "reason": "Unschedulable"},
+            {"type": "Ready", "status": "True"},
+        ],
+        "containerStatuses": [{"name": "c", "image": "x", "state": {"running": {}}}] * 2,
+        "podIP": "10.0.0.9",
+    }
+    return whole
+
+
+def _answer(reader, the_pod):
+    """What `reader` says of `the_pod`: its result, or the error it raises (type and words)."""
+    try:
+        return reader(the_pod)
+    except Exception as exc:  # noqa: BLE001 - a refusal is an answer too, compared like one
+        return type(exc).__name__, str(exc)
+
+
+@pytest.mark.parametrize("bound_to", [None, "node4"])
+@pytest.mark.parametrize("claim", [False, True])
+def test_every_reader_answers_the_same_on_the_pod_view(bound_to, claim):
+    from gpu_scheduling import devices
+    from gpu_scheduling.claims import objects, priority
+    from gpu_scheduling.scheduler.controller import _scheduling_view
+
+    annotation = None if claim else TAKE_HOME
+    the_pod = pod("gpu-scheduler-check-3", annotation=annotation, tolerations=[{"key": "gpu", "operator": "Exists"}])
+    whole = _admitted(the_pod, bound_to)
+    if claim:
+        whole["metadata"]["annotations"] = {
+            "gpu.scheduling/claim": "train",
+            "gpu.scheduling/allocated": "node4:0,1",
+            "gpu.scheduling/gpu-ids": "0,1",
+        }
+    view = decision.pod_view(whole)
+    assert decision.pod_view(view) == view
+    for reader in (
+        lambda p: decision.is_schedulable_pod(p, "gpu-scheduler"),
+        decision.is_gated,
+        decision.is_finished,
+        decision.is_claim_pod,
+        decision.pod_fit,
+        lambda p: decide(p, NODES),
+        fit.footprint,
+        lambda p: fit.footprint(p, "node2"),
+        objects.hold_from_pod,
+        lambda p: podrequest.claim_name(p["metadata"]),
+        lambda p: priority.order_key(p, "Priority"),
+        lambda p: devices.count_mismatch(p, 2),
+        lambda p: [c.get("status") for c in p["status"]["conditions"] if c["type"] == "PodScheduled"],
+    ):
+        assert _answer(reader, view) == _answer(reader, whole)
+    assert _scheduling_view(view) == _scheduling_view(decision.pod_view(whole))
+    assert "volumes" not in view["spec"] and "image" not in view["spec"]["containers"][0]
+    assert "containerStatuses" not in view["status"] and "managedFields" not in view["metadata"]
