@@ -189,11 +189,14 @@ def flow_release(world: World) -> Iterator[list[Release]]:
         world.api.delete(paths.namespace(release.namespace))
 
 
-@given(step("the chart's FlowSchemas and the scheduler's service account for a release in the namespace \"{ns:q}\""))
+@given(
+    step("the chart's FlowSchemas and the scheduler's service account for a release in the namespace \"{ns:q}\""),
+    target_fixture="release",
+)
 def flowschemas(world: World, flow_release: list[Release], ns: str) -> Release:
     create_namespace(world.api, ns, timeout=60)
     for doc in manifests.render(namespace=ns, show_only=[FLOWCONTROL_TEMPLATE]):
-        world.api.apply_or_replace(paths.FLOW_SCHEMA.item(doc["metadata"]["name"]), doc)
+        world.api.apply_or_replace(paths.FLOW_SCHEMA.collection(), doc)
     tokens = {}
     for account in (constants.DEFAULT_SCHEDULER_NAME, "someone-else"):
         body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": ns}}
@@ -242,9 +245,9 @@ def _check(world: World, release: Release, account: str, path: str, schema: str,
         'priority level "{level:q}"'
     )
 )
-def lease_read(world: World, flowschemas: Release, schema: str, level: str) -> None:
+def lease_read(world: World, release: Release, schema: str, level: str) -> None:
     path = paths.lease(constants.LEASE_NAMESPACE, constants.DEFAULT_SCHEDULER_NAME)
-    _check(world, flowschemas, constants.DEFAULT_SCHEDULER_NAME, path, schema, level)
+    _check(world, release, constants.DEFAULT_SCHEDULER_NAME, path, schema, level)
 
 
 @then(
@@ -253,8 +256,8 @@ def lease_read(world: World, flowschemas: Release, schema: str, level: str) -> N
         'level "{level:q}"'
     )
 )
-def pod_list(world: World, flowschemas: Release, schema: str, level: str) -> None:
-    _check(world, flowschemas, constants.DEFAULT_SCHEDULER_NAME, paths.ALL_PODS, schema, level)
+def pod_list(world: World, release: Release, schema: str, level: str) -> None:
+    _check(world, release, constants.DEFAULT_SCHEDULER_NAME, paths.ALL_PODS, schema, level)
 
 
 @then(
@@ -263,6 +266,6 @@ def pod_list(world: World, flowschemas: Release, schema: str, level: str) -> Non
         'the priority level "{level:q}"'
     )
 )
-def other_lease_read(world: World, flowschemas: Release, schema: str, level: str) -> None:
+def other_lease_read(world: World, release: Release, schema: str, level: str) -> None:
     path = paths.lease(constants.LEASE_NAMESPACE, constants.DEFAULT_SCHEDULER_NAME)
-    _check(world, flowschemas, "someone-else", path, schema, level)
+    _check(world, release, "someone-else", path, schema, level)
