@@ -9,7 +9,9 @@
                       kube-scheduler's);
   ceiling             `loadgen bind`: list+watch, read the node the benchmark named on the pod (the node of its
                       map entry), POST the binding, nothing else. What the apiserver allows on this machine for
-                      the same pods (W1 only: only W1 pods name their node).
+                      the same pods (W1 only: only W1 pods name their node);
+  ceiling-webhook     (only when named) the same binder with gpu-webhook in its pods' admission path: the limit of
+                      a design that mutates every GPU pod and then binds it.
 
 Each contender's scheduler signs in as plane.SCHEDULER_USER, so its writes can be counted from the audit log.
 Both schedulers run one replica with leader election on, as deployed, with the same timings (LEADER_ELECTION),
@@ -225,6 +227,32 @@ class Ceiling(Contender):
         return [self.proc]
 
 
+class CeilingWithWebhook(Ceiling):
+    """Not in the default set: the ceiling's binder, its pods admitted through gpu-webhook (registered for the
+    binder's scheduler name): the most this design (a mutating webhook on every GPU pod, then a bind) allows on
+    this machine, which gpu-scheduler with its webhook is measured against."""
+
+    name = "ceiling-webhook"
+    python_processes = ("webhook",)
+
+    def start(self, plane: BenchPlane) -> None:
+        self.components = Components(plane.cp, self.scheduler_name, leader_election=None)
+        self.components.install_crds()
+        self.components.start_webhook()
+        self.components.register_webhook()
+        super().start(plane)
+
+    def stop(self) -> None:
+        super().stop()
+        self.components.stop()
+
+    def processes(self) -> dict[str, ProcessStats]:
+        return {**super().processes(), "webhook": self._stats(self.components.webhook)}
+
+    def _programs(self) -> list[Process]:
+        return [self.proc, self.components.webhook]
+
+
 class GpuSchedulerBaseline(GpuScheduler):
     """Not in the default set: gpu-scheduler as it was at the git revision `BASELINE_REF` (`--baseline REF`), with
     today's webhook, so that one run measures what a change to the scheduler costs, before and after, on the same
@@ -259,5 +287,13 @@ DEFAULT = (GpuScheduler.name, KubeScheduler.name, KubeSchedulerDra.name, Ceiling
 """What `make bench` runs; gpu-scheduler-no-webhook runs only when named."""
 BY_NAME: dict[str, type[Contender]] = {
     c.name: c
-    for c in (GpuScheduler, KubeScheduler, KubeSchedulerDra, Ceiling, GpuSchedulerWithoutWebhook, GpuSchedulerBaseline)
+    for c in (
+        GpuScheduler,
+        KubeScheduler,
+        KubeSchedulerDra,
+        Ceiling,
+        CeilingWithWebhook,
+        GpuSchedulerWithoutWebhook,
+        GpuSchedulerBaseline,
+    )
 }

@@ -10,7 +10,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -33,24 +33,34 @@ def _transport(method: str, path: str) -> Iterator[None]:
 
 
 class RateLimiter:
-    """Token bucket like client-go's (qps, burst); qps <= 0 disables it."""
+    """Token bucket like client-go's (qps, burst): at most `burst` requests at once, then `qps` per second; callers
+    wait in turn (FIFO). qps <= 0 disables it. `clock` and `sleep` are the monotonic clock and the sleep it uses
+    (tests give a simulated pair)."""
 
-    def __init__(self, qps: float, burst: int):
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ):
         self.qps, self.burst = qps, max(1, burst)
+        self._clock, self._sleep = clock, sleep
         self._tokens = float(self.burst)
-        self._last = time.monotonic()
+        self._last = clock()
         self._lock = asyncio.Lock()
 
     async def acquire(self) -> None:
         if self.qps <= 0:
             return
         async with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
             self._last = now
             if self._tokens < 1:
-                await asyncio.sleep((1 - self._tokens) / self.qps)
-                self._last = time.monotonic()
+                await self._sleep((1 - self._tokens) / self.qps)
+                self._last = self._clock()
                 self._tokens = 0
             else:
                 self._tokens -= 1
