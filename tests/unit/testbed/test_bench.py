@@ -507,3 +507,32 @@ def test_the_smoke_w2_fits_in_any_placement_order():
     for g in set(sizes):
         free_while_waiting = total - (sum(sizes) - g)
         assert free_while_waiting > nodes * (g - 1), (g, free_while_waiting)
+
+
+def test_the_growth_table_takes_the_median_per_size_and_names_its_run(tmp_path):
+    import json
+
+    from bench import growth
+
+    def run(nodes: int, throughput: float, cpu: float) -> dict:
+        return {
+            "workload": "w1",
+            "contender": "gpu-scheduler",
+            "nodes": nodes,
+            "pods": nodes * 5,
+            "bound": nodes * 5,
+            "throughput": throughput,
+            "cpu_seconds": {"scheduler": cpu, "kube-apiserver": 2 * cpu},
+            "peak_rss_mib": {"scheduler": 100.0},
+        }
+
+    for name, runs in (("small", [run(250, 90, 5), run(250, 110, 7), run(250, 100, 6)]), ("big", [run(1000, 80, 40)])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({"started": 0, "runs": runs}))
+    found = growth.rows([tmp_path / "small" / "results.json", tmp_path / "big" / "results.json"])
+    assert [(r["nodes"], r["pods/s"], r["scheduler CPU ms/pod"], r["reps"]) for r in found] == [
+        (250, 100, 6 * 1000 / 1250, 3),
+        (1000, 80, 40 * 1000 / 5000, 1),
+    ]
+    assert found[1]["run"] == "`big`, 1970-01-01 00:00 UTC"
+    assert "| w1 | gpu-scheduler | 1000 | 5000 (5000) | 80.0 | 8.0 | 100.0 | 16.0 |" in growth.table(found)
