@@ -239,33 +239,18 @@ def _check(world: World, release: Release, account: str, path: str, schema: str,
         ) from None
 
 
-@then(
-    step(
-        'a Lease read by the scheduler\'s service account is classified by the FlowSchema "{schema:q}" at the '
-        'priority level "{level:q}"'
-    )
-)
-def lease_read(world: World, release: Release, schema: str, level: str) -> None:
-    path = paths.lease(constants.LEASE_NAMESPACE, constants.DEFAULT_SCHEDULER_NAME)
-    _check(world, release, constants.DEFAULT_SCHEDULER_NAME, path, schema, level)
+#: Who asks, in the steps' words: the service account whose token the request carries.
+ACCOUNTS = {
+    "the scheduler's service account": constants.DEFAULT_SCHEDULER_NAME,
+    "another service account of that namespace": "someone-else",
+}
+#: What is asked, in the steps' words: the path of the GET.
+REQUESTS = {
+    "a Lease read": paths.lease(constants.LEASE_NAMESPACE, constants.DEFAULT_SCHEDULER_NAME),
+    "a pod list": paths.ALL_PODS,
+}
 
 
-@then(
-    step(
-        'a pod list by the scheduler\'s service account is classified by the FlowSchema "{schema:q}" at the priority '
-        'level "{level:q}"'
-    )
-)
-def pod_list(world: World, release: Release, schema: str, level: str) -> None:
-    _check(world, release, constants.DEFAULT_SCHEDULER_NAME, paths.ALL_PODS, schema, level)
-
-
-@then(
-    step(
-        'a Lease read by another service account of that namespace is classified by the FlowSchema "{schema:q}" at '
-        'the priority level "{level:q}"'
-    )
-)
-def other_lease_read(world: World, release: Release, schema: str, level: str) -> None:
-    path = paths.lease(constants.LEASE_NAMESPACE, constants.DEFAULT_SCHEDULER_NAME)
-    _check(world, release, "someone-else", path, schema, level)
+@then(step('{request} by {who} is classified by the FlowSchema "{schema:q}" at the priority level "{level:q}"'))
+def classified(world: World, release: Release, request: str, who: str, schema: str, level: str) -> None:
+    _check(world, release, ACCOUNTS[who], REQUESTS[request], schema, level)
