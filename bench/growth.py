@@ -15,6 +15,8 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from bench.report import COLOURS
+
 COLUMNS = ("pods/s", "scheduler CPU ms/pod", "scheduler RSS MiB", "apiserver CPU ms/pod")
 
 
@@ -81,11 +83,12 @@ def plot(found: list[dict[str, Any]], path: pathlib.Path) -> None:
                 points = sorted(
                     (r["nodes"], r[column]) for r in found if r["workload"] == wl and r["contender"] == contender
                 )
-                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=contender)
+                xs, ys = [p[0] for p in points], [p[1] for p in points]
+                ax.plot(xs, ys, marker="o", label=contender, color=COLOURS.get(contender))
             ax.set_xscale("log")
             ax.set_title(f"{wl.upper()}: {column}")
             ax.set_xlabel("nodes (5 pods per node)")
-            if row == 0 and col == 0:
+            if col == 0:
                 ax.legend(fontsize="small")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
