@@ -68,6 +68,7 @@ class Series:
     last_seen_stamp: str = ""
     next_write: float = 0.0  # monotonic: when a pending count may be written
     interval: float = 0.0  # the wait after the next write
+    queued: float | None = None  # when its one live entry in the book's heap falls due (others are stale)
 
     @property
     def pending(self) -> bool:
@@ -80,7 +81,7 @@ class SeriesBook:
     def __init__(self, timing: SeriesTiming):
         self.timing = timing
         self.series: dict[SeriesKey, Series] = {}
-        self._due: list[tuple[float, SeriesKey]] = []  # heap of (when, key); stale entries skipped
+        self._due: list[tuple[float, SeriesKey]] = []  # heap of (when, key): one live entry per series
 
     def __len__(self) -> int:
         return len(self.series)
@@ -90,8 +91,15 @@ class SeriesBook:
         s = Series(namespace, name, body, last_seen=at, last_seen_stamp=stamp)
         s.next_write, s.interval = at + self.timing.first_update, self.timing.first_update * 2
         self.series[key] = s
-        heapq.heappush(self._due, (at + self.timing.idle, key))  # when it may be forgotten
+        self._queue(key, s, at + self.timing.idle)  # when it may be forgotten
         return s
+
+    def _queue(self, key: SeriesKey, s: Series, when: float) -> None:
+        """Make `when` the series' next look, unless an earlier one is queued: a series has one live entry in the
+        heap however often it repeats, so the heap stays the size of the book."""
+        if s.queued is None or when < s.queued:
+            s.queued = when
+            heapq.heappush(self._due, (when, key))
 
     def repeat(self, key: SeriesKey, at: float, stamp: str) -> bool:
         """Another occurrence of `key`: counted. False when there is no such series (write a new Event)."""
@@ -100,7 +108,7 @@ class SeriesBook:
             return False
         s.count += 1
         s.last_seen, s.last_seen_stamp = at, stamp
-        heapq.heappush(self._due, (max(at, s.next_write), key))
+        self._queue(key, s, max(at, s.next_write))
         return True
 
     def next_due(self) -> float | None:
@@ -110,18 +118,17 @@ class SeriesBook:
         """The series whose count is to be written now; forgets those idle past `timing.idle`."""
         out: dict[SeriesKey, Series] = {}
         while self._due and self._due[0][0] <= at:
-            _, key = heapq.heappop(self._due)
+            when, key = heapq.heappop(self._due)
             s = self.series.get(key)
-            if s is None or key in out:
-                continue
+            if s is None or s.queued != when:
+                continue  # stale: the series was queued earlier since, or forgotten
+            s.queued = None
             if s.pending and s.next_write <= at:
-                out[key] = s
+                out[key] = s  # `written` or `failed` queues its next look
             elif not s.pending and at - s.last_seen >= self.timing.idle:
                 del self.series[key]
-            elif not s.pending:
-                heapq.heappush(self._due, (s.last_seen + self.timing.idle, key))
             else:
-                heapq.heappush(self._due, (s.next_write, key))
+                self._queue(key, s, s.next_write if s.pending else s.last_seen + self.timing.idle)
         return list(out.items())
 
     def written(self, key: SeriesKey, count: int, at: float) -> None:
@@ -132,14 +139,16 @@ class SeriesBook:
         s.written = max(s.written, count)
         s.next_write = at + s.interval
         s.interval = min(s.interval * 2, self.timing.max_interval)
-        heapq.heappush(self._due, (s.next_write if s.pending else s.last_seen + self.timing.idle, key))
+        s.queued = None  # whatever was queued for it is superseded
+        self._queue(key, s, s.next_write if s.pending else s.last_seen + self.timing.idle)
 
     def failed(self, key: SeriesKey, at: float) -> None:
         """Writing `key` failed: try again after its interval (the count stays pending)."""
         s = self.series.get(key)
         if s is not None:
             s.next_write = at + s.interval
-            heapq.heappush(self._due, (s.next_write, key))
+            s.queued = None
+            self._queue(key, s, s.next_write)
 
 
 class Recorder:

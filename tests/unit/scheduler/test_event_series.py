@@ -128,3 +128,12 @@ def test_an_expired_event_is_written_whole_again_and_a_failed_write_is_retried()
         assert recreated["count"] == 2 and recreated["reason"] == "FailedScheduling"
 
     asyncio.run(scenario())
+
+
+def test_the_heap_holds_one_entry_per_series_however_often_it_repeats():
+    book = _book()
+    for i in range(1000):
+        book.repeat(KEY, 1.0 + i / 1000, "")
+    assert len(book._due) <= 2, "the idle entry of the create, and one for the pending count"
+    ((_, s),) = book.take_due(10.0)
+    assert s.count == 1001
