@@ -69,8 +69,8 @@ def fill(world: World) -> None:
         world.api.create(paths.gpu_claims(world.namespace), claim)
         world.api.create(paths.pods(world.namespace), pod_body(f"fill-{node}", gpu_map=None, claim=f"fill-{node}"))
 
-    def all_bound() -> bool:
-        return all(p["spec"].get("nodeName") for p in world.api.pods(world.namespace)) or None  # type: ignore[return-value]
+    def all_bound() -> bool | None:
+        return True if all(p["spec"].get("nodeName") for p in world.api.pods(world.namespace)) else None
 
     wait_for("the fill pods bound, one per node", all_bound, timeout=120)
 

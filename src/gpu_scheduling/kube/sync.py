@@ -48,17 +48,25 @@ class SyncClient:
     def _url(self, path: str, params: dict[str, str] | None) -> str:
         return self.cfg.server + path + ("?" + urllib.parse.urlencode(params) if params else "")
 
-    def _open(self, req: urllib.request.Request) -> bytes:
+    def _exchange(self, req: urllib.request.Request) -> tuple[bytes, dict[str, str]]:
+        """Send `req`: the answer's body and headers. An error answer raises urllib's HTTPError (which carries
+        both); no answer, or not a whole one, TransportError, as the async client says."""
         if self._token is not None:
             req.add_header("Authorization", f"Bearer {self._token}")
         try:
             with self._opener.open(req, timeout=self.timeout) as resp:
                 body: bytes = resp.read()
-                return body
+                return body, dict(resp.headers)
+        except urllib.error.HTTPError:
+            raise
+        except (OSError, http.client.HTTPException) as exc:
+            raise TransportError(req.get_method(), req.selector, exc) from exc
+
+    def _open(self, req: urllib.request.Request) -> bytes:
+        try:
+            return self._exchange(req)[0]
         except urllib.error.HTTPError as exc:
             raise error_for(exc.code, exc.read().decode(errors="replace"), exc.reason or "") from None
-        except (OSError, http.client.HTTPException) as exc:  # no answer, or not a whole one: as the async client says
-            raise TransportError(req.get_method(), req.selector, exc) from exc
 
     def request(
         self,
@@ -78,16 +86,10 @@ class SyncClient:
 
     def headers(self, path: str) -> dict[str, str]:
         """GET `path` and return the answer's headers, whatever its status (an error answer's too)."""
-        req = urllib.request.Request(self._url(path, None), method="GET")
-        if self._token is not None:
-            req.add_header("Authorization", f"Bearer {self._token}")
         try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
-                return dict(resp.headers)
+            return self._exchange(urllib.request.Request(self._url(path, None), method="GET"))[1]
         except urllib.error.HTTPError as exc:
             return dict(exc.headers)
-        except (OSError, http.client.HTTPException) as exc:
-            raise TransportError("GET", req.selector, exc) from exc
 
     def text(self, path: str, **params: str) -> str:
         """GET a plain-text resource such as pods/log."""

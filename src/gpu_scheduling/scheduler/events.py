@@ -61,7 +61,8 @@ class Series:
 
     namespace: str
     name: str  # the Event's name, chosen here so that an update never waits for the create's answer
-    body: dict[str, Any]  # the Event as created
+    involved: dict[str, Any]  # the object it is about (with the key and first_stamp: the Event as created)
+    first_stamp: str
     count: int = 1  # occurrences seen
     written: int = 1  # the count the API has
     last_seen: float = 0.0  # monotonic
@@ -86,9 +87,11 @@ class SeriesBook:
     def __len__(self) -> int:
         return len(self.series)
 
-    def start(self, key: SeriesKey, namespace: str, name: str, body: dict[str, Any], at: float, stamp: str) -> Series:
+    def start(
+        self, key: SeriesKey, namespace: str, name: str, involved: dict[str, Any], at: float, stamp: str
+    ) -> Series:
         """A first occurrence, written now."""
-        s = Series(namespace, name, body, last_seen=at, last_seen_stamp=stamp)
+        s = Series(namespace, name, involved, stamp, last_seen=at, last_seen_stamp=stamp)
         s.next_write, s.interval = at + self.timing.first_update, self.timing.first_update * 2
         self.series[key] = s
         self._queue(key, s, at + self.timing.idle)  # when it may be forgotten
@@ -205,10 +208,28 @@ class Recorder:
         if series and self._count(key):
             return
         stamp = now()
-        at = time.monotonic()
         # Named here (as client-go names its Events) so that a series' update never waits for the create's answer.
         name = f"{involved['name']}.{time.time_ns():x}"
-        event = {
+        if series and key[0]:
+            self.book.start(key, namespace, name, involved, time.monotonic(), stamp)
+        try:
+            await self.client.post(paths.events(namespace), self._event(key, namespace, name, involved, stamp))
+        except (ApiError, TransportError) as exc:
+            # An event is a courtesy: losing one (the apiserver busy or going away) must not disturb scheduling.
+            log.warning("could not record %s event for %s %s: %s", reason, involved["kind"], involved["name"], exc)
+
+    def _event(
+        self,
+        key: SeriesKey,
+        namespace: str,
+        name: str,
+        involved: dict[str, Any],
+        first: str,
+        last: str | None = None,
+        count: int = 1,
+    ) -> dict[str, Any]:
+        _, type_, reason, message = key
+        return {
             "apiVersion": constants.CORE_API_VERSION,
             "kind": "Event",
             "metadata": {"name": name, "namespace": namespace},
@@ -219,17 +240,10 @@ class Recorder:
             "source": {"component": self.component},
             "reportingComponent": self.component,
             "reportingInstance": self.instance,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
+            "firstTimestamp": first,
+            "lastTimestamp": last or first,
+            "count": count,
         }
-        if series and key[0]:
-            self.book.start(key, namespace, name, event, at, stamp)
-        try:
-            await self.client.post(paths.events(namespace), event)
-        except (ApiError, TransportError) as exc:
-            # An event is a courtesy: losing one (the apiserver busy or going away) must not disturb scheduling.
-            log.warning("could not record %s event for %s %s: %s", reason, involved["kind"], involved["name"], exc)
 
     async def run(self) -> None:
         """Write the series' counts when they are due, until cancelled (the leader runs it)."""
@@ -251,7 +265,8 @@ class Recorder:
             try:
                 await self.client.patch(paths.event(s.namespace, s.name), patch)
             except NotFound:  # expired (the apiserver's event TTL) or never created: write it whole again
-                await self.client.post(paths.events(s.namespace), dict(s.body, **patch))
+                body = self._event(key, s.namespace, s.name, s.involved, s.first_stamp, s.last_seen_stamp, count)
+                await self.client.post(paths.events(s.namespace), body)
         except (ApiError, TransportError) as exc:
             log.warning("could not update event %s/%s: %s", s.namespace, s.name, exc)
             self.book.failed(key, time.monotonic())

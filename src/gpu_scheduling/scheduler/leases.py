@@ -231,7 +231,8 @@ class LeaseReconciler:
         """Compare the ledger with the Lease informer's cache (the API's view, kept by list and watch: a watch
         that falls behind is answered 410 and lists again, so nothing is missed for good); queue every Lease that
         disagrees (and every GPU of a bound pod without its Lease). Returns how many were queued. No API call: a
-        fresh list of every GPU Lease each minute cost the apiserver more than the rest of an idle backlog."""
+        fresh list of every GPU Lease each minute made the apiserver serialize, and the scheduler parse, 8000 Leases
+        at 1000 nodes to learn what the watch had already said."""
         seen: dict[GpuKey, LeaseRecord] = {}
         for lease in self.informer.cache.values():
             record = objects.lease_record(lease)

@@ -138,7 +138,6 @@ class SchedulingQueue:
         if not ledger.freed:
             return
         freed, ledger.freed = ledger.freed, set()
-        self.generation += 1
         for node in freed:
             for key in list(self._for_gpus.pop(node, ())):
                 self.retry(key)

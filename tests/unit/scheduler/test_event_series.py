@@ -18,7 +18,7 @@ KEY = ("uid-1", "Warning", "FailedScheduling", "no GPU free")
 
 def _book() -> SeriesBook:
     book = SeriesBook(TIMING)
-    book.start(KEY, "ns", "p.1", {"count": 1}, at=0.0, stamp="t0")
+    book.start(KEY, "ns", "p.1", {"kind": "Pod", "name": "p"}, at=0.0, stamp="t0")
     return book
 
 
@@ -84,10 +84,17 @@ class _Recording:
 POD = {"metadata": {"namespace": "ns", "name": "p", "uid": "uid-1"}}
 
 
+def _recorder(max_interval: float) -> tuple[_Recording, Recorder]:
+    """A recorder on a recording client, whose series are due 0.05 s after their Event, then every `max_interval`
+    at most."""
+    client = _Recording()
+    timing = SeriesTiming(first_update=0.05, max_interval=max_interval, idle=60)
+    return client, Recorder(client, "gpu-scheduler", "here", timing)  # type: ignore[arg-type]
+
+
 def test_the_recorder_creates_once_counts_repeats_and_patches_the_count_when_due() -> None:
     async def scenario() -> None:
-        client = _Recording()
-        rec = Recorder(client, "gpu-scheduler", "here", SeriesTiming(first_update=0.05, max_interval=1, idle=60))  # type: ignore[arg-type]
+        client, rec = _recorder(max_interval=1)
         runner = asyncio.create_task(rec.run())
         await rec.pod(POD, "Warning", "FailedScheduling", "no GPU free")
         for _ in range(3):
@@ -114,8 +121,7 @@ def test_the_recorder_creates_once_counts_repeats_and_patches_the_count_when_due
 
 def test_an_expired_event_is_written_whole_again_and_a_failed_write_is_retried() -> None:
     async def scenario() -> None:
-        client = _Recording()
-        rec = Recorder(client, "gpu-scheduler", "here", SeriesTiming(first_update=0.05, max_interval=0.05, idle=60))  # type: ignore[arg-type]
+        client, rec = _recorder(max_interval=0.05)
         runner = asyncio.create_task(rec.run())
         await rec.pod(POD, "Warning", "FailedScheduling", "no GPU free")
         client.answers = [ServerError(500, "InternalError", "etcd busy"), NotFound(404, "NotFound", "gone"), None]
@@ -124,8 +130,10 @@ def test_an_expired_event_is_written_whole_again_and_a_failed_write_is_retried()
         runner.cancel()
         verbs = [verb for verb, _, _ in client.calls]
         assert verbs == ["POST", "PATCH", "PATCH", "POST"], verbs
-        recreated = client.calls[-1][2]
+        created, recreated = client.calls[0][2], client.calls[-1][2]
         assert recreated["count"] == 2 and recreated["reason"] == "FailedScheduling"
+        unchanged = {k for k in created if k not in ("count", "lastTimestamp")}
+        assert {k: recreated[k] for k in unchanged} == {k: created[k] for k in unchanged}, "the same Event, whole"
 
     asyncio.run(scenario())
 
