@@ -13,6 +13,23 @@ MAP_ANNOTATION: Final = "gpu-scheduling-map"
 #: Label the StatefulSet controller puts on its pods (Kubernetes >= 1.28); preferred over parsing the name.
 POD_INDEX_LABEL: Final = "apps.kubernetes.io/pod-index"
 
+# The index labels (and annotations) of the other workload controllers, read by gpumap.pod_index in the order its
+# docstring gives. None is set by this project: each is the controller's own.
+#: Indexed Job: the pod's completion index; a label since Kubernetes 1.28, an annotation of the same key before.
+JOB_COMPLETION_INDEX_KEY: Final = "batch.kubernetes.io/job-completion-index"
+#: JobSet: the child Job's index across all the JobSet's replicated Jobs.
+JOBSET_GLOBAL_INDEX_LABEL: Final = "jobset.sigs.k8s.io/job-global-index"
+#: JobSet: how many child Jobs the JobSet has in all.
+JOBSET_GLOBAL_REPLICAS_LABEL: Final = "jobset.sigs.k8s.io/global-replicas"
+#: LeaderWorkerSet: the pod's index in its group (0 is the leader).
+LWS_WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
+#: LeaderWorkerSet: the group's index.
+LWS_GROUP_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/group-index"
+#: LeaderWorkerSet: the number of pods in a group, leader included (an annotation).
+LWS_SIZE_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/size"
+#: Kubeflow training operator: the pod's index among the replicas of its type (Master, Worker, ...).
+TRAINING_REPLICA_INDEX_LABEL: Final = "training.kubeflow.org/replica-index"
+
 #: Environment variable set in every container from the pod's map entry.
 CUDA_ENV: Final = "CUDA_VISIBLE_DEVICES"
 
@@ -90,6 +107,22 @@ DEFAULT_QUEUE_ORDER: Final = "Priority"
 
 #: Pod annotation naming the pod's GpuClaim (same namespace), set by the user.
 CLAIM_ANNOTATION: Final = "gpu.scheduling/claim"
+
+#: Gangs (docs/gangs.md): pod annotations naming the group a pod belongs to (a GpuClaim's `spec.gangRef` names it for
+#: the claim's pods), the least number of members placed at once, and the node label whose one value (zone, rack,
+#: block) the whole gang must share (Required) or should share (Preferred). Shaped after KAI's and the Workload API's
+#: PodGroup: gang = the PodGroup's name, min-members = `minMember` / `gang.minCount`, topology = the required or
+#: preferred topology level.
+GANG_ANNOTATION: Final = "gpu.scheduling/gang"
+GANG_MIN_MEMBERS_ANNOTATION: Final = "gpu.scheduling/gang-min-members"
+GANG_TOPOLOGY_ANNOTATION: Final = "gpu.scheduling/gang-topology"
+GANG_TOPOLOGY_MODE_ANNOTATION: Final = "gpu.scheduling/gang-topology-mode"
+GangTopologyMode = Literal["Required", "Preferred"]
+GANG_TOPOLOGY_MODES: Final[tuple[GangTopologyMode, ...]] = get_args(GangTopologyMode)
+
+#: Events of gangs: one that waits too long for its members, and one that dropped below its size after starting.
+EVENT_GANG_INCOMPLETE: Final = "GangIncomplete"
+EVENT_GANG_BROKEN: Final = "GangBelowMinimum"
 
 #: Pod annotation `<node>:<gpu ids>` of a claim pod. The scheduler puts it on the Binding, and the apiserver copies a
 #: Binding's annotations onto the pod in the same write that sets spec.nodeName.

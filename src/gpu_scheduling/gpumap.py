@@ -17,6 +17,11 @@ Parsing is linear in the input and its errors are bounded: a :class:`MapError` k
 :data:`MAX_PROBLEMS` problems (each naming its line, showing the line cut to :data:`SHOWN_CHARS` characters in an
 escaped form, and saying what was expected) and counts the rest, so its message stays a few KB whatever the map.
 Used by both the scheduler and the webhook so that they can never disagree about a map.
+
+A pod's index (:func:`pod_index`) comes from the labels its workload controller sets, read in one documented order
+so that a pod carrying several (a LeaderWorkerSet pod also carries the StatefulSet label, a JobSet pod the Job's)
+is read by the most specific: LeaderWorkerSet, JobSet, Kubeflow training operator, Indexed Job, StatefulSet, and
+last the pod name's trailing `-<number>`. The webhook and the scheduler both read it through :func:`pod_index`.
 """
 
 from __future__ import annotations
@@ -364,25 +369,124 @@ def _index_value(token: str, where: str) -> int:
     return int(token)
 
 
-def pod_index(metadata: Mapping[str, Any]) -> int:
-    """The pod's index: the `apps.kubernetes.io/pod-index` label, else the trailing `-<digits>` of its name.
+_INDEX_SOURCES = (
+    f"LeaderWorkerSet {constants.LWS_WORKER_INDEX_LABEL}, JobSet {constants.JOBSET_GLOBAL_INDEX_LABEL}, "
+    f"training operator {constants.TRAINING_REPLICA_INDEX_LABEL}, Indexed Job {constants.JOB_COMPLETION_INDEX_KEY}, "
+    f"StatefulSet {constants.POD_INDEX_LABEL}"
+)
+"""Where an index comes from, in the order :func:`pod_index` reads them, as its errors list them."""
 
-    Raises :class:`PodIndexError` (never anything else) for any shape of `metadata`."""
+
+def _values(metadata: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+    """`metadata.labels` or `metadata.annotations`: {} when absent, PodIndexError when not an object."""
+    values = metadata.get(field)
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise PodIndexError(f"metadata.{field} is {json_type(values)}; expected an object of strings")
+    return values
+
+
+def _read_index(values: Mapping[str, Any], what: str, key: str) -> int | None:
+    """The index held by the label or annotation `key` (`what` says which), None when it is absent."""
+    value = values.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise PodIndexError(f"{what} {key} is {json_type(value)}; expected a string holding a non-negative integer")
+    return _index_value(value, f"{what} {key}={show(value)}")
+
+
+def _completion_index(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> int | None:
+    """An Indexed Job's completion index: the label (Kubernetes >= 1.28), else the annotation of the same key."""
+    label = _read_index(labels, "label", constants.JOB_COMPLETION_INDEX_KEY)
+    if label is not None:
+        return label
+    return _read_index(annotations, "annotation", constants.JOB_COMPLETION_INDEX_KEY)
+
+
+def _leaderworkerset_index(worker: int, labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> int:
+    """group × size + worker: the groups' pods numbered one after the other, the leader of each first."""
+    group = _read_index(labels, "label", constants.LWS_GROUP_INDEX_LABEL) or 0
+    size = _read_index(annotations, "annotation", constants.LWS_SIZE_ANNOTATION)
+    if size is None:
+        if group == 0:
+            return worker
+        raise PodIndexError(
+            f"label {constants.LWS_GROUP_INDEX_LABEL}={group} needs the annotation {constants.LWS_SIZE_ANNOTATION} "
+            f"(the group's size) to number the pod group × size + worker; the LeaderWorkerSet controller sets it"
+        )
+    if worker >= size:
+        raise PodIndexError(
+            f"label {constants.LWS_WORKER_INDEX_LABEL}={worker} is not below the annotation "
+            f"{constants.LWS_SIZE_ANNOTATION}={size}; expected a worker index from 0 to size - 1"
+        )
+    index = group * size + worker
+    if index >= 10**MAX_INDEX_DIGITS:
+        raise PodIndexError(
+            f"LeaderWorkerSet index group {group} × size {size} + worker {worker} = {index} is not below "
+            f"10^{MAX_INDEX_DIGITS}, the largest index a map may hold"
+        )
+    return index
+
+
+def _jobset_index(global_index: int, labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> int:
+    """A JobSet pod's index: its child Job's global index when each child Job runs one pod, its completion index
+    when the JobSet has a single child Job; anything else has no one number per pod."""
+    replicas = _read_index(labels, "label", constants.JOBSET_GLOBAL_REPLICAS_LABEL)
+    completion = _completion_index(labels, annotations)
+    if replicas == 1:
+        return global_index if completion is None else completion
+    if not completion:  # absent or 0: one pod per child Job (or the first pod of each)
+        return global_index
+    raise PodIndexError(
+        f"label {constants.JOBSET_GLOBAL_INDEX_LABEL}={global_index} and {constants.JOB_COMPLETION_INDEX_KEY}="
+        f"{completion}: a JobSet whose child Jobs run several pods each cannot be indexed unambiguously; run one "
+        "pod per child Job (parallelism 1, the map indexed by the global Job index) or one replicated Job with "
+        "replicas 1 (the map indexed by the completion index)"
+    )
+
+
+def pod_index(metadata: Mapping[str, Any]) -> int:
+    """The pod's index in the map, from the first of these that the pod carries:
+
+    1. LeaderWorkerSet: `group × size + worker` from the labels `leaderworkerset.sigs.k8s.io/worker-index` and
+       `group-index` (absent: 0) and the annotation `leaderworkerset.sigs.k8s.io/size` (needed when group > 0).
+       First, because its pods also carry the StatefulSet label (of the group's StatefulSet, not of the set).
+    2. JobSet: the label `jobset.sigs.k8s.io/job-global-index` when each child Job runs one pod; the completion
+       index when `jobset.sigs.k8s.io/global-replicas` is 1 (one child Job). Before the Job's own label, which
+       restarts at 0 in every child Job. Child Jobs running several pods each: an error.
+    3. Kubeflow training operator: the label `training.kubeflow.org/replica-index` (each replica type has its own
+       pod template, hence its own map).
+    4. Indexed Job: the label `batch.kubernetes.io/job-completion-index`, else the annotation of that key (the
+       Job controller sets both; the label since Kubernetes 1.28). Its pods are named `<job>-<index>-<random>`,
+       so the name alone would give the random suffix's digits, or nothing.
+    5. StatefulSet: the label `apps.kubernetes.io/pod-index` (Kubernetes >= 1.28).
+    6. The trailing `-<digits>` of the pod's name (a StatefulSet pod `<set>-<index>`, or a pod named so by hand).
+
+    Every value is a decimal string of at most :data:`MAX_INDEX_DIGITS` digits. Raises :class:`PodIndexError`
+    (never anything else) for any shape of `metadata`, its message naming the label or annotation and what was
+    expected."""
     if not isinstance(metadata, Mapping):
         raise PodIndexError(f"metadata is {json_type(metadata)}; expected an object")
-    labels = metadata.get("labels")
-    if labels is None:
-        labels = {}
-    if not isinstance(labels, Mapping):
-        raise PodIndexError(f"metadata.labels is {json_type(labels)}; expected an object of strings")
-    label = labels.get(constants.POD_INDEX_LABEL)
-    if label is not None:
-        if not isinstance(label, str):
-            raise PodIndexError(
-                f"label {constants.POD_INDEX_LABEL} is {json_type(label)}; expected a string "
-                "holding a non-negative integer"
-            )
-        return _index_value(label, f"label {constants.POD_INDEX_LABEL}={show(label)}")
+    labels = _values(metadata, "labels")
+
+    def annotations() -> Mapping[str, Any]:  # read only by the rules that need them
+        return _values(metadata, "annotations")
+
+    worker = _read_index(labels, "label", constants.LWS_WORKER_INDEX_LABEL)
+    if worker is not None:
+        return _leaderworkerset_index(worker, labels, annotations())
+    global_index = _read_index(labels, "label", constants.JOBSET_GLOBAL_INDEX_LABEL)
+    if global_index is not None:
+        return _jobset_index(global_index, labels, annotations())
+    index = _read_index(labels, "label", constants.TRAINING_REPLICA_INDEX_LABEL)
+    if index is None:
+        index = _completion_index(labels, annotations())
+    if index is None:
+        index = _read_index(labels, "label", constants.POD_INDEX_LABEL)
+    if index is not None:
+        return index
     name = metadata.get("name")
     if name is None:
         name = ""
@@ -396,9 +500,9 @@ def pod_index(metadata: Mapping[str, Any]) -> int:
             generate = metadata.get("generateName")
             shown = f"pod has no name yet (generateName {show(generate)})"
         raise PodIndexError(
-            f"cannot resolve the pod index for the {constants.MAP_ANNOTATION} annotation: {shown} does not end in "
-            f"`-<number>` and there is no {constants.POD_INDEX_LABEL} label; name the pod `<name>-<index>` "
-            "or create it from a StatefulSet"
+            f"cannot resolve the pod index for the {constants.MAP_ANNOTATION} annotation: the pod carries none of "
+            f"the index labels ({_INDEX_SOURCES}) and {shown} does not end in `-<number>`; create it from one of "
+            "those controllers or name it `<name>-<index>`"
         )
     return _index_value(match.group(1), f"the index {show(match.group(1))} at the end of pod name {show(name)}")
 

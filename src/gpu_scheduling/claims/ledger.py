@@ -209,6 +209,16 @@ class Ledger:
         self._released.add(uid)
         return self.leases_of(uid)
 
+    def retract(self, uid: str) -> None:
+        """Undo an assumption no API call was made for (a gang member placed in a domain that did not take the
+        whole gang): the pod holds nothing, and since nothing was held in the API nothing counts as freed."""
+        hold = self._holds.get(uid)
+        if hold is None or hold.bound:
+            return
+        freed = set(self.freed)
+        self._drop(uid)
+        self.freed = freed
+
     # ---- watch events ------------------------------------------------------------------------------------------
     def pod_bound(self, hold: Hold) -> set[GpuKey]:
         """The API shows the pod bound, holding `hold`'s GPUs (from its allocation annotation or map entry).

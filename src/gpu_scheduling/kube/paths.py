@@ -61,6 +61,7 @@ NODE: Final = Resource("Node", "nodes", constants.CORE_API_VERSION, False)
 EVENT: Final = Resource("Event", "events", constants.CORE_API_VERSION, True)
 LEASE: Final = Resource("Lease", "leases", constants.LEASE_API_VERSION, True)
 STATEFULSET: Final = Resource("StatefulSet", "statefulsets", "apps/v1", True)
+JOB: Final = Resource("Job", "jobs", "batch/v1", True)
 DEPLOYMENT: Final = Resource("Deployment", "deployments", "apps/v1", True)
 DAEMONSET: Final = Resource("DaemonSet", "daemonsets", "apps/v1", True)
 FLOW_SCHEMA: Final = Resource("FlowSchema", "flowschemas", "flowcontrol.apiserver.k8s.io/v1", False)
@@ -220,6 +221,10 @@ def statefulsets(namespace_: str) -> str:
 
 def statefulset(namespace_: str, name: str) -> str:
     return STATEFULSET.item(name, namespace_)
+
+
+def jobs(namespace_: str) -> str:
+    return JOB.collection(namespace_)
 
 
 def deployment(namespace_: str, name: str) -> str:

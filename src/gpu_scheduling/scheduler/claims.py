@@ -96,6 +96,9 @@ class ClaimPath:
         self._usable: dict[str, list[allocator.Node]] = {}
         self._devices: dict[tuple[allocator.Device, ...], tuple[allocator.Device, ...]] = {}
         self._written: dict[str, dict[str, Any]] = {}  # claim uid -> the status we last wrote
+        # Every bound pod of each claim ("<ns>/<claim>" -> pod name -> its allocation), from the watch and our binds:
+        # a claim named by several pods shows all of them in status.allocations.
+        self._allocations: dict[str, dict[str, dict[str, Any]]] = {}
 
     # ---- start-up ---------------------------------------------------------------------------------------------
     async def watch(self) -> list[asyncio.Task[Any]]:
@@ -216,7 +219,7 @@ class ClaimPath:
             hold, message = chosen
         if (claim.get("spec") or {}).get("gangRef"):
             message += f"; gangRef {claim['spec']['gangRef']!r} is not supported yet, the claim is served alone"
-        if not await self._acquire(hold):
+        if not await self.acquire(hold):
             self.failed(uid)
             return decision.Unschedulable(
                 f"GpuClaim {claim_name}: GPUs {hold.node}:"
@@ -235,20 +238,10 @@ class ClaimPath:
         """Choose GPUs for `pod` among the nodes it fits and assume them (and its room) in one step: the hold and
         the allocator's message; or why it waits, said on the claim too, keeping its nodes if it waits by priority."""
         meta = pod["metadata"]
-        uid = meta["uid"]
         key = f"{meta['namespace']}/{meta['name']}"
-        wanted = decision.pod_fit(pod)
-        if isinstance(wanted, str):
-            return await self._no_node(key, claim, claim_name, wanted)
-        tolerations = (pod.get("spec") or {}).get("tolerations") or []
-        inventory = self._usable_inventory(nodes, tolerations)
-        if not inventory:
-            return await self._no_node(key, claim, claim_name, self._no_inventory(nodes, tolerations))
-        inventory, refused = self._fitting(wanted, inventory, nodes)
-        if not inventory:
-            reasons = fit.explain(wanted, refused, nodes, self.usage)
-            why = f"the pod fits none of the {len(refused)} nodes with a GPU inventory: {reasons}"
-            return await self._no_node(key, claim, claim_name, why)
+        inventory = self._inventory_for(pod, nodes)
+        if isinstance(inventory, str):
+            return await self._no_node(key, claim, claim_name, inventory)
         rank = priority.pod_priority(pod)
         outcome = allocator.allocate(
             request,
@@ -267,17 +260,85 @@ class ClaimPath:
             await self.set_claim_status(claim, {"phase": outcome.phase, "message": outcome.message})
             return decision.Unschedulable(f"GpuClaim {claim_name}: {outcome.message}")
         self.queue.release(key)
+        taken = self._assume(pod, outcome, request, claim_name)
+        if isinstance(taken, str):
+            return decision.Unschedulable(f"GpuClaim {claim_name}: {taken}")
+        return taken, outcome.message
+
+    def choose(
+        self,
+        pod: dict[str, Any],
+        claim_name: str,
+        nodes: Mapping[str, dict[str, Any]],
+        within: frozenset[str] | None = None,
+    ) -> tuple[Hold, str] | str:
+        """A gang member's step (scheduler.gangs): choose and assume GPUs for `pod` on the nodes `within` (None:
+        any), writing nothing; the hold and the allocator's message, or why it does not fit there. The caller
+        undoes the hold with `retract` if the gang does not fit whole."""
+        meta = pod["metadata"]
+        claim = self.claims.cache.get(f"{meta['namespace']}/{claim_name}")
+        if claim is None:
+            return f"GpuClaim {claim_name!r} not found in namespace {meta['namespace']}"
+        request = objects.request_from_claim(claim, self.policy.strategy)
+        mismatch = devices.count_mismatch(pod, request.count)
+        if mismatch is not None:
+            return f"GpuClaim {claim_name}: {mismatch}"
+        inventory = self._inventory_for(pod, nodes)
+        if isinstance(inventory, str):
+            return inventory
+        if within is not None:
+            inventory = [n for n in inventory if n.name in within]
+            if not inventory:
+                return "no node with a GPU inventory there takes the pod"
+        outcome = allocator.allocate(
+            request,
+            inventory,
+            held=self.ledger.holdings,
+            cursor=self.cursor if request.strategy == "RoundRobin" else None,
+            reserved=self.queue.reserved_for(priority.pod_priority(pod)) or None,
+        )
+        if isinstance(outcome, allocator.NoFit):
+            return outcome.message
+        taken = self._assume(pod, outcome, request, claim_name)
+        return taken if isinstance(taken, str) else (taken, outcome.message)
+
+    def retract(self, uid: str) -> None:
+        """Take back what `choose` assumed for `uid` before any API call was made for it."""
+        self.ledger.retract(uid)
+        self.usage.unassume(uid)
+
+    def _inventory_for(self, pod: dict[str, Any], nodes: Mapping[str, dict[str, Any]]) -> list[allocator.Node] | str:
+        """The nodes with a GPU inventory that `pod` fits now, or why there are none."""
+        wanted = decision.pod_fit(pod)
+        if isinstance(wanted, str):
+            return wanted
+        tolerations = (pod.get("spec") or {}).get("tolerations") or []
+        inventory = self._usable_inventory(nodes, tolerations)
+        if not inventory:
+            return self._no_inventory(nodes, tolerations)
+        inventory, refused = self._fitting(wanted, inventory, nodes)
+        if not inventory:
+            reasons = fit.explain(wanted, refused, nodes, self.usage)
+            return f"the pod fits none of the {len(refused)} nodes with a GPU inventory: {reasons}"
+        return inventory
+
+    def _assume(
+        self, pod: dict[str, Any], outcome: allocator.Allocation, request: allocator.Request, claim_name: str
+    ) -> Hold | str:
+        """Assume the GPUs and the room the allocator chose for `pod`, before any await: the decision and the
+        assumption are one step."""
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        key = f"{meta['namespace']}/{meta['name']}"
         hold = Hold(uid, key, outcome.node, outcome.gpu_ids, request.exclusivity, "claim", claim_name)
-        conflicts = self.ledger.assume(hold)  # before any await: the decision and the assumption are one step
+        conflicts = self.ledger.assume(hold)
         if conflicts:  # the allocator read the same ledger, so this is a bug; never hand out the GPUs
             log.error("allocator chose GPUs the ledger says are held: %s", conflicts)
-            return decision.Unschedulable(
-                f"GpuClaim {claim_name}: GPUs {outcome.allocated} are held by {conflicts[0].holder}; retrying"
-            )
+            return f"GPUs {outcome.allocated} are held by {conflicts[0].holder}; retrying"
         taken = fit.footprint(pod, outcome.node)
         assert taken is not None
         self.usage.assume(uid, taken)  # the node's room too, in the same step
-        return hold, outcome.message
+        return hold
 
     async def _no_node(self, key: str, claim: dict[str, Any], claim_name: str, why: str) -> decision.Unschedulable:
         """Pod `key` has no node to be offered now (`why`): it keeps none for itself (a pod that fits nowhere holds
@@ -301,6 +362,8 @@ class ClaimPath:
         at = _micro_now()
         if placed.strategy == "RoundRobin":
             self._advance_cursor(at, hold.node)
+        self.note_bound(hold)
+        namespace = placed.claim["metadata"]["namespace"]
         await self.set_claim_status(
             placed.claim,
             {
@@ -308,11 +371,45 @@ class ClaimPath:
                 "nodeName": hold.node,
                 "gpuIds": list(hold.gpu_ids),
                 "allocated": f"{hold.node}:{','.join(map(str, hold.gpu_ids))}",
+                "allocations": self.allocations(f"{namespace}/{hold.claim}"),
                 "strategy": placed.strategy,
                 "allocatedAt": at,
                 "message": placed.message,
             },
         )
+
+    def note_bound(self, hold: Hold) -> None:
+        """A claim pod is bound holding `hold` (our bind, or the watch): its claim lists it."""
+        if hold.source != "claim" or not hold.claim:
+            return
+        namespace, _, name = hold.pod.partition("/")
+        self._allocations.setdefault(f"{namespace}/{hold.claim}", {})[name] = {
+            "pod": name,
+            "nodeName": hold.node,
+            "gpuIds": list(hold.gpu_ids),
+        }
+
+    def allocations(self, claim_key: str) -> list[dict[str, Any]]:
+        """The claim's bound pods and their GPUs, by pod name."""
+        return [a for _, a in sorted(self._allocations.get(claim_key, {}).items())]
+
+    def pod_gone(self, hold: Hold) -> dict[str, Any] | None:
+        """A bound claim pod is gone: its claim no longer lists it. The claim whose status must say so (the leader
+        writes it with `write_allocations`), or None. The claim keeps its phase and last allocation."""
+        if hold.source != "claim" or not hold.claim:
+            return None
+        namespace, _, name = hold.pod.partition("/")
+        claim_key = f"{namespace}/{hold.claim}"
+        listed = self._allocations.get(claim_key)
+        if listed is None or listed.pop(name, None) is None:
+            return None
+        if not listed:
+            del self._allocations[claim_key]
+        return self.claims.cache.get(claim_key)
+
+    async def write_allocations(self, claim: dict[str, Any]) -> None:
+        meta = claim["metadata"]
+        await self.set_claim_status(claim, {"allocations": self.allocations(f"{meta['namespace']}/{meta['name']}")})
 
     def _fitting(
         self, wanted: fit.Want, inventory: list[allocator.Node], nodes: Mapping[str, dict[str, Any]]
@@ -397,7 +494,7 @@ class ClaimPath:
             log.warning("could not update GpuClaim %s/%s: %s", meta["namespace"], meta["name"], exc)
 
     # ---- leases -----------------------------------------------------------------------------------------------
-    async def _acquire(self, hold: Hold) -> bool:
+    async def acquire(self, hold: Hold) -> bool:
         """Create the Leases of every GPU of `hold` at once; True when all of them name the pod."""
         results = await asyncio.gather(*(self._acquire_one(hold, gpu) for gpu in hold.gpu_ids), return_exceptions=True)
         for r in results:

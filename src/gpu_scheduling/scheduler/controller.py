@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import logging
 import socket
 import time
@@ -40,6 +39,7 @@ from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.scheduler import decision, fit
 from gpu_scheduling.scheduler.claims import ClaimPath, Placed
 from gpu_scheduling.scheduler.events import Recorder, now
+from gpu_scheduling.scheduler.gangs import GangPath
 from gpu_scheduling.scheduler.leases import LeaseReconciler
 from gpu_scheduling.scheduler.metrics import Metrics, SchedulerState
 from gpu_scheduling.scheduler.policy import RuntimePolicy
@@ -75,6 +75,9 @@ class SchedulerConfig:
     strategy: str = constants.DEFAULT_STRATEGY
     """Node strategy of the GpuClaims that name none while the GpuSchedulingPolicy sets no defaultStrategy."""
 
+    gang_timeout_seconds: float = 300.0
+    """A gang with fewer members than its minimum for this long is reported (a GangIncomplete event)."""
+
     isolated_gpus: bool = False
     """gpu-device-plugin gives containers only their own GPUs (NVML): a map pod's CUDA_VISIBLE_DEVICES numbers them
     from 0 (gpu-webhook --isolated-gpus, set from the same chart value)."""
@@ -88,16 +91,6 @@ deadline and the lease duration, so no new leader can be acting yet; then as lon
 def _result(bound: bool | None) -> str:
     """A bind's outcome as an attempt's result: bound, not bound (gone or bound elsewhere), or unknown."""
     return "scheduled" if bound is True else "unschedulable" if bound is False else "error"
-
-
-def _parse_time(stamp: Any) -> float | None:
-    """Seconds since the epoch of an RFC 3339 timestamp as the apiserver writes them; None if absent or unreadable."""
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.datetime.fromisoformat(stamp).timestamp()
-    except ValueError:
-        return None
 
 
 _RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
@@ -164,6 +157,8 @@ class Scheduler:
             sweep_seconds=config.sweep_seconds,
         )
         self.claim_path = ClaimPath(client, self.ledger, self.usage, self.queue, self.policy, self.leases)
+        self.gangs = GangPath(self, config.gang_timeout_seconds)
+        self.leading = False  # the leader's workers run (only then are events and statuses written)
         self._background: set[asyncio.Task[Any]] = set()
         self._watching = False
         self._stopping = False
@@ -215,10 +210,16 @@ class Scheduler:
             self.queue.forget(key)
             if self.uids.get(uid) == key:
                 del self.uids[uid]
+            hold = self.ledger.hold(uid)
             self.leases.reconcile(self.ledger.pod_gone(uid))
             self.queue.ledger_changed(self.ledger)
+            self.gangs.member_gone(key)
+            claim = self.claim_path.pod_gone(hold) if hold is not None and hold.bound else None
+            if claim is not None and self.leading:
+                self.spawn(self.claim_path.write_allocations(claim))
             return
         self.uids[uid] = key
+        self.gangs.track(key, pod)
         if (pod.get("spec") or {}).get("nodeName"):  # bound: what it holds is the API's word
             self.claim_path.room_made(self.usage.set(uid, fit.footprint(pod)))
             if old is None or not (old.get("spec") or {}).get("nodeName"):
@@ -227,6 +228,8 @@ class Scheduler:
                 if hold is not None:
                     self.leases.reconcile(self.ledger.pod_bound(hold))
                     self.queue.ledger_changed(self.ledger)
+                    self.claim_path.note_bound(hold)
+                self.gangs.member_bound(key)
             return
         if kind == "ADDED":
             self.metrics.pod_seen()
@@ -285,6 +288,7 @@ class Scheduler:
         """Schedule until cancelled: the workers, the releases and the sweep. Cancelling stops every write: pods
         being bound when it comes finish (bind and event, at most `STOP_GRACE` seconds), nothing new starts."""
         self._stopping = False
+        self.leading = True
         # In the order they are served, so that a new leader's first pass sees a waiting high-priority claim pod
         # (and keeps its nodes) before the lower ones it would otherwise race.
         self.queue.add_ordered(
@@ -301,6 +305,7 @@ class Scheduler:
                 t.result()
         finally:
             self._stopping = True
+            self.leading = False
             busy = [t for t in tasks if t in self._busy]
             for t in tasks:
                 if t not in self._busy:
@@ -359,8 +364,11 @@ class Scheduler:
         self.queue.attempted(key)
         started = time.monotonic()
         kind, result, strategy = ("claim", "error", "") if decision.is_claim_pod(pod) else ("map", "error", "")
+        gang = self.gangs.gang_of(pod)
         try:
-            if kind == "claim":
+            if gang is not None:
+                result = await self.gangs.schedule(key, gang)
+            elif kind == "claim":
                 result, strategy = await self._schedule_claim_pod(key, pod)
             else:
                 result = await self._schedule_map_pod(key, pod)
@@ -377,7 +385,7 @@ class Scheduler:
         if isinstance(verdict, decision.Unschedulable):
             if verdict.node:
                 self.queue.wait_for_room(key, verdict.node)
-            await self._report_unschedulable(key, pod, verdict.message)
+            await self.report_unschedulable(key, pod, verdict.message)
             return "unschedulable"
         meta = pod["metadata"]
         hold = Hold(meta["uid"], key, verdict.node, verdict.entry.gpu_ids, "Shared", "map")
@@ -385,7 +393,7 @@ class Scheduler:
         if conflicts:
             self.queue.wait_for_gpus(key, verdict.node)
             c = conflicts[0]
-            await self._report_unschedulable(
+            await self.report_unschedulable(
                 key,
                 pod,
                 (
@@ -398,7 +406,7 @@ class Scheduler:
         taken = fit.footprint(pod, verdict.node)
         assert taken is not None
         self.usage.assume(meta["uid"], taken)
-        outcome = await self._bind(key, pod, verdict.node)
+        outcome = await self.bind(key, pod, verdict.node)
         if outcome is True:
             self.ledger.confirm(meta["uid"])
         elif outcome is False:
@@ -413,18 +421,18 @@ class Scheduler:
         try:  # the same reading as the webhook's: a pod it would refuse is reported once, not retried forever
             claim_name = podrequest.claim_name(meta)
         except gpumap.PodMapError as exc:
-            await self._report_unschedulable(key, pod, str(exc))
+            await self.report_unschedulable(key, pod, str(exc))
             return "unschedulable", ""
         claim = f"{meta['namespace']}/{claim_name}"
         self.queue.names_claim(key, claim)
         if not self.claim_path.enabled:
-            await self._report_unschedulable(key, pod, "pod names a GpuClaim but the GpuClaim CRDs are not installed")
+            await self.report_unschedulable(key, pod, "pod names a GpuClaim but the GpuClaim CRDs are not installed")
             return "unschedulable", ""
         placed = await self.claim_path.place(pod, claim_name, self.nodes.cache)
         if isinstance(placed, decision.Unschedulable):
-            await self._report_unschedulable(key, pod, placed.message)
+            await self.report_unschedulable(key, pod, placed.message)
             return "unschedulable", self.claim_path.strategy_of(claim)
-        outcome = await self._bind(key, pod, placed.hold.node, placed)
+        outcome = await self.bind(key, pod, placed.hold.node, placed)
         if outcome is True:
             await self.claim_path.bound(placed)
         elif outcome is False:
@@ -432,7 +440,7 @@ class Scheduler:
         # None: unknown whether the bind took effect; the hold stays assumed and the retry binds the same GPUs.
         return _result(outcome), placed.strategy
 
-    async def _bind(self, key: str, pod: dict[str, Any], node: str, placed: Placed | None = None) -> bool | None:
+    async def bind(self, key: str, pod: dict[str, Any], node: str, placed: Placed | None = None) -> bool | None:
         """Bind. True: the pod is bound to `node` (now, or already by us); False: it is not and will not be by
         this attempt (gone, or bound elsewhere); None: unknown (a server error or timeout), retried later."""
         meta = pod["metadata"]
@@ -491,19 +499,19 @@ class Scheduler:
         return False
 
     def _bound(self, key: str, pod: dict[str, Any], node: str) -> None:
-        created = _parse_time(pod["metadata"].get("creationTimestamp"))
+        created = decision.created_at_stamp(pod["metadata"].get("creationTimestamp"))
         if created is not None:
             kind = "claim" if decision.is_claim_pod(pod) else "map"
             self.metrics.scheduled(kind, max(0.0, time.time() - created))
         self.queue.forget(key)
         log.info("bound %s to %s", key, node)
-        self._spawn(
+        self.spawn(
             self.recorder.pod(
                 pod, "Normal", constants.EVENT_SCHEDULED, f"Successfully assigned {key} to {node}", series=False
             )
         )
 
-    async def _report_unschedulable(self, key: str, pod: dict[str, Any], message: str) -> None:
+    async def report_unschedulable(self, key: str, pod: dict[str, Any], message: str) -> None:
         """Say why the pod waits: its condition and a FailedScheduling event when the reason changed; a repeat of
         the same reason only counts in the event's series (written back with a backoff, events.SeriesTiming)."""
         if not self.queue.unschedulable(key, message):
@@ -538,7 +546,7 @@ class Scheduler:
         await self.recorder.pod(pod, "Warning", constants.EVENT_FAILED_SCHEDULING, message)
 
     # ---- events ----------------------------------------------------------------------------------------------
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)

@@ -9,6 +9,7 @@ node's other pods, pod count, host ports, nodeSelector and required node affinit
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -284,3 +285,18 @@ def decide(
     if problem:
         return Unschedulable(f"{problem} (map entry {entry.index})", node=entry.node)
     return Bind(entry.node, entry)
+
+
+def created_at_stamp(stamp: Any) -> float | None:
+    """Seconds since the epoch of an RFC 3339 timestamp as the apiserver writes them; None if absent or unreadable."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
+
+
+def created_at(pod: Mapping[str, Any]) -> float | None:
+    """When the pod was created (seconds since the epoch), or None."""
+    return created_at_stamp((pod.get("metadata") or {}).get("creationTimestamp"))

@@ -63,6 +63,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="requests it may make at once above --qps (default 100)",
     )
     p.add_argument(
+        "--gang-timeout",
+        type=runtime.seconds(1, 86_400),
+        default=SchedulerConfig.gang_timeout_seconds,
+        help="a gang with fewer members than its gpu.scheduling/gang-min-members for this long is reported by a "
+        "GangIncomplete event on its members (15, 15s, 2m, 1h; default 5m)",
+    )
+    p.add_argument(
         "--isolated-gpus",
         action="store_true",
         help="containers see only their own GPUs (gpu-device-plugin with NVML): a map pod's CUDA_VISIBLE_DEVICES is "
@@ -184,6 +191,7 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> None:
                 workers=args.workers,
                 strategy=args.strategy,
                 isolated_gpus=args.isolated_gpus,
+                gang_timeout_seconds=args.gang_timeout,
             ),
         )
         app = web.Application()

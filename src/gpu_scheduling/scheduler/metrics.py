@@ -35,6 +35,8 @@ KINDS = ("map", "claim")
 RESULTS = ("scheduled", "unschedulable", "error")
 #: What reconciling a GPU lease came to.
 LEASE_OUTCOMES = ("released", "updated", "recreated", "retried")
+#: What a decision for a whole gang came to.
+GANG_RESULTS = ("scheduled", "unschedulable", "incomplete", "error")
 #: States of a GPU in `gpu_scheduler_node_gpus`.
 GPU_STATES = ("free", "allocated", "unhealthy")
 #: The `strategy` label of an attempt that applies none (a map pod names its GPUs itself).
@@ -119,8 +121,28 @@ class Metrics:
             ["strategy", "queue_order"],
             registry=r,
         )
+        self._gang_attempts = prometheus_client.Counter(
+            "gpu_scheduler_gang_attempts_total",
+            "Decisions for a whole gang, by result: scheduled (every member bound), unschedulable (no domain takes"
+            " it whole), incomplete (fewer members than its minimum), error (an API call failed; retried).",
+            ["result"],
+            registry=r,
+        )
+        self._gang_wait = prometheus_client.Histogram(
+            "gpu_scheduler_gang_scheduling_duration_seconds",
+            "Time from the creation of a gang's last member to every member bound.",
+            buckets=E2E_BUCKETS,
+            registry=r,
+        )
+        self._gangs_broken = prometheus_client.Counter(
+            "gpu_scheduler_gangs_below_minimum_total",
+            "Times a gang that had its minimum bound dropped below it (a member deleted or finished).",
+            registry=r,
+        )
         self._policy: tuple[str, str] | None = None
         r.register(_StateCollector(self))
+        for result in GANG_RESULTS:
+            self._gang_attempts.labels(result)
 
         for kind in KINDS:
             strategies = (NO_STRATEGY,) if kind == "map" else constants.STRATEGIES
@@ -164,6 +186,17 @@ class Metrics:
         """A pod of `kind` was bound `seconds` after its creation."""
         _check("kind", kind, KINDS)
         self._e2e.labels(kind).observe(seconds)
+
+    def gang_attempt(self, result: str) -> None:
+        _check("result", result, GANG_RESULTS)
+        self._gang_attempts.labels(result).inc()
+
+    def gang_scheduled(self, seconds: float) -> None:
+        """Every member of a gang is bound, `seconds` after its last member was created."""
+        self._gang_wait.observe(seconds)
+
+    def gang_broken(self) -> None:
+        self._gangs_broken.inc()
 
     def lease_reconciled(self, outcome: str) -> None:
         """A GPU lease was reconciled: "released", "updated", "recreated" or "retried"."""

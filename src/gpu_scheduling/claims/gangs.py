@@ -1,0 +1,261 @@
+"""Gangs: groups of GPU pods placed whole or not at all. Pure: plain data in and out, no client, no clock.
+
+A pod belongs to the gang its annotation `gpu.scheduling/gang` names, or, for a claim pod without it, the gang its
+GpuClaim's `spec.gangRef` names (the reference API's field). The gang's members state its size and topology with
+annotations (a Job's pod template carries them, so every member says the same):
+
+* `gpu.scheduling/gang-min-members`: how many members are placed in one decision (KAI's and Volcano's `minMember`,
+  the Workload API's `gang.minCount`); nothing is placed until that many are waiting or bound;
+* `gpu.scheduling/gang-topology`: a node label (`topology.kubernetes.io/zone`, a rack or block label) whose one
+  value the gang's nodes must share; `gpu.scheduling/gang-topology-mode`: Required (default) or Preferred (one
+  domain if any fits the whole gang, else any nodes). Inside a node, each claim member keeps its NVLink topology.
+
+The decision is one transaction (`transact`): for each candidate domain in turn, every member is placed with
+`place` (which assumes its GPUs and room in the scheduler's ledger, so the next member sees them taken); the first
+member that does not fit undoes the members placed before it (`undo`, in reverse) and the next domain is tried.
+Either every member has a placement or nothing is held and the refusals say which member did not fit where.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from gpu_scheduling import constants, names
+from gpu_scheduling.text import json_type, show
+
+MAX_MEMBERS = 10_000
+"""Largest `gang-min-members` accepted: a gang is decided in one step, so its size bounds that step's work."""
+
+DOMAINS_SHOWN = 3
+"""A waiting gang's message names the refusals of at most this many domains."""
+
+
+class GangError(ValueError):
+    """A gang annotation is malformed, or the gang's members disagree; the message names the annotation (and the
+    member) and what was expected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What a gang's members say of it."""
+
+    name: str
+    min_members: int
+    topology: str = ""  # a node label key; "" = any nodes
+    mode: constants.GangTopologyMode = "Required"
+
+    def describe(self) -> str:
+        where = f", {self.mode} {self.topology}" if self.topology else ""
+        return f"gang {self.name} (min {self.min_members}{where})"
+
+
+def gang_name(annotations: Mapping[str, Any], gang_ref: Any = None) -> str | None:
+    """The gang a pod with these annotations belongs to (its GpuClaim's `gangRef` when it has no annotation), or
+    None. Raises GangError for a name that is not a valid object name."""
+    value = annotations.get(constants.GANG_ANNOTATION)
+    source = f"annotation {constants.GANG_ANNOTATION}"
+    if value is None:
+        value, source = gang_ref, "its GpuClaim's spec.gangRef"
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise GangError(f"{source} is {json_type(value)}; expected the gang's name (a string)")
+    if not names.is_subdomain(value):
+        raise GangError(f"{source}={show(value)} is not a valid gang name: expected {names.subdomain_rule()}")
+    return value
+
+
+def read(annotations: Mapping[str, Any], name: str) -> Spec:
+    """The gang `name` as one member's annotations state it. Raises GangError naming the annotation."""
+    raw = annotations.get(constants.GANG_MIN_MEMBERS_ANNOTATION)
+    if raw is None:
+        raise GangError(
+            f"gang {name}: annotation {constants.GANG_MIN_MEMBERS_ANNOTATION} is missing; expected how many members "
+            "are placed together (the Job's parallelism, say)"
+        )
+    if not isinstance(raw, str) or not raw.isascii() or not raw.isdigit() or len(raw) > 5:
+        raise GangError(
+            f"gang {name}: annotation {constants.GANG_MIN_MEMBERS_ANNOTATION}={show(str(raw))} is not a count; "
+            f"expected an integer from 1 to {MAX_MEMBERS}"
+        )
+    count = int(raw)
+    if not 1 <= count <= MAX_MEMBERS:
+        raise GangError(
+            f"gang {name}: annotation {constants.GANG_MIN_MEMBERS_ANNOTATION}={count} is out of range; "
+            f"expected 1 to {MAX_MEMBERS}"
+        )
+    topology = annotations.get(constants.GANG_TOPOLOGY_ANNOTATION) or ""
+    if not isinstance(topology, str) or (topology and not names.is_label_name(topology)):
+        raise GangError(
+            f"gang {name}: annotation {constants.GANG_TOPOLOGY_ANNOTATION}={show(str(topology))} is not a label "
+            "key; expected a node label such as topology.kubernetes.io/zone"
+        )
+    mode = annotations.get(constants.GANG_TOPOLOGY_MODE_ANNOTATION) or "Required"
+    if mode not in constants.GANG_TOPOLOGY_MODES:
+        raise GangError(
+            f"gang {name}: annotation {constants.GANG_TOPOLOGY_MODE_ANNOTATION}={show(str(mode))}; expected one of "
+            + ", ".join(constants.GANG_TOPOLOGY_MODES)
+        )
+    return Spec(name, count, topology, mode)
+
+
+def agreed(specs: Mapping[str, Spec]) -> Spec:
+    """The one spec every member (pod key -> its spec) states; GangError naming two that disagree."""
+    first_pod, first = next(iter(specs.items()))
+    for pod, spec in specs.items():
+        if spec != first:
+            raise GangError(
+                f"the members of gang {first.name} disagree: {first_pod} says {first.describe()}, "
+                f"{pod} says {spec.describe()}; every member must carry the same gang annotations"
+            )
+    return first
+
+
+# ---- domains ------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """Nodes a gang may take in one decision: those whose `key` label is `value` (key "" : any node)."""
+
+    key: str
+    value: str
+    nodes: frozenset[str]
+
+    def describe(self) -> str:
+        return f"{self.key}={self.value}" if self.key else "any nodes"
+
+
+def domains(
+    spec: Spec, labels: Mapping[str, Mapping[str, str]], fixed: Collection[str], free: Mapping[str, int]
+) -> list[Domain] | str:
+    """The domains to try, in order, for a gang over nodes with these `labels` (node -> labels), some of whose
+    members are on the `fixed` nodes already (bound, or assumed by an earlier attempt), with `free` GPUs per node.
+
+    Without a topology: every node. Required: each value of the label, tightest first (fewest free GPUs, so a
+    small gang does not split the emptiest domain), restricted to the fixed members' domain. Preferred: the same,
+    then every node. A string says why there is no domain at all."""
+    everywhere = Domain("", "", frozenset(labels))
+    if not spec.topology:
+        return [everywhere]
+    by_value: dict[str, set[str]] = {}
+    for node, node_labels in labels.items():
+        value = node_labels.get(spec.topology)
+        if value is not None:
+            by_value.setdefault(value, set()).add(node)
+    pinned = {labels.get(n, {}).get(spec.topology) for n in fixed}
+    if spec.mode == "Required" and pinned:
+        if None in pinned or len(pinned) > 1:
+            return (
+                f"its placed members are on nodes of {len(pinned)} {spec.topology} values "
+                f"({', '.join(sorted(str(v) for v in pinned))}); Required keeps a gang in one"
+            )
+        by_value = {v: n for v, n in by_value.items() if v in pinned}
+    ordered = sorted(by_value.items(), key=lambda vn: (sum(free.get(n, 0) for n in vn[1]), vn[0]))
+    found = [Domain(spec.topology, value, frozenset(nodes)) for value, nodes in ordered]
+    if spec.mode == "Preferred":
+        found.append(everywhere)
+    if not found:
+        return f"no node has the label {spec.topology}"
+    return found
+
+
+# ---- the transaction ----------------------------------------------------------------------------------------------
+
+M = TypeVar("M")
+P = TypeVar("P")
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    domain: str
+    member: str
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Placed(Generic[P]):
+    domain: Domain
+    placements: list[P]
+
+
+def transact(
+    members: Sequence[M],
+    candidates: Iterable[Domain],
+    place: Callable[[M, Domain], P | str],
+    undo: Callable[[P], None],
+    name: Callable[[M], str],
+) -> Placed[P] | list[Refusal]:
+    """Place every member in the first domain that takes them all, or none: see the module's docstring. `place`
+    returns a placement or why the member does not fit in that domain; `undo` takes a placement back."""
+    refusals: list[Refusal] = []
+    for domain in candidates:
+        placed: list[P] = []
+        for member in members:
+            outcome = place(member, domain)
+            if isinstance(outcome, str):
+                for p in reversed(placed):
+                    undo(p)
+                refusals.append(Refusal(domain.describe(), name(member), outcome))
+                break
+            placed.append(outcome)
+        else:
+            return Placed(domain, placed)
+    return refusals
+
+
+def explain(spec: Spec, refusals: Sequence[Refusal]) -> str:
+    """Why the gang waits: which member fits nowhere in which domain, for the first few domains tried."""
+    shown = "; ".join(f"in {r.domain} member {r.member} does not fit: {r.why}" for r in refusals[:DOMAINS_SHOWN])
+    more = len(refusals) - DOMAINS_SHOWN
+    tail = f"; and {more} more domain{'s' if more != 1 else ''}" if more > 0 else ""
+    return f"{spec.describe()} does not fit whole: {shown}{tail}"
+
+
+def incomplete(spec: Spec, present: int, overdue_seconds: float | None = None) -> str:
+    """Why a gang with fewer than its minimum members waits (and, once its timeout passed, that it is overdue)."""
+    late = f"; incomplete for more than {overdue_seconds:.0f} s" if overdue_seconds is not None else ""
+    return f"{spec.describe()} waits for its members: {present} of {spec.min_members} present{late}"
+
+
+# ---- membership ---------------------------------------------------------------------------------------------------
+
+
+class Book:
+    """Which pods belong to which gang ("<namespace>/<gang>" -> pod keys), for the scheduler's cached pods, and
+    which gangs were complete (so a drop below the minimum is reported once)."""
+
+    def __init__(self) -> None:
+        self._members: dict[str, set[str]] = {}
+        self._gang: dict[str, str] = {}  # pod key -> gang key
+        self.complete: set[str] = set()  # gangs that had their minimum bound since they last had fewer
+
+    def set(self, pod: str, gang: str | None) -> None:
+        old = self._gang.get(pod)
+        if old == gang:
+            return
+        if old is not None:
+            self._drop(pod, old)
+        if gang is not None:
+            self._gang[pod] = gang
+            self._members.setdefault(gang, set()).add(pod)
+
+    def _drop(self, pod: str, gang: str) -> None:
+        del self._gang[pod]
+        members = self._members.get(gang)
+        if members is not None:
+            members.discard(pod)
+            if not members:
+                del self._members[gang]
+                self.complete.discard(gang)
+
+    def gang_of(self, pod: str) -> str | None:
+        return self._gang.get(pod)
+
+    def members(self, gang: str) -> frozenset[str]:
+        return frozenset(self._members.get(gang, ()))
+
+    def gangs(self) -> Iterable[str]:
+        return self._members.keys()

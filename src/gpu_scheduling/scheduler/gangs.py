@@ -1,0 +1,365 @@
+"""The scheduler's gang path: a pod that belongs to a gang (claims.gangs) is never placed alone; the first of its
+members a worker takes decides for the whole gang, under the gang's lock, so two workers never split it.
+
+One decision, in three steps:
+
+1. Read: the members in the cache, bound or waiting; their agreed spec; if fewer than its minimum are present the
+   gang waits (said on every waiting member) and, past `--gang-timeout`, a GangIncomplete event says so once.
+2. Decide, with no await: `claims.gangs.transact` places every waiting member in one candidate domain (claim
+   members through the claim path's allocator, map members on their map entry's node), each member's GPUs and room
+   assumed in the ledger before the next member is placed; a member that does not fit undoes the domain's
+   placements and the next domain is tried. Nothing stays held when no domain takes the whole gang.
+3. Commit: the GPU Leases of every claim member are created (any refused: every member's are released and the
+   gang is retried); only then are the members bound, concurrently. So no member is bound before the whole gang
+   was decided and locked. A bind of unknown outcome keeps its member assumed and is retried by the next attempt.
+
+A waiting gang holds nothing and keeps no nodes from others; gangs are tried as their members are (priority, then
+age, on every change that could help) and a gang's failed decision is not repeated until something changed.
+After start, a gang whose bound members drop below its minimum is reported (GangBelowMinimum) and kept running:
+there is no eviction and no preemption.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from gpu_scheduling import constants, gpumap, podrequest
+from gpu_scheduling.claims import gangs, objects
+from gpu_scheduling.claims.ledger import Hold
+from gpu_scheduling.scheduler import decision, fit
+from gpu_scheduling.scheduler.claims import Placed
+
+if TYPE_CHECKING:
+    from gpu_scheduling.scheduler.controller import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    key: str
+    pod: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    member: Member
+    hold: Hold
+    placed: Placed | None  # claim members: what their bind and claim status need
+
+
+class GangPath:
+    def __init__(self, scheduler: Scheduler, timeout_seconds: float):
+        self.s = scheduler
+        self.timeout = timeout_seconds
+        self.book = gangs.Book()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._failed: dict[str, tuple[int, str]] = {}  # gang -> (queue generation, message) of its last refusal
+        self._incomplete_since: dict[str, float] = {}  # gang -> when it was first found short of members
+        self._overdue: set[str] = set()  # gangs whose GangIncomplete event was written
+
+    # ---- membership (the controller's pod handler) --------------------------------------------------------------
+    def gang_of(self, pod: Mapping[str, Any]) -> str | None:
+        """The gang key ("<namespace>/<gang>") of a pod, or None; a malformed gang name counts as none here (the
+        pod is then placed alone, and its attempt says why its gang cannot be read)."""
+        meta = pod.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        try:
+            name = gangs.gang_name(annotations, self._gang_ref(meta))
+        except gangs.GangError:
+            return None
+        return f"{meta.get('namespace')}/{name}" if name else None
+
+    def _gang_ref(self, meta: Mapping[str, Any]) -> Any:
+        annotations = meta.get("annotations") or {}
+        if constants.CLAIM_ANNOTATION not in annotations or not self.s.claim_path.enabled:
+            return None
+        try:
+            claim_name = podrequest.claim_name(meta)
+        except gpumap.PodMapError:
+            return None
+        claim = self.s.claim_path.claims.cache.get(f"{meta.get('namespace')}/{claim_name}")
+        return ((claim or {}).get("spec") or {}).get("gangRef")
+
+    def track(self, key: str, pod: Mapping[str, Any]) -> None:
+        self.book.set(key, self.gang_of(pod))
+
+    def member_bound(self, key: str) -> None:
+        gang = self.book.gang_of(key)
+        if gang is not None and gang not in self.book.complete:
+            spec = self._spec(gang)
+            if spec is not None and self._bound_count(gang) >= spec.min_members:
+                self.book.complete.add(gang)
+
+    def member_gone(self, key: str) -> None:
+        """Pod `key` is deleted or finished: a gang that was complete and now has fewer bound members than its
+        minimum is reported on its remaining members (kept running: docs/gangs.md)."""
+        gang = self.book.gang_of(key)
+        self.book.set(key, None)
+        if gang is None:
+            return
+        if not self.book.members(gang):
+            self._forget(gang)
+            return
+        spec = self._spec(gang)
+        if gang not in self.book.complete or spec is None:
+            return
+        bound = self._bound_count(gang)
+        if bound >= spec.min_members:
+            return
+        self.book.complete.discard(gang)
+        self.s.metrics.gang_broken()
+        message = (
+            f"{spec.describe()} dropped below its minimum: {bound} of {spec.min_members} members bound after "
+            f"{key} left; the others keep running (no eviction)"
+        )
+        log.warning("%s", message)
+        if self.s.leading:
+            for other in self.book.members(gang):
+                pod = self.s.pods.cache.get(other)
+                if pod is not None and (pod.get("spec") or {}).get("nodeName"):
+                    self.s.spawn(self.s.recorder.pod(pod, "Warning", constants.EVENT_GANG_BROKEN, message))
+
+    def _forget(self, gang: str) -> None:
+        self._failed.pop(gang, None)
+        self._incomplete_since.pop(gang, None)
+        self._overdue.discard(gang)
+        lock = self._locks.get(gang)
+        if lock is not None and not lock.locked():
+            del self._locks[gang]
+
+    def _bound_count(self, gang: str) -> int:
+        return sum(1 for k in self.book.members(gang) if self._is_bound(self.s.pods.cache.get(k)))
+
+    def _is_bound(self, pod: Mapping[str, Any] | None) -> bool:
+        if pod is None:
+            return False
+        if (pod.get("spec") or {}).get("nodeName"):
+            return True
+        hold = self.s.ledger.hold(pod["metadata"]["uid"])
+        return hold is not None and hold.bound
+
+    def _spec(self, gang: str) -> gangs.Spec | None:
+        try:
+            return self._read_spec(gang, self._pods(gang))
+        except gangs.GangError:
+            return None
+
+    def _pods(self, gang: str) -> dict[str, dict[str, Any]]:
+        cache = self.s.pods.cache
+        return {k: cache[k] for k in sorted(self.book.members(gang)) if k in cache}
+
+    def _read_spec(self, gang: str, pods: Mapping[str, Mapping[str, Any]]) -> gangs.Spec:
+        name = gang.partition("/")[2]
+        return gangs.agreed({k: gangs.read((p["metadata"].get("annotations") or {}), name) for k, p in pods.items()})
+
+    # ---- deciding ----------------------------------------------------------------------------------------------
+    async def schedule(self, key: str, gang: str) -> str:
+        """Decide for the gang of pod `key` (a worker took it off the queue); the result for the metrics."""
+        lock = self._locks.setdefault(gang, asyncio.Lock())
+        async with lock:
+            result = await self._decide(gang)
+        if result is not None:
+            self.s.metrics.gang_attempt(result)
+        return "scheduled" if result in (None, "scheduled") else "error" if result == "error" else "unschedulable"
+
+    async def _decide(self, gang: str) -> str | None:
+        s = self.s
+        pods = self._pods(gang)
+        bound = {k: p for k, p in pods.items() if self._is_bound(p)}
+        waiting = {
+            k: p
+            for k, p in pods.items()
+            if k not in bound and decision.is_schedulable_pod(p, s.config.name) and not decision.is_gated(p)
+        }
+        if not waiting:
+            return None  # decided already (by the worker that held the lock before us)
+        for k in waiting:
+            s.queue.names_claim(k, f"{gang} (gang)")  # woken like claim pods: on freed GPUs and new room
+        try:
+            spec = self._read_spec(gang, pods)
+        except gangs.GangError as exc:
+            await self._waits(waiting, str(exc))
+            return "unschedulable"
+        present = len(bound) + len(waiting)
+        if present < spec.min_members:
+            await self._waits(waiting, self._incomplete(gang, spec, present, waiting))
+            return "incomplete"
+        self._incomplete_since.pop(gang, None)
+        self._overdue.discard(gang)
+        generation = s.queue.generation
+        failed = self._failed.get(gang)
+        if failed is not None and failed[0] == generation:
+            await self._waits(waiting, failed[1])  # nothing changed since it was refused
+            return "unschedulable"
+        retrying = {k: h for k in waiting if (h := s.ledger.hold(waiting[k]["metadata"]["uid"])) is not None}
+        fixed = {h.node for h in retrying.values()} | {p["spec"]["nodeName"] for p in bound.values()}
+        candidates = gangs.domains(spec, self._labels(), fixed, self._free())
+        if isinstance(candidates, str):
+            message = f"{spec.describe()}: {candidates}"
+            self._failed[gang] = (generation, message)
+            await self._waits(waiting, message)
+            return "unschedulable"
+        members = [Member(k, p) for k, p in waiting.items() if k not in retrying]
+        outcome = gangs.transact(members, candidates, self._place, self._undo, lambda m: m.key)
+        if isinstance(outcome, list):
+            message = gangs.explain(spec, outcome)
+            self._failed[gang] = (generation, message)
+            await self._waits(waiting, message)
+            return "unschedulable"
+        self._failed.pop(gang, None)
+        placements = outcome.placements + [self._retry(waiting[k], h) for k, h in retrying.items()]
+        log.info(
+            "gang %s: %d members decided in %s: %s",
+            gang,
+            len(placements),
+            outcome.domain.describe(),
+            ", ".join(f"{p.member.key}->{p.hold.node}:{','.join(map(str, p.hold.gpu_ids))}" for p in placements),
+        )
+        return await self._commit(gang, placements)
+
+    def _incomplete(self, gang: str, spec: gangs.Spec, present: int, waiting: Mapping[str, dict[str, Any]]) -> str:
+        now = time.monotonic()
+        since = self._incomplete_since.setdefault(gang, now)
+        overdue = now - since >= self.timeout
+        message = gangs.incomplete(spec, present, self.timeout if overdue else None)
+        if not overdue:
+            first = next(iter(waiting))
+            self.s.queue.work.add_after(first, since + self.timeout - now + 0.01)  # say it once it is overdue
+        elif gang not in self._overdue:
+            self._overdue.add(gang)
+            for pod in waiting.values():
+                self.s.spawn(self.s.recorder.pod(pod, "Warning", constants.EVENT_GANG_INCOMPLETE, message))
+        return message
+
+    def _labels(self) -> dict[str, Mapping[str, str]]:
+        return {name: (n["metadata"].get("labels") or {}) for name, n in self.s.nodes.cache.items()}
+
+    def _free(self) -> dict[str, int]:
+        """Free GPUs per node with an inventory (to order the domains, tightest first)."""
+        free: dict[str, int] = {}
+        for status in self.s.claim_path.statuses.cache.values():
+            node = objects.inventory_node(status)
+            if node is None:
+                continue
+            held = {g for h in self.s.ledger.holdings(node) for g in h.gpu_ids}
+            devices = (status.get("status") or {}).get("devices") or []
+            free[node] = sum(1 for d in devices if d.get("health", "Healthy") == "Healthy" and d.get("id") not in held)
+        return free
+
+    def _place(self, member: Member, domain: gangs.Domain) -> Placement | str:
+        """Assume what `member` takes in `domain` (no await), or why it does not fit there."""
+        pod = member.pod
+        meta = pod["metadata"]
+        within = domain.nodes if domain.key else None
+        if not decision.is_claim_pod(pod):
+            return self._place_map(member, within)
+        try:
+            claim_name = podrequest.claim_name(meta)
+        except gpumap.PodMapError as exc:
+            return str(exc)
+        chosen = self.s.claim_path.choose(pod, claim_name, self.s.nodes.cache, within)
+        if isinstance(chosen, str):
+            return chosen
+        hold, message = chosen
+        claim_key = f"{meta['namespace']}/{claim_name}"
+        claim = self.s.claim_path.claims.cache[claim_key]
+        return Placement(member, hold, Placed(claim, hold, message, self.s.claim_path.strategy_of(claim_key)))
+
+    def _place_map(self, member: Member, within: frozenset[str] | None) -> Placement | str:
+        s = self.s
+        pod = member.pod
+        uid = pod["metadata"]["uid"]
+        verdict = decision.decide(pod, s.nodes.cache, s.config.isolated_gpus, s.usage, s.maps)
+        if isinstance(verdict, decision.Unschedulable):
+            return verdict.message
+        if within is not None and verdict.node not in within:
+            return f"its map entry puts it on {verdict.node}, outside the domain"
+        hold = Hold(uid, member.key, verdict.node, verdict.entry.gpu_ids, "Shared", "map")
+        conflicts = s.ledger.assume(hold) if hold.gpu_ids else []
+        if conflicts:
+            c = conflicts[0]
+            return f"GPU {c.gpu} of node {c.node} is held exclusively by {c.holder}"
+        taken = fit.footprint(pod, verdict.node)
+        assert taken is not None
+        s.usage.assume(uid, taken)
+        return Placement(member, hold, None)
+
+    def _undo(self, placement: Placement) -> None:
+        self.s.claim_path.retract(placement.hold.uid)
+
+    def _retry(self, pod: dict[str, Any], hold: Hold) -> Placement:
+        """A member assumed by an earlier attempt whose bind got no answer: bound to the same GPUs."""
+        member = Member(hold.pod, pod)
+        if hold.source != "claim":
+            return Placement(member, hold, None)
+        claim_key = f"{pod['metadata']['namespace']}/{hold.claim}"
+        claim = self.s.claim_path.claims.cache.get(claim_key) or {"metadata": {"namespace": "", "name": hold.claim}}
+        message = f"allocated {hold.node}:{','.join(map(str, hold.gpu_ids))} (retrying an earlier attempt)"
+        return Placement(member, hold, Placed(claim, hold, message, self.s.claim_path.strategy_of(claim_key)))
+
+    # ---- committing --------------------------------------------------------------------------------------------
+    async def _commit(self, gang: str, placements: list[Placement]) -> str:
+        s = self.s
+        claims = [p for p in placements if p.placed is not None]
+        locked = await asyncio.gather(*(s.claim_path.acquire(p.hold) for p in claims))
+        if not all(locked):
+            for p in placements:
+                self._abandon(p)
+            await self._waits(
+                {p.member.key: p.member.pod for p in placements},
+                f"gang {gang.partition('/')[2]}: some of its GPUs were taken meanwhile; retrying",
+            )
+            for p in placements:
+                s.queue.retry(p.member.key)
+            return "error"
+        outcomes = await asyncio.gather(
+            *(s.bind(p.member.key, p.member.pod, p.hold.node, p.placed) for p in placements)
+        )
+        for p, outcome in zip(placements, outcomes, strict=True):
+            if outcome is True:
+                if p.placed is not None:
+                    await s.claim_path.bound(p.placed)
+                else:
+                    s.ledger.confirm(p.hold.uid)
+            elif outcome is False:
+                self._abandon(p)
+        if all(o is True for o in outcomes):
+            created = [decision.created_at(p.member.pod) for p in placements]
+            known = [c for c in created if c is not None]
+            if known:
+                s.metrics.gang_scheduled(max(0.0, time.time() - max(known)))
+            self.book.complete.add(gang)
+            return "scheduled"
+        return "error"
+
+    def _abandon(self, placement: Placement) -> None:
+        """The attempt for this member is over without a binding: it holds nothing."""
+        s = self.s
+        if placement.placed is not None:
+            s.claim_path.failed(placement.hold.uid)
+        else:
+            s.ledger.forget(placement.hold.uid)
+            s.claim_path.room_made(s.usage.unassume(placement.hold.uid))
+            s.queue.ledger_changed(s.ledger)
+
+    async def _waits(self, waiting: Mapping[str, dict[str, Any]], message: str) -> None:
+        """Every waiting member (and each claim they name) says why the gang waits."""
+        claims: dict[str, dict[str, Any]] = {}
+        for key, pod in waiting.items():
+            await self.s.report_unschedulable(key, pod, message)
+            meta = pod["metadata"]
+            try:
+                name = podrequest.claim_name(meta) if decision.is_claim_pod(pod) else None
+            except gpumap.PodMapError:
+                name = None
+            claim = self.s.claim_path.claims.cache.get(f"{meta['namespace']}/{name}") if name else None
+            if claim is not None:
+                claims[claim["metadata"].get("uid", name or "")] = claim
+        for claim in claims.values():
+            await self.s.claim_path.set_claim_status(claim, {"phase": "Pending", "message": message})
