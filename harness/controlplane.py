@@ -224,8 +224,12 @@ class ControlPlane:
                 f"--kubeconfig={self.kubeconfig}",
                 f"--authentication-kubeconfig={self.kubeconfig}",
                 f"--authorization-kubeconfig={self.kubeconfig}",
-                # nodelifecycle lifts the not-ready taint that admission puts on every new node, as in a real cluster.
-                "--controllers=serviceaccount,serviceaccount-token,statefulset,namespace,garbagecollector,nodelifecycle",
+                # nodelifecycle lifts the not-ready taint that admission puts on every new node, as in a real cluster;
+                # job creates the pods of the Indexed Jobs the workload scenarios place (features/placement).
+                (
+                    "--controllers=serviceaccount,serviceaccount-token,statefulset,job,namespace,garbagecollector,"
+                    "nodelifecycle"
+                ),
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={self.ca.cert_path}",
                 "--leader-elect=false",

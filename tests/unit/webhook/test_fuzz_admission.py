@@ -18,7 +18,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_scheduling import admission, gpumap, patches, podrequest
+from gpu_scheduling import admission, constants, gpumap, patches, podrequest
 from gpu_scheduling.scheduler import decision, fit
 
 MESSAGE_BOUND = 8 * 1024
@@ -127,12 +127,26 @@ annotations = sometimes(
         optional={
             "gpu-scheduling-map": sometimes(st.one_of(map_texts, st.just("0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n"))),
             "gpu.scheduling/claim": sometimes(claim_names),
+            constants.LWS_SIZE_ANNOTATION: sometimes(numbers),
+            constants.JOB_COMPLETION_INDEX_KEY: sometimes(numbers),
             "other": st.text(max_size=5),
         },
     )
 )
+# Every key an index is read from (gpumap.pod_index), so their order and their errors are fuzzed too.
+INDEX_LABELS = (
+    constants.POD_INDEX_LABEL,
+    constants.JOB_COMPLETION_INDEX_KEY,
+    constants.JOBSET_GLOBAL_INDEX_LABEL,
+    constants.JOBSET_GLOBAL_REPLICAS_LABEL,
+    constants.LWS_WORKER_INDEX_LABEL,
+    constants.LWS_GROUP_INDEX_LABEL,
+    constants.TRAINING_REPLICA_INDEX_LABEL,
+)
 labels = sometimes(
-    st.fixed_dictionaries({}, optional={"apps.kubernetes.io/pod-index": sometimes(numbers), "app": st.text(max_size=5)})
+    st.fixed_dictionaries(
+        {}, optional={**{key: sometimes(numbers) for key in INDEX_LABELS}, "app": st.text(max_size=5)}
+    )
 )
 metadata = sometimes(
     st.fixed_dictionaries(
