@@ -55,3 +55,12 @@ def is_subdomain(value: object, limit: int = MAX_SUBDOMAIN) -> bool:
 def is_label_name(value: object) -> bool:
     """The name part of a label key, or a non-empty label value."""
     return isinstance(value, str) and len(value) <= MAX_LABEL and _LABEL_NAME_RE.fullmatch(value) is not None
+
+
+def is_label_key(value: object) -> bool:
+    """A label key: a name (`is_label_name`), optionally after a DNS subdomain prefix and `/`
+    (`topology.kubernetes.io/zone`)."""
+    if not isinstance(value, str):
+        return False
+    prefix, slash, name = value.rpartition("/")
+    return is_label_name(name) and (not slash or is_subdomain(prefix))

@@ -87,7 +87,7 @@ def read(annotations: Mapping[str, Any], name: str) -> Spec:
             f"expected 1 to {MAX_MEMBERS}"
         )
     topology = annotations.get(constants.GANG_TOPOLOGY_ANNOTATION) or ""
-    if not isinstance(topology, str) or (topology and not names.is_label_name(topology)):
+    if not isinstance(topology, str) or (topology and not names.is_label_key(topology)):
         raise GangError(
             f"gang {name}: annotation {constants.GANG_TOPOLOGY_ANNOTATION}={show(str(topology))} is not a label "
             "key; expected a node label such as topology.kubernetes.io/zone"

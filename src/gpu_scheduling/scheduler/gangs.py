@@ -206,7 +206,7 @@ class GangPath:
             await self._waits(waiting, message)
             return "unschedulable"
         members = [Member(k, p) for k, p in waiting.items() if k not in retrying]
-        outcome = gangs.transact(members, candidates, self._place, self._undo, lambda m: m.key)
+        outcome = gangs.transact(members, candidates, self._place, self._undo, lambda m: m.key.partition("/")[2])
         if isinstance(outcome, list):
             message = gangs.explain(spec, outcome)
             self._failed[gang] = (generation, message)

@@ -1,0 +1,257 @@
+"""Gangs placed whole or not at all (gangs.feature, control-plane tier): the claims' GPUs come from the simulated
+inventory the tests publish, the zones from node labels a step sets."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pytest_bdd import given, parsers, scenarios, then, when
+
+from features.support import World, claim_status, get_pod, leases_of, pod_body, step
+from gpu_scheduling import constants
+from gpu_scheduling.claims import objects
+from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.errors import NotFound
+from harness.wait import wait_for
+
+scenarios("gangs.feature")
+
+ZONE_LABEL = "testbed.gpu.scheduling/zone"
+ZONES = {"node1": "a", "node2": "a", "node3": "b", "node4": "b"}
+
+
+@given('node1 and node2 are in zone "a", node3 and node4 in zone "b"')
+def zones(world: World) -> None:
+    for node, zone in ZONES.items():
+        world.api.patch(paths.node(node), {"metadata": {"labels": {ZONE_LABEL: zone}}}, kind="strategic")
+        world.node_undo.append((node, {"metadata": {"labels": {ZONE_LABEL: None}}}))
+
+
+@given(step('the GpuClaim "{name:q}" asking for {count:d} GPUs for the gang "{gang:q}" is created'))
+def gang_claim(world: World, name: str, count: int, gang: str) -> None:
+    world.api.create(
+        paths.gpu_claims(world.namespace), objects.claim_body(name, {"devices": {"count": count}, "gangRef": gang})
+    )
+
+
+def _member(name: str, claim: str, size: int, mode: str | None = None) -> dict[str, Any]:
+    body = pod_body(name, gpu_map=None, claim=claim)
+    annotations = body["metadata"]["annotations"]
+    annotations[constants.GANG_MIN_MEMBERS_ANNOTATION] = str(size)
+    if mode is not None:
+        annotations[constants.GANG_TOPOLOGY_ANNOTATION] = ZONE_LABEL
+        annotations[constants.GANG_TOPOLOGY_MODE_ANNOTATION] = mode
+    return body
+
+
+def _names(first: str, last: str) -> list[str]:
+    prefix, _, low = first.rpartition("-")
+    return [f"{prefix}-{i}" for i in range(int(low), int(last.rpartition("-")[2]) + 1)]
+
+
+@when(
+    parsers.re(
+        r'(?P<n>\d+) pods "(?P<first>[^"]+)"\.\."(?P<last>[^"]+)" naming the GpuClaim "(?P<claim>[^"]+)" '
+        r'with gang size (?P<size>\d+)(?: in one zone "(?P<mode>[^"]+)")? are created'
+    )
+)
+def create_members(world: World, n: str, first: str, last: str, claim: str, size: str, mode: str | None) -> None:
+    names = _names(first, last)
+    assert len(names) == int(n)
+    for name in names:
+        world.api.create(paths.pods(world.namespace), _member(name, claim, int(size), mode))
+
+
+@when(step('the pods of the gangs "{a:q}" and "{b:q}", {n:d} members each, are created interleaved'))
+def create_interleaved(world: World, a: str, b: str, n: int) -> None:
+    for i in range(n):
+        for gang in (a, b):
+            world.api.create(paths.pods(world.namespace), _member(f"{gang}-{i}", gang, n))
+
+
+def _pods(world: World, prefix: str) -> list[dict[str, Any]]:
+    items = world.api.get(paths.pods(world.namespace))["items"]
+    return [p for p in items if p["metadata"]["name"].rpartition("-")[0] == prefix]
+
+
+def _bound(world: World, prefix: str) -> list[dict[str, Any]] | None:
+    pods = _pods(world, prefix)
+    return pods if pods and all(p["spec"].get("nodeName") for p in pods) else None
+
+
+@then(step('every pod of "{prefix:q}" is bound'))
+def all_bound(world: World, prefix: str) -> list[dict[str, Any]]:
+    try:
+        return wait_for(f"every pod of {prefix} bound", lambda: _bound(world, prefix), timeout=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; why they wait: {_why(world, prefix)}") from None
+
+
+def _why(world: World, prefix: str) -> dict[str, str]:
+    """Each unbound pod's PodScheduled message."""
+    return {
+        p["metadata"]["name"]: c.get("message", "")
+        for p in _pods(world, prefix)
+        for c in (p.get("status") or {}).get("conditions") or []
+        if c["type"] == "PodScheduled" and not p["spec"].get("nodeName")
+    }
+
+
+@then(step('every pod of "{prefix:q}" is bound, each on its own node'))
+def all_bound_apart(world: World, prefix: str) -> None:
+    pods = all_bound(world, prefix)
+    nodes = [p["spec"]["nodeName"] for p in pods]
+    assert len(set(nodes)) == len(nodes), nodes
+
+
+@then(step('every pod of "{prefix:q}" is bound, all in zone "{zone:q}"'))
+def all_bound_in_zone(world: World, prefix: str, zone: str) -> None:
+    pods = all_bound(world, prefix)
+    assert {ZONES[p["spec"]["nodeName"]] for p in pods} == {zone}, [p["spec"]["nodeName"] for p in pods]
+
+
+@then(step('every pod of "{prefix:q}" is bound, in both zones'))
+def all_bound_across(world: World, prefix: str) -> None:
+    pods = all_bound(world, prefix)
+    assert {ZONES[p["spec"]["nodeName"]] for p in pods} == {"a", "b"}, [p["spec"]["nodeName"] for p in pods]
+
+
+def _gang_leases(world: World, pods: list[dict[str, Any]]) -> set[str]:
+    return {name for p in pods for name in leases_of(world.api, p["metadata"]["uid"])}
+
+
+@then(step('every GPU Lease of the gang "{prefix:q}" was created before its first member was bound'))
+def leases_before_binds(world: World, prefix: str) -> None:
+    assert world.cluster.cp is not None
+    pods = _pods(world, prefix)
+    names = _gang_leases(world, pods)
+    assert len(names) == sum(len(p["metadata"]["annotations"][constants.GPU_IDS_ANNOTATION].split(",")) for p in pods)
+    writes = world.cluster.cp.writes()
+    created = [
+        w["received"]
+        for w in writes
+        if w["resource"] == "leases" and w["verb"] == "create" and w["name"] in names and w["code"] == 201
+    ]
+    members = {p["metadata"]["name"] for p in pods}
+    binds = [
+        w["received"]
+        for w in writes
+        if w["resource"] == "pods/binding"
+        and w["namespace"] == world.namespace
+        and w["name"] in members
+        and w["code"] in range(200, 300)
+    ]
+    assert len(created) == len(names), (len(created), sorted(names))
+    assert len(binds) == len(members), binds
+    assert max(created) <= min(binds), f"a member was bound {max(created) - min(binds):.3f} s before the last Lease"
+
+
+@then(step('the GpuClaim "{name:q}" lists the GPUs of all {n:d} pods'))
+def claim_lists_all(world: World, name: str, n: int) -> None:
+    pods = {p["metadata"]["name"]: p for p in _pods(world, name)}
+
+    def listed() -> list[dict[str, Any]] | None:
+        allocations = claim_status(world, name).get("allocations") or []
+        return allocations if len(allocations) == n else None
+
+    allocations = wait_for(f"GpuClaim {name} listing {n} pods", listed, timeout=30)
+    for a in allocations:
+        pod = pods[a["pod"]]
+        assert a["nodeName"] == pod["spec"]["nodeName"], a
+        ids = pod["metadata"]["annotations"][constants.GPU_IDS_ANNOTATION]
+        assert ",".join(map(str, a["gpuIds"])) == ids, (a, ids)
+
+
+def _none_held(world: World, prefix: str) -> None:
+    pods = _pods(world, prefix)
+    assert pods, f"no pod of {prefix}"
+    bound = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")]
+    assert not bound, f"bound: {bound}"
+    leases = _gang_leases(world, pods)
+    assert not leases, f"held: {sorted(leases)}"
+
+
+@then(step('for {seconds:d} seconds no pod of "{prefix:q}" is bound and none holds a GPU Lease'))
+def none_bound(world: World, seconds: int, prefix: str) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        _none_held(world, prefix)
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(1)
+
+
+@then(
+    step('one of the gangs "{a:q}" and "{b:q}" is bound whole and the other has no member bound and no GPU Lease'),
+    target_fixture="gang_outcome",
+)
+def one_whole(world: World, a: str, b: str) -> tuple[str, str]:
+    winner = wait_for(
+        f"{a} or {b} bound whole", lambda: (_bound(world, a) and a) or (_bound(world, b) and b), timeout=60
+    )
+    loser = b if winner == a else a
+    for _ in range(5):  # and it stays so
+        assert _bound(world, winner)
+        _none_held(world, loser)
+        time.sleep(1)
+    return winner, loser
+
+
+@when("the pods of the bound gang are deleted")
+def delete_winner(world: World, gang_outcome: tuple[str, str]) -> None:
+    _delete(world, gang_outcome[0])
+
+
+@when(step('the pods of "{prefix:q}" are deleted'))
+def delete_gang(world: World, prefix: str) -> None:
+    _delete(world, prefix)
+
+
+def _delete(world: World, prefix: str) -> None:
+    names = [p["metadata"]["name"] for p in _pods(world, prefix)]
+    for name in names:
+        world.api.delete(paths.pod(world.namespace, name), gracePeriodSeconds="0")
+    wait_for(f"the pods of {prefix} gone", lambda: not _pods(world, prefix), timeout=60)
+
+
+@then("every pod of the waiting gang is bound")
+def loser_bound(world: World, gang_outcome: tuple[str, str]) -> None:
+    all_bound(world, gang_outcome[1])
+
+
+@then(step('the gang "{prefix:q}" waits with a message containing "{fragment:q}"'))
+def gang_waits(world: World, prefix: str, fragment: str) -> None:
+    def said() -> bool:
+        why = _why(world, prefix)
+        return len(why) == len(_pods(world, prefix)) and all(fragment in m for m in why.values())
+
+    try:
+        wait_for(f"every pod of {prefix} saying {fragment!r}", said, timeout=30)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; they say: {_why(world, prefix)}") from None
+
+
+@then(step('the pod "{name:q}" has a GangBelowMinimum event containing "{fragment:q}"'))
+def gang_broken_event(world: World, name: str, fragment: str) -> None:
+    def found() -> list[dict[str, Any]]:
+        events = world.api.get(paths.events(world.namespace))["items"]
+        return [
+            e
+            for e in events
+            if e["involvedObject"].get("name") == name
+            and e.get("reason") == constants.EVENT_GANG_BROKEN
+            and fragment in e.get("message", "")
+        ]
+
+    event = wait_for(f"GangBelowMinimum event for {name}", found, timeout=30)[0]
+    assert event["type"] == "Warning", event
+
+
+@then(step('the pod "{name:q}" is still bound'))
+def still_bound(world: World, name: str) -> None:
+    try:
+        pod = get_pod(world, name)
+    except NotFound as exc:
+        raise AssertionError(f"{name} is gone") from exc
+    assert pod["spec"].get("nodeName") and not pod["metadata"].get("deletionTimestamp"), pod["metadata"]
