@@ -182,6 +182,34 @@ def pod_body(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on every pod of the Job
+
+
+def indexed_job_body(name: str, pods: int, annotations: dict[str, str]) -> dict[str, Any]:
+    """An Indexed Job of `pods` parallel pods of the check image for this scheduler, its pod template carrying
+    `annotations` (a map, or a claim and a gang)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": pods,
+            "parallelism": pods,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": dict(annotations)},
+                "spec": {
+                    "schedulerName": constants.DEFAULT_SCHEDULER_NAME,
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 0,
+                    **containers(),
+                },
+            },
+        },
+    }
+
+
 def statefulset_body(name: str, replicas: int, gpu_map: str, parallel: bool = False) -> dict[str, Any]:
     labels = {APP_LABEL: name}
     return {

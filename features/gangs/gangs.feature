@@ -56,3 +56,9 @@ Feature: Gangs: a group of GPU pods is placed whole or not at all, inside one to
     When the pod "pair-0" is deleted
     Then the pod "pair-1" has a GangBelowMinimum event containing "dropped below its minimum: 1 of 2"
     And the pod "pair-1" is still bound
+
+  Scenario: An Indexed Job's pods are one gang, placed whole by the Job controller's pods
+    Given the GpuClaim "job" asking for 8 GPUs for the gang "job" is created
+    When the Indexed Job "job" of 4 pods naming the GpuClaim "job" in a gang of 4 is created
+    Then the Job's 4 pods of "job" were bound, each on its own node, with 8 GPUs each
+    And every GPU Lease of the Job "job" was created before its first pod was bound

@@ -9,12 +9,10 @@ from typing import Any
 
 from pytest_bdd import given, scenarios, then, when
 
-from features.support import World, assert_cuda, containers, pod_body, step
+from features.support import JOB_NAME_LABEL, World, assert_cuda, indexed_job_body, pod_body, step
 from gpu_scheduling import constants, gpumap
 from gpu_scheduling.kube import paths
 from harness.wait import wait_for
-
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on every pod of the Job
 
 RAN = ("Running", "Succeeded")  # kwok completes the pods a Job owns as soon as they run
 
@@ -29,32 +27,9 @@ def docstring_map(docstring: str) -> str:
 # ---- an Indexed Job, run by the Job controller ------------------------------------------------------------------
 
 
-def indexed_job_body(name: str, pods: int, gpu_map: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": pods,
-            "parallelism": pods,
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"annotations": {constants.MAP_ANNOTATION: gpu_map}},
-                "spec": {
-                    "schedulerName": constants.DEFAULT_SCHEDULER_NAME,
-                    "restartPolicy": "Never",
-                    "terminationGracePeriodSeconds": 0,
-                    **containers(),
-                },
-            },
-        },
-    }
-
-
 @when(step('the Indexed Job "{name:q}" of {pods:d} parallel pods is created with that map'))
 def create_indexed_job(world: World, gpu_map: str, name: str, pods: int) -> None:
-    world.api.create(paths.jobs(world.namespace), indexed_job_body(name, pods, gpu_map))
+    world.api.create(paths.jobs(world.namespace), indexed_job_body(name, pods, {constants.MAP_ANNOTATION: gpu_map}))
 
 
 def job_pods_ran(world: World, job: str, pods: int) -> dict[int, dict[str, Any]]:

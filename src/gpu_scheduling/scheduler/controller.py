@@ -213,7 +213,7 @@ class Scheduler:
             hold = self.ledger.hold(uid)
             self.leases.reconcile(self.ledger.pod_gone(uid))
             self.queue.ledger_changed(self.ledger)
-            self.gangs.member_gone(key)
+            self.gangs.member_gone(key, (pod.get("status") or {}).get("phase") == "Succeeded")
             claim = self.claim_path.pod_gone(hold) if hold is not None and hold.bound else None
             if claim is not None and self.leading:
                 self.spawn(self.claim_path.write_allocations(claim))

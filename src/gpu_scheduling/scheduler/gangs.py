@@ -96,12 +96,18 @@ class GangPath:
             if spec is not None and self._bound_count(gang) >= spec.min_members:
                 self.book.complete.add(gang)
 
-    def member_gone(self, key: str) -> None:
+    def member_gone(self, key: str, succeeded: bool) -> None:
         """Pod `key` is deleted or finished: a gang that was complete and now has fewer bound members than its
-        minimum is reported on its remaining members (kept running: docs/gangs.md)."""
+        minimum is reported on its remaining members (kept running: docs/gangs.md), unless the member left by
+        succeeding (a finishing Job's members leave one by one)."""
         gang = self.book.gang_of(key)
         self.book.set(key, None)
         if gang is None:
+            return
+        if succeeded:
+            self.book.complete.discard(gang)
+            if not self.book.members(gang):
+                self._forget(gang)
             return
         if not self.book.members(gang):
             self._forget(gang)
