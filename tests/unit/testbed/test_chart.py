@@ -428,7 +428,7 @@ def check_scheduler(docs: list[dict[str, Any]]) -> None:
     assert pod["serviceAccountName"] == name and "priorityClassName" not in pod
     (c,) = pod["containers"]
     assert f"--scheduler-name={name}" in c["args"] and f"--leader-elect-resource-name={name}" in c["args"]
-    assert "--strategy=LeastUtilized" in c["args"]
+    assert "--strategy=LeastUtilized" in c["args"] and "--gang-timeout=90s" in c["args"]
     # The board shows this scheduler's pods and its strategy.
     board = container(docs, "Deployment", BOARD)["args"]
     assert f"--scheduler-name={name}" in board and "--strategy=LeastUtilized" in board
@@ -872,6 +872,7 @@ def test_the_scheduler_and_the_webhook_accept_their_args(ci):
     assert args.leader_elect and args.scheduler_name == deployment["metadata"]["name"]
     assert scheduler.election_config(args).namespace == constants.LEASE_NAMESPACE
     assert args.strategy == ("LeastUtilized" if ci == "scheduler-values.yaml" else constants.DEFAULT_STRATEGY)
+    assert args.gang_timeout == (90 if ci == "scheduler-values.yaml" else 300)
     args = webhook.parse_args(container(docs, "Deployment", WEBHOOK)["args"])
     assert args.port == 8443 and args.tls_cert_file == "/tls/tls.crt"
 
@@ -1160,6 +1161,8 @@ def test_monitoring_adds_no_rbac(ci):
         ("webhook.tls.existingSecret=Bad_Secret", "/webhook/tls/existingSecret"),
         ("webhook.tls.certValidityDays=0", "/webhook/tls/certValidityDays"),
         ("scheduler.podDisruptionBudget.minAvailable=half", "/scheduler/podDisruptionBudget/minAvailable"),
+        ("scheduler.gangTimeout=5min", "/scheduler/gangTimeout"),
+        ("scheduler.gangTimeout=0", "/scheduler/gangTimeout"),
         ("agent.simulatedInventory=gpus=8", "/agent/simulatedInventory"),
         ("agent.interval=0", "/agent/interval"),
         ("agent.enabled=maybe", "/agent/enabled"),
@@ -1218,6 +1221,8 @@ def test_the_schema_refuses_a_bad_value_naming_it(setting, named):
             {"webhook": {"replicas": 2, "podDisruptionBudget": {"minAvailable": 2}}},
             "webhook.podDisruptionBudget.minAvailable (2) must be below webhook.replicas (2)",
         ),
+        ({"scheduler": {"gangTimeout": "25h"}}, "scheduler.gangTimeout (25h) must be from 1s to 24h"),
+        ({"scheduler": {"gangTimeout": "0s"}}, "scheduler.gangTimeout (0s) must be from 1s to 24h"),
         (
             {"webhook": {"tls": {"renewBeforeDays": 365}}},
             "webhook.tls.renewBeforeDays (365) must be below webhook.tls.certValidityDays (365)",
