@@ -384,6 +384,19 @@ Feature: kubectl gpu: the GPU scheduler's nodes, claims, policy and health from 
     When I run "kubectl gpu version -o json"
     Then it prints the server's own version as serverVersion
 
+  Scenario: gangs shows a claim gang short of its members as Incomplete, then Running once all of it is bound
+    Given every kwok node has the simulated inventory of 8 GPUs in two NVLink islands
+    And the GpuClaim "team" asking for 1 GPU each for the gang "team" is created
+    When the pods "team-0,team-1" naming the GpuClaim "team" with gang size 3 are created
+    Then "kubectl gpu gangs" prints the table
+      | GANG | MIN | BOUND | WAITING | TOPOLOGY | STATUS     | WHY                                   |
+      | team | 3   | 0     | 2       | -        | Incomplete | waits for its members: 2 of 3 present |
+    And "kubectl gpu gangs -A -o json" shows the gang "team" Incomplete with the message "gang team (min 3) waits for its members: 2 of 3 present"
+    When the pods "team-2" naming the GpuClaim "team" with gang size 3 are created
+    Then "kubectl gpu gangs -o wide" prints the table
+      | GANG | MIN | BOUND | WAITING | TOPOLOGY | STATUS  | MEMBERS              | WHY |
+      | team | 3   | 3     | 0       | -        | Running | team-0,team-1,team-2 | -   |
+
   @kind
   Scenario: On the deployed test-bed, nodes, claims and health see the chart's scheduler, webhook and agents
     Given the GpuClaim "train" asking for 2 GPUs with policy "contiguous" on node "node2" is created

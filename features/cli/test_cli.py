@@ -40,6 +40,7 @@ from features.support import (
     World,
     claim_status,
     get_pod,
+    pod_body,
     step,
 )
 from gpu_scheduling import constants
@@ -754,6 +755,37 @@ def plugin_ran(cli: Cli) -> None:
     assert info["spec"]["interactive"] is False
     assert info["spec"]["cluster"]["server"] == cluster["server"].rstrip("/")
     assert info["spec"]["cluster"]["certificate-authority-data"] == cluster["certificate-authority-data"]
+
+
+# ---- gangs -----------------------------------------------------------------------------------------------------
+
+
+@given(step('the GpuClaim "{name:q}" asking for {count:d} GPU each for the gang "{gang:q}" is created'))
+def gang_claim(world: World, name: str, count: int, gang: str) -> None:
+    world.api.create(
+        paths.gpu_claims(world.namespace), objects.claim_body(name, {"devices": {"count": count}, "gangRef": gang})
+    )
+
+
+@when(step('the pods "{names:q}" naming the GpuClaim "{claim:q}" with gang size {size:d} are created'))
+def gang_members(world: World, names: str, claim: str, size: int) -> None:
+    for name in names.split(","):
+        body = pod_body(name, gpu_map=None, claim=claim)
+        body["metadata"]["annotations"][constants.GANG_MIN_MEMBERS_ANNOTATION] = str(size)
+        world.api.create(paths.pods(world.namespace), body)
+
+
+@then(step('"{command:q}" shows the gang "{gang:q}" {status} with the message "{message:q}"'))
+def gang_document(cli: Cli, command: str, gang: str, status: str, message: str) -> None:
+    def check(result: Result) -> None:
+        assert result.code == 0, str(result)
+        doc = json.loads(result.out)
+        assert doc["namespace"] is None, doc  # -A
+        rows = [r for r in doc["gangs"] if (r["namespace"], r["gang"]) == (cli.world.namespace, gang)]
+        assert len(rows) == 1, doc
+        assert (rows[0]["status"], rows[0]["why"]) == (status, message), rows[0]
+
+    cli.until(command, check)
 
 
 # ---- kubectl's plugin mechanism ----------------------------------------------------------------------------------

@@ -21,10 +21,10 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from gpu_scheduling import constants, gpumap
-from gpu_scheduling.claims import occupancy
+from gpu_scheduling.claims import gang_rows, occupancy
 from gpu_scheduling.claims.ledger import Hold
 from gpu_scheduling.claims.occupancy import MAX_GPUS_PER_HOLD as MAX_GPUS_PER_HOLD
 from gpu_scheduling.claims.occupancy import MAX_MESSAGE as MAX_MESSAGE
@@ -51,6 +51,8 @@ FLAG_SEVERITY: Final = occupancy.FINDINGS
 MAX_PENDING: Final = 500  # entries of `pending` (summary.pending is the true count)
 MAX_CREATED: Final = 500  # workloads in `created`
 MAX_CREATED_OBJECTS: Final = 100  # objects per created workload
+MAX_GANGS: Final = 500  # rows of `gangs`, by namespace and name (gangs.total is the true count)
+MAX_GANG_REF: Final = 512  # characters of a claim's gangRef kept (a longer one is no valid name either)
 
 _FINISHED = occupancy.FINISHED
 
@@ -61,14 +63,15 @@ _FINISHED = occupancy.FINISHED
 @dataclasses.dataclass
 class Changes:
     """What changed since the last `take_changes`: the nodes (added, changed or gone) and whether the groups, the
-    pending list, the strategy or the created workloads changed. `summary` is set when only the summary changed (a
-    flag no node shows); the summary is in every patch anyway. Falsy when nothing changed."""
+    pending list, the strategy, the created workloads or the gangs changed. `summary` is set when only the summary
+    changed (a flag no node shows); the summary is in every patch anyway. Falsy when nothing changed."""
 
     nodes: set[str] = dataclasses.field(default_factory=set)
     groups: bool = False
     pending: bool = False
     strategy: bool = False
     created: bool = False
+    gangs: bool = False
     summary: bool = False
 
     def merge(self, other: Changes) -> Changes:
@@ -79,11 +82,20 @@ class Changes:
             self.pending or other.pending,
             self.strategy or other.strategy,
             self.created or other.created,
+            self.gangs or other.gangs,
             self.summary or other.summary,
         )
 
     def __bool__(self) -> bool:
-        return bool(self.nodes) or self.groups or self.pending or self.strategy or self.created or self.summary
+        return (
+            bool(self.nodes)
+            or self.groups
+            or self.pending
+            or self.strategy
+            or self.created
+            or self.gangs
+            or self.summary
+        )
 
 
 # ---- reading fields of any type ------------------------------------------------------------------------------------
@@ -188,6 +200,7 @@ class _Pod:
     allocated: str | None  # the allocation annotation, for messages
     pending: JSON | None  # its PENDING entry, when it waits for this scheduler
     made: frozenset[Made]
+    gang: gang_rows.Member | None  # what a gang row reads of it: this scheduler's pods only
 
     @property
     def ref(self) -> str:
@@ -262,6 +275,7 @@ def _pod(obj: Mapping[str, Any], scheduler_name: str, maps: gpumap.ParseCache) -
         allocated=_text(meta.annotations.get(constants.ALLOCATED_ANNOTATION)),
         pending=pending,
         made=_made(meta, "Pod"),
+        gang=gang_rows.member(obj) if spec.get("schedulerName") == scheduler_name else None,
     )
 
 
@@ -303,6 +317,17 @@ class _Claim:
     key: str
     pending: JSON | None
     made: frozenset[Made]
+    gang_ref: Any  # spec.gangRef: a string (cut), None, or a stand-in of its JSON type (the gang row names the type)
+
+
+def _gang_ref(value: object) -> Any:
+    if isinstance(value, str):
+        return value[:MAX_GANG_REF]
+    if isinstance(value, Mapping):
+        return {}
+    if isinstance(value, list):
+        return []
+    return value if value is None or isinstance(value, (bool, int, float)) else ""
 
 
 def _claim(obj: Mapping[str, Any]) -> _Claim | None:
@@ -322,7 +347,8 @@ def _claim(obj: Mapping[str, Any]) -> _Claim | None:
             "since": meta.created,
             "priority": 0,
         }
-    return _Claim(meta.key, pending, _made(meta, constants.GPU_CLAIM_KIND))
+    gang_ref = _gang_ref(_mapping(obj.get("spec")).get("gangRef"))
+    return _Claim(meta.key, pending, _made(meta, constants.GPU_CLAIM_KIND), gang_ref)
 
 
 def strategy_document(policy: Mapping[str, Any] | None, default_strategy: str) -> JSON:
@@ -359,11 +385,14 @@ def _pending_order(entry: JSON) -> tuple[str, str, str, str]:
     return (entry["since"] or "", entry["kind"], entry["namespace"], entry["name"])
 
 
-def _add(index: dict[str, set[str]], key: str, value: str) -> None:
+K = TypeVar("K")
+
+
+def _add(index: dict[K, set[str]], key: K, value: str) -> None:
     index.setdefault(key, set()).add(value)
 
 
-def _remove(index: dict[str, set[str]], key: str, value: str) -> None:
+def _remove(index: dict[K, set[str]], key: K, value: str) -> None:
     values = index.get(key)
     if values is not None:
         values.discard(value)
@@ -407,6 +436,10 @@ class Board:
         self._pending: dict[tuple[str, str], JSON] = {}  # (resource, key) -> PENDING
         self._made: dict[tuple[str, str], dict[tuple[str, str], int]] = {}  # (ns, workload) -> (kind, name) -> refs
         self._members: set[str] = set()  # the nodes on the board
+        self._gang_of: dict[str, gang_rows.Membership] = {}  # pod -> its gang (pods in a gang only)
+        self._gang_pods: dict[gang_rows.Membership, set[str]] = {}  # gang -> its member pods
+        self._claim_pods: dict[str, set[str]] = {}  # claim key -> the gang candidates naming it
+        self._gang_refs: dict[str, Any] = {}  # claim key -> its spec.gangRef (claims with one only)
         # Caches: rebuilt when stale; a rebuild equal to the old part keeps the old object.
         self._node_docs: dict[str, JSON] = {}
         self._node_counts: dict[str, _Counts] = {}
@@ -418,6 +451,9 @@ class Board:
         self._pending_stale = False
         self._created: list[JSON] = []
         self._created_stale = False
+        self._gang_rows: dict[gang_rows.Membership, JSON] = {}
+        self._gangs_stale: set[gang_rows.Membership] = set()
+        self._gangs: JSON = {"total": 0, "rows": []}
         self._strategy = strategy_document(None, default_strategy)
         # What changed since the last take_changes (candidates), and the parts as they were then.
         self._touched = Changes()
@@ -425,6 +461,7 @@ class Board:
         self._taken_groups: list[JSON] = self._groups
         self._taken_pending: tuple[list[JSON], int] = (self._pending_doc, 0)
         self._taken_created: list[JSON] = self._created
+        self._taken_gangs: JSON = self._gangs
         self._taken_strategy: JSON = self._strategy
         self._taken_orphans = 0
 
@@ -484,6 +521,33 @@ class Board:
                 self._touch(node)
         self._set_pending(("pods", key), new.pending if new else None)
         self._set_made(old.made if old else frozenset(), new.made if new else frozenset())
+        self._set_gang_member(key, old.gang if old else None, new.gang if new else None)
+
+    def _set_gang_member(self, key: str, old: gang_rows.Member | None, new: gang_rows.Member | None) -> None:
+        if old == new:
+            return
+        if old is not None and old.claim:
+            _remove(self._claim_pods, f"{old.namespace}/{old.claim}", key)
+        if new is not None and new.claim:
+            _add(self._claim_pods, f"{new.namespace}/{new.claim}", key)
+        self._place_in_gang(key, new)
+
+    def _place_in_gang(self, key: str, member: gang_rows.Member | None) -> None:
+        """Pod `key` (as `member`, None: no candidate) in the gang it belongs to now; both gangs' rows go stale."""
+        before = self._gang_of.pop(key, None)
+        if before is not None:
+            _remove(self._gang_pods, before, key)
+            self._gangs_stale.add(before)
+        after = None
+        if member is not None:
+            ref = self._gang_refs.get(f"{member.namespace}/{member.claim}") if member.claim else None
+            after = gang_rows.membership(member, ref)
+        if after is not None:
+            self._gang_of[key] = after
+            _add(self._gang_pods, after, key)
+            self._gangs_stale.add(after)
+        if before is not None or after is not None:
+            self._touched.gangs = True
 
     def _set_lease(self, key: str, new: _Lease | None) -> None:
         old = self._leases.get(key)
@@ -543,6 +607,14 @@ class Board:
             self._claims[key] = new
         self._set_pending(("gpuclaims", key), new.pending if new else None)
         self._set_made(old.made if old else frozenset(), new.made if new else frozenset())
+        ref = new.gang_ref if new else None
+        if ref != self._gang_refs.get(key):
+            if ref is None:
+                del self._gang_refs[key]
+            else:
+                self._gang_refs[key] = ref
+            for pod in sorted(self._claim_pods.get(key, ())):  # its pods without a gang annotation may move
+                self._place_in_gang(pod, self._pods[pod].gang)
 
     def _set_pending(self, key: tuple[str, str], entry: JSON | None) -> None:
         if self._pending.get(key) == entry:
@@ -602,6 +674,8 @@ class Board:
             out.pending, self._taken_pending = True, pending
         if self._created is not self._taken_created:
             out.created, self._taken_created = True, self._created
+        if self._gangs is not self._taken_gangs:
+            out.gangs, self._taken_gangs = True, self._gangs
         if self._strategy is not self._taken_strategy:
             out.strategy, self._taken_strategy = True, self._strategy
         if len(self._orphans) != self._taken_orphans:
@@ -625,6 +699,7 @@ class Board:
             "nodes": {name: self._node_docs[name] for name in sorted(self._node_docs)},
             "pending": self._pending_doc,
             "created": self._created,
+            "gangs": self._gangs,
         }
 
     def patch(self, changes: Changes) -> JSON:
@@ -646,6 +721,8 @@ class Board:
             out["strategy"] = self._strategy
         if changes.created:
             out["created"] = self._created
+        if changes.gangs:
+            out["gangs"] = self._gangs
         return out
 
     def _summary(self) -> JSON:
@@ -696,6 +773,29 @@ class Board:
             created = self._build_created()
             if created != self._created:
                 self._created = created
+        if self._gangs_stale:
+            self._refresh_gangs()
+
+    def _refresh_gangs(self) -> None:
+        """Rebuild the rows of the stale gangs (claims.gang_rows, as `kubectl gpu gangs` builds them), then the
+        list when a row changed."""
+        changed = False
+        for of in self._gangs_stale:
+            keys = self._gang_pods.get(of)
+            if not keys:
+                changed |= self._gang_rows.pop(of, None) is not None
+                continue
+            members = [m for k in keys if (m := self._pods[k].gang) is not None]
+            doc = gang_rows.row(of.namespace, of.gang, members, of.error).document()
+            if doc != self._gang_rows.get(of):
+                self._gang_rows[of] = doc
+                changed = True
+        self._gangs_stale.clear()
+        if changed:
+            order = heapq.nsmallest(MAX_GANGS, self._gang_rows, key=lambda of: (of.namespace, of.gang, of.error))
+            gangs = {"total": len(self._gang_rows), "rows": [self._gang_rows[of] for of in order]}
+            if gangs != self._gangs:
+                self._gangs = gangs
 
     def _path(self, name: str) -> tuple[str, ...]:
         node = self._nodes.get(name)

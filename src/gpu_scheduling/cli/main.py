@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from gpu_scheduling import constants, runtime
 from gpu_scheduling.claims import strategy_names as strategies
-from gpu_scheduling.cli import commands, health, output, template, watch
+from gpu_scheduling.cli import commands, gangs, health, output, template, watch
 from gpu_scheduling.cli.api import Api, CliError
 from gpu_scheduling.cli.context import Ctx
 from gpu_scheduling.kube.client import Client
@@ -27,6 +27,7 @@ FORMATS: dict[str, tuple[str, ...]] = {
     "status": ("", "wide", "json", "yaml"),
     "nodes": ("", "wide", "json", "yaml", "name"),
     "claims": ("", "wide", "json", "yaml", "name"),
+    "gangs": ("", "wide", "json", "yaml"),
     "submit": ("", "json", "yaml", "name"),
     "strategy": ("", "json", "yaml", "name"),
     "watch": ("", "json"),
@@ -73,7 +74,7 @@ _timeout = runtime.seconds(0.001, 7 * 24 * 3600)
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog=PROG,
-        description="The GPU scheduler from the command line: its nodes, claims, policy and health.",
+        description="The GPU scheduler from the command line: its nodes, claims, gangs, policy and health.",
         epilog=f"Run `{PROG} COMMAND --help` for a command's flags.",
     )
     _global_flags(top, suppress=False)
@@ -91,6 +92,9 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("claims", "GpuClaims: phase, node, GPUs, strategy (alias: workloads)", aliases=["workloads"])
     p.add_argument("names", nargs="*", metavar="NAME", help="only these claims")
+
+    p = command("gangs", "gangs of GPU pods: minimum, bound and waiting members, topology, status and why one waits")
+    p.add_argument("names", nargs="*", metavar="NAME", help="only these gangs")
 
     p = command("submit", "server-side apply a file of GpuClaims and their pods (claims first)")
     p.add_argument("file", metavar="FILE", help="YAML file, - for stdin")
@@ -151,6 +155,7 @@ HANDLERS: dict[str, Handler] = {
     "status": commands.status,
     "nodes": commands.nodes,
     "claims": commands.claims,
+    "gangs": gangs.run,
     "submit": commands.submit,
     "strategy": commands.strategy,
     "watch": watch.run,

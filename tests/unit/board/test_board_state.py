@@ -755,6 +755,10 @@ def a_pod(draw: st.DrawFn, name: str) -> dict[str, Any]:
         ids = draw(st.lists(st.integers(0, 4), min_size=1, max_size=2, unique=True))
         annotations[constants.ALLOCATED_ANNOTATION] = f"{node_name}:{','.join(map(str, ids))}"
         annotations[constants.EXCLUSIVITY_ANNOTATION] = draw(st.sampled_from(["Exclusive", "Shared"]))
+    if draw(st.booleans()):
+        annotations[constants.GANG_ANNOTATION] = draw(st.sampled_from(["g", "h", "Bad_Name"]))
+    if draw(st.booleans()):
+        annotations[constants.GANG_MIN_MEMBERS_ANNOTATION] = draw(st.sampled_from(["1", "2", "3", "x"]))
     labels = {}
     if draw(st.booleans()):
         labels = {constants.BOARD_CREATED_LABEL: constants.BOARD_NAME, constants.BOARD_WORKLOAD_LABEL: "w"}
@@ -772,6 +776,9 @@ def a_pod(draw: st.DrawFn, name: str) -> dict[str, Any]:
     }
     if node_name:
         pod["spec"]["nodeName"] = node_name
+    elif draw(st.booleans()):
+        message = draw(st.sampled_from(["waits", "does not fit"]))
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "message": message}]
     if draw(st.booleans()):
         pod["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "s", "controller": True}]
     return pod
@@ -794,6 +801,9 @@ def a_claim(draw: st.DrawFn, name: str) -> dict[str, Any]:
         name, draw(st.sampled_from([None, "Pending", "Bound", "Failed"])), draw(st.sampled_from(["", "no"])), labels
     )
     claim["metadata"]["namespace"] = "ns"
+    gang_ref = draw(st.sampled_from([None, None, "g", "h", 7]))
+    if gang_ref is not None:
+        claim["spec"]["gangRef"] = gang_ref
     return claim
 
 
@@ -841,7 +851,7 @@ def _apply_patch(client: dict[str, Any], patch: dict[str, Any]) -> None:
             client["nodes"].pop(name, None)
         else:
             client["nodes"][name] = doc
-    for part in ("summary", "groups", "pending", "strategy", "created", "version"):
+    for part in ("summary", "groups", "pending", "strategy", "created", "gangs", "version"):
         if part in patch:
             client[part] = patch[part]
 
@@ -909,6 +919,9 @@ FIELDS = [
     ("spec", "priority"),
     ("spec", "holderIdentity"),
     ("spec", "defaultStrategy"),
+    ("spec", "gangRef"),
+    ("metadata", "annotations", constants.GANG_ANNOTATION),
+    ("metadata", "annotations", constants.GANG_MIN_MEMBERS_ANNOTATION),
     ("status",),
     ("status", "phase"),
     ("status", "message"),

@@ -17,7 +17,18 @@ def run(*argv: str, **kw) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-COMMANDS = ["status", "nodes", "claims", "submit", "strategy", "watch", "health", "generate-template", "version"]
+COMMANDS = [
+    "status",
+    "nodes",
+    "claims",
+    "gangs",
+    "submit",
+    "strategy",
+    "watch",
+    "health",
+    "generate-template",
+    "version",
+]
 
 
 def test_help_lists_every_command_with_one_line(capsys):
