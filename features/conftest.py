@@ -277,6 +277,7 @@ def world(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[World]:
     for node, patch in reversed(w.node_undo):
         api.patch(paths.node(node), patch, kind="strategic")
     api.delete(paths.statefulsets(ns))
+    api.delete(paths.jobs(ns))  # orphans its pods (the Jobs' default), deleted next, so none is created again
     api.delete(paths.pods(ns), gracePeriodSeconds="0")
     for node in w.added_nodes:
         api.delete(paths.node(node))
@@ -575,6 +576,12 @@ def claim_on_node(world: World, name: str, count: int, policy: str, node: str) -
         paths.gpu_claims(world.namespace),
         objects.claim_body(name, {"devices": {"count": count, "policy": policy}, "selector": on_node(node)}),
     )
+
+
+@given(step('the GpuClaim "{name:q}" asking for {count:d} GPUs for the gang "{gang:q}" is created'))
+def gang_claim(world: World, name: str, count: int, gang: str) -> None:
+    body = objects.claim_body(name, {"devices": {"count": count}, "gangRef": gang})
+    world.api.create(paths.gpu_claims(world.namespace), body)
 
 
 @then(step('the GpuClaim "{name:q}" is {phase} with a message containing "{fragment:q}"'))

@@ -390,8 +390,8 @@ Feature: kubectl gpu: the GPU scheduler's nodes, claims, policy and health from 
     When the pods "team-0,team-1" naming the GpuClaim "team" with gang size 3 are created
     Then "kubectl gpu gangs" prints the table
       | GANG | MIN | BOUND | WAITING | TOPOLOGY | STATUS     | WHY                                   |
-      | team | 3   | 0     | 2       | -        | Incomplete | waits for its members: 2 of 3 present |
-    And "kubectl gpu gangs -A -o json" shows the gang "team" Incomplete with the message "gang team (min 3) waits for its members: 2 of 3 present"
+      | team | 3   | 0     | 2       | -        | Incomplete | waits for its members: fewer than 3 present |
+    And "kubectl gpu gangs -A -o json" shows the gang "team" Incomplete with the message "gang team (min 3) waits for its members: fewer than 3 present"
     When the pods "team-2" naming the GpuClaim "team" with gang size 3 are created
     Then "kubectl gpu gangs -o wide" prints the table
       | GANG | MIN | BOUND | WAITING | TOPOLOGY | STATUS  | MEMBERS              | WHY |

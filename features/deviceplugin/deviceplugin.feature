@@ -44,6 +44,11 @@ Feature: The node gives every container exactly the GPUs gpu-scheduler chose, th
     When the pod "train-9" naming the GpuClaim "train" and asking for 1 gpu.scheduling/gpu is created
     Then the pod "train-9" is Pending with reason Unschedulable and a message containing "asks for 1 gpu.scheduling/gpu but its GpuClaim gives 2"
 
+  Scenario: An Indexed Job gang across the four workers: every container sees exactly its member's GPUs
+    Given the GpuClaim "gang" asking for 4 GPUs for the gang "gang" is created
+    When the Indexed Job "gang" of 4 pods naming the GpuClaim "gang" in a gang of 4, each asking for 4 gpu.scheduling/gpu, is created
+    Then the 4 pods of the Job "gang" run one per worker, and every container sees exactly the GPUs of its pod's allocation, and the kubelet recorded them
+
   Scenario: A node that also advertises NVIDIA's resource is reported, and the plugin on it is not ready
     When node1 also advertises 4 nvidia.com/gpu
     Then the device plugin on node1 is not ready, and its log says to label the node "nvidia.com/gpu.deploy.device-plugin=false"

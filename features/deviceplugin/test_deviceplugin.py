@@ -16,10 +16,13 @@ import pytest
 from pytest_bdd import given, parsers, scenarios, then, when
 
 from features.support import (
+    JOB_NAME_LABEL,
     SYSTEM_NAMESPACE,
+    WORKER_NODES,
     StatefulSet,
     World,
     get_pod,
+    indexed_job_body,
     pod_body,
     running_on,
     statefulset_body,
@@ -331,3 +334,44 @@ def plugin_not_ready(world: World, node: str, label: str) -> None:
 @then(step("the device plugin on {node} is ready again"))
 def plugin_ready_again(world: World, node: str) -> None:
     wait_for(f"the plugin on {node} ready", lambda: _plugin_ready(world, node) or None, timeout=60)
+
+
+# ---- a gang ---------------------------------------------------------------------------------------------------------
+
+
+@when(
+    step(
+        'the Indexed Job "{name:q}" of {pods:d} pods naming the GpuClaim "{claim:q}" in a gang of {size:d}, '
+        "each asking for {count:d} gpu.scheduling/gpu, is created"
+    )
+)
+def gang_job(world: World, name: str, pods: int, claim: str, size: int, count: int) -> None:
+    annotations = {constants.CLAIM_ANNOTATION: claim, constants.GANG_MIN_MEMBERS_ANNOTATION: str(size)}
+    body = indexed_job_body(name, pods, annotations)
+    spec = body["spec"]["template"]["spec"]
+    for c in [*spec["containers"], *spec["initContainers"]]:
+        c["resources"] = {"limits": {constants.GPU_RESOURCE: str(count)}}
+    world.api.create(paths.jobs(world.namespace), body)
+
+
+@then(
+    step(
+        'the {n:d} pods of the Job "{job:q}" run one per worker, and every container sees exactly the GPUs of its '
+        "pod's allocation, and the kubelet recorded them"
+    )
+)
+def gang_job_sees(world: World, n: int, job: str) -> None:
+    def allocated() -> dict[str, str] | None:
+        pods = world.api.pods(world.namespace, labelSelector=f"{JOB_NAME_LABEL}={job}")
+        found = {
+            p["metadata"]["name"]: (p["metadata"].get("annotations") or {}).get(constants.ALLOCATED_ANNOTATION, "")
+            for p in pods
+        }
+        return found if len(found) == n and all(found.values()) else None
+
+    pods = wait_for(f"the {n} pods of Job {job} allocated", allocated, timeout=180)
+    nodes = sorted(a.rpartition(":")[0] for a in pods.values())
+    assert nodes == sorted(WORKER_NODES), pods
+    for name, allocation in pods.items():
+        node, _, ids = allocation.rpartition(":")
+        check_pod_gpus(world, world.namespace, name, node, [int(i) for i in ids.split(",")])

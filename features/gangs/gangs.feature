@@ -22,7 +22,7 @@ Feature: Gangs: a group of GPU pods is placed whole or not at all, inside one to
   Scenario: A gang short of its members waits, holding nothing
     Given the GpuClaim "short" asking for 2 GPUs for the gang "short" is created
     When 2 pods "short-0".."short-1" naming the GpuClaim "short" with gang size 3 are created
-    Then the pod "short-1" is Pending with reason Unschedulable and a message containing "2 of 3 present"
+    Then the pod "short-1" is Pending with reason Unschedulable and a message containing "waits for its members: fewer than 3 present"
     And for 5 seconds no pod of "short" is bound and none holds a GPU Lease
     When 1 pods "short-2".."short-2" naming the GpuClaim "short" with gang size 3 are created
     Then every pod of "short" is bound
@@ -62,3 +62,8 @@ Feature: Gangs: a group of GPU pods is placed whole or not at all, inside one to
     When the Indexed Job "job" of 4 pods naming the GpuClaim "job" in a gang of 4 is created
     Then the Job's 4 pods of "job" were bound, each on its own node, with 8 GPUs each
     And every GPU Lease of the Job "job" was created before its first pod was bound
+
+  Scenario: A pod whose gang cannot be read is not placed alone
+    When the pod "odd-0" naming the GpuClaim "odd" in the gang "Not_A_Name" is created
+    Then the pod "odd-0" is Pending with reason Unschedulable and a message containing "annotation gpu.scheduling/gang='Not_A_Name' is not a valid gang name"
+    And for 3 seconds no pod of "odd" is bound and none holds a GPU Lease

@@ -37,13 +37,6 @@ def zones(world: World) -> None:
         world.node_undo.append((node, {"metadata": {"labels": {ZONE_LABEL: None}}}))
 
 
-@given(step('the GpuClaim "{name:q}" asking for {count:d} GPUs for the gang "{gang:q}" is created'))
-def gang_claim(world: World, name: str, count: int, gang: str) -> None:
-    world.api.create(
-        paths.gpu_claims(world.namespace), objects.claim_body(name, {"devices": {"count": count}, "gangRef": gang})
-    )
-
-
 def _member(name: str, claim: str, size: int, mode: str | None = None) -> dict[str, Any]:
     body = pod_body(name, gpu_map=None, claim=claim)
     annotations = body["metadata"]["annotations"]
@@ -70,6 +63,13 @@ def create_members(world: World, n: str, first: str, last: str, claim: str, size
     assert len(names) == int(n)
     for name in names:
         world.api.create(paths.pods(world.namespace), _member(name, claim, int(size), mode))
+
+
+@when(step('the pod "{name:q}" naming the GpuClaim "{claim:q}" in the gang "{gang:q}" is created'))
+def create_named_member(world: World, name: str, claim: str, gang: str) -> None:
+    body = _member(name, claim, 1)
+    body["metadata"]["annotations"][constants.GANG_ANNOTATION] = gang
+    world.api.create(paths.pods(world.namespace), body)
 
 
 @when(step('the pods of the gangs "{a:q}" and "{b:q}", {n:d} members each, are created interleaved'))

@@ -195,7 +195,7 @@ def row(namespace: str, gang: str, members: Iterable[Member], error: str = "") -
         )
     else:
         status = "Incomplete"
-        why = why or gangs.incomplete(spec, len(ordered))
+        why = why or gangs.incomplete(spec)
     mode = spec.mode if spec.topology else ""
     return GangRow(namespace, gang, spec.min_members, bound, waiting, spec.topology, mode, status, why, names)
 

@@ -214,10 +214,12 @@ def explain(spec: Spec, refusals: Sequence[Refusal]) -> str:
     return f"{spec.describe()} does not fit whole: {shown}{tail}"
 
 
-def incomplete(spec: Spec, present: int, overdue_seconds: float | None = None) -> str:
-    """Why a gang with fewer than its minimum members waits (and, once its timeout passed, that it is overdue)."""
+def incomplete(spec: Spec, overdue_seconds: float | None = None) -> str:
+    """Why a gang with fewer than its minimum members waits (and, once its timeout passed, that it is overdue). The
+    message does not count the members present: it would change with each arrival and rewrite every waiting
+    member's condition (quadratic in the gang's size); `kubectl gpu gangs` counts them."""
     late = f"; incomplete for more than {overdue_seconds:.0f} s" if overdue_seconds is not None else ""
-    return f"{spec.describe()} waits for its members: {present} of {spec.min_members} present{late}"
+    return f"{spec.describe()} waits for its members: fewer than {spec.min_members} present{late}"
 
 
 # ---- membership ---------------------------------------------------------------------------------------------------

@@ -217,8 +217,6 @@ class ClaimPath:
             if isinstance(chosen, decision.Unschedulable):
                 return chosen
             hold, message = chosen
-        if (claim.get("spec") or {}).get("gangRef"):
-            message += f"; gangRef {claim['spec']['gangRef']!r} is not supported yet, the claim is served alone"
         if not await self.acquire(hold):
             self.failed(uid)
             return decision.Unschedulable(
@@ -356,13 +354,23 @@ class ClaimPath:
         self.leases.reconcile(keys)
         self.queue.ledger_changed(self.ledger)
 
-    async def bound(self, placed: Placed) -> None:
+    async def bound(self, placed: Placed, write: bool = True) -> str:
+        """The pod of `placed` is bound: confirm its hold and (unless `write` is False: a gang writes each claim once
+        after its members are bound, with `write_bound`) say so on its claim. When it was allocated."""
         self.ledger.confirm(placed.hold.uid)
         hold = placed.hold
         at = _micro_now()
         if placed.strategy == "RoundRobin":
             self._advance_cursor(at, hold.node)
         self.note_bound(hold)
+        if write:
+            await self.write_bound(placed, at)
+        return at
+
+    async def write_bound(self, placed: Placed, at: str) -> None:
+        """Say on the claim of `placed` that its pods are bound: the pod of `placed` (allocated `at`) as the one bound
+        last, every bound pod in allocations."""
+        hold = placed.hold
         namespace = placed.claim["metadata"]["namespace"]
         await self.set_claim_status(
             placed.claim,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.claims import objects
+from gpu_scheduling.claims.gangs import GangError
 from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound, TransportError
@@ -364,10 +365,15 @@ class Scheduler:
         self.queue.attempted(key)
         started = time.monotonic()
         kind, result, strategy = ("claim", "error", "") if decision.is_claim_pod(pod) else ("map", "error", "")
-        gang = self.gangs.gang_of(pod)
+        self.gangs.track(key, pod)  # its claim (and so its gang) may have come after it
+        gang = self.gangs.read_gang(pod)
         try:
-            if gang is not None:
+            if isinstance(gang, GangError):
+                await self.report_unschedulable(key, pod, str(gang))
+                result = "unschedulable"
+            elif gang is not None:
                 result = await self.gangs.schedule(key, gang)
+                strategy = self.gangs.strategy_of(pod)
             elif kind == "claim":
                 result, strategy = await self._schedule_claim_pod(key, pod)
             else:

@@ -66,13 +66,19 @@ class GangPath:
     # ---- membership (the controller's pod handler) --------------------------------------------------------------
     def gang_of(self, pod: Mapping[str, Any]) -> str | None:
         """The gang key ("<namespace>/<gang>") of a pod, or None; a malformed gang name counts as none here (the
-        pod is then placed alone, and its attempt says why its gang cannot be read)."""
+        book's membership), and `read_gang` says why."""
+        gang = self.read_gang(pod)
+        return gang if isinstance(gang, str) else None
+
+    def read_gang(self, pod: Mapping[str, Any]) -> str | gangs.GangError | None:
+        """The gang key of a pod, None when it belongs to none, or why its gang cannot be read (such a pod is not
+        placed: placing a member alone is what a gang must never do)."""
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         try:
             name = gangs.gang_name(annotations, self._gang_ref(meta))
-        except gangs.GangError:
-            return None
+        except gangs.GangError as exc:
+            return exc
         return f"{meta.get('namespace')}/{name}" if name else None
 
     def _gang_ref(self, meta: Mapping[str, Any]) -> Any:
@@ -85,6 +91,16 @@ class GangPath:
             return None
         claim = self.s.claim_path.claims.cache.get(f"{meta.get('namespace')}/{claim_name}")
         return ((claim or {}).get("spec") or {}).get("gangRef")
+
+    def strategy_of(self, pod: Mapping[str, Any]) -> str:
+        """The node strategy of a claim member (for the attempts' metrics); "" for a map member."""
+        meta = pod.get("metadata") or {}
+        if not decision.is_claim_pod(pod):
+            return ""
+        try:
+            return self.s.claim_path.strategy_of(f"{meta.get('namespace')}/{podrequest.claim_name(meta)}")
+        except gpumap.PodMapError:
+            return ""
 
     def track(self, key: str, pod: Mapping[str, Any]) -> None:
         self.book.set(key, self.gang_of(pod))
@@ -104,6 +120,11 @@ class GangPath:
         self.book.set(key, None)
         if gang is None:
             return
+        # The gang changed: a refusal that named the member is stale, and a smaller gang may fit now.
+        if self._failed.pop(gang, None) is not None or gang in self._incomplete_since:
+            for other in self.book.members(gang):
+                if not self._is_bound(self.s.pods.cache.get(other)):
+                    self.s.queue.retry(other)
         if succeeded:
             self.book.complete.discard(gang)
             if not self.book.members(gang):
@@ -233,14 +254,15 @@ class GangPath:
         now = time.monotonic()
         since = self._incomplete_since.setdefault(gang, now)
         overdue = now - since >= self.timeout
-        message = gangs.incomplete(spec, present, self.timeout if overdue else None)
+        message = gangs.incomplete(spec, self.timeout if overdue else None)
         if not overdue:
             first = next(iter(waiting))
             self.s.queue.work.add_after(first, since + self.timeout - now + 0.01)  # say it once it is overdue
         elif gang not in self._overdue:
             self._overdue.add(gang)
+            said = f"{message} ({present} of {spec.min_members} present)"
             for pod in waiting.values():
-                self.s.spawn(self.s.recorder.pod(pod, "Warning", constants.EVENT_GANG_INCOMPLETE, message))
+                self.s.spawn(self.s.recorder.pod(pod, "Warning", constants.EVENT_GANG_INCOMPLETE, said))
         return message
 
     def _labels(self) -> dict[str, Mapping[str, str]]:
@@ -327,14 +349,18 @@ class GangPath:
         outcomes = await asyncio.gather(
             *(s.bind(p.member.key, p.member.pod, p.hold.node, p.placed) for p in placements)
         )
+        statuses: dict[str, tuple[Placed, str]] = {}  # each claim's status is written once, after its pods' binds
         for p, outcome in zip(placements, outcomes, strict=True):
             if outcome is True:
                 if p.placed is not None:
-                    await s.claim_path.bound(p.placed)
+                    at = await s.claim_path.bound(p.placed, write=False)
+                    statuses[p.placed.claim["metadata"].get("uid", p.hold.claim)] = (p.placed, at)
                 else:
                     s.ledger.confirm(p.hold.uid)
             elif outcome is False:
                 self._abandon(p)
+        for placed, at in statuses.values():
+            await s.claim_path.write_bound(placed, at)
         if all(o is True for o in outcomes):
             created = [decision.created_at(p.member.pod) for p in placements]
             known = [c for c in created if c is not None]

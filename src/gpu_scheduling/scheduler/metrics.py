@@ -136,7 +136,8 @@ class Metrics:
         )
         self._gangs_broken = prometheus_client.Counter(
             "gpu_scheduler_gangs_below_minimum_total",
-            "Times a gang that had its minimum bound dropped below it (a member deleted or finished).",
+            "Times a gang that had its minimum bound dropped below it (a member deleted or failed; one that succeeded"
+            " does not count).",
             registry=r,
         )
         self._policy: tuple[str, str] | None = None

@@ -11,7 +11,7 @@ from gpu_scheduling.claims import gang_rows
 
 from .test_board_state import claim_pod, gpu_claim
 
-INCOMPLETE = "gang team (min 3) waits for its members: 2 of 3 present"
+INCOMPLETE = "gang team (min 3) waits for its members: fewer than 3 present"
 
 
 def member(name: str, uid: str, allocated: str | None = None, *, size: str = "3", **kw: Any) -> dict[str, Any]:

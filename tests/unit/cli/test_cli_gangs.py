@@ -14,7 +14,7 @@ from gpu_scheduling.cli import api, gangs, main, output
 from gpu_scheduling.cli.context import Ctx
 
 ZONE = "topology.kubernetes.io/zone"
-INCOMPLETE = "gang train (min 3) waits for its members: 2 of 3 present"
+INCOMPLETE = "gang train (min 3) waits for its members: fewer than 3 present"
 NOT_WHOLE = (
     f"gang train (min 2, Required {ZONE}) does not fit whole: in {ZONE}=a member train-1 does not fit: "
     "node1 has 0 free GPUs"
@@ -87,10 +87,10 @@ def test_the_common_message_is_the_one_most_waiting_members_carry():
     assert only(pods).why == INCOMPLETE
 
 
-def test_an_incomplete_gang_says_how_many_of_its_members_are_present():
+def test_an_incomplete_gang_says_it_waits_for_its_members():
     r = only([pod("train-0", message=INCOMPLETE), pod("train-1", message=INCOMPLETE)])
     assert (r.bound, r.waiting, r.status, r.why) == (0, 2, "Incomplete", INCOMPLETE)
-    assert gangs.short_why(r) == "waits for its members: 2 of 3 present"
+    assert gangs.short_why(r) == "waits for its members: fewer than 3 present"
     # Before the scheduler wrote its message: the same words, from the rows' own count.
     assert only([pod("train-0"), pod("train-1")]).why == INCOMPLETE
 
@@ -221,7 +221,7 @@ def test_the_table_shortens_why_and_wide_gives_it_whole():
     assert code == 0
     assert out.splitlines() == [
         "GANG    MIN   BOUND   WAITING   TOPOLOGY   STATUS       WHY",
-        "train   3     0       2         -          Incomplete   waits for its members: 2 of 3 present",
+        "train   3     0       2         -          Incomplete   waits for its members: fewer than 3 present",
     ]
     _, out, _ = gangs_output("-A", "-o", "wide")
     lines = [line.split(None, 8) for line in out.splitlines()]
