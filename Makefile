@@ -106,15 +106,15 @@ unit: venv toolchain
 scenarios: venv toolchain scenario-toolchain browser
 	$(BIN)/python -m pytest features --tier controlplane
 
-# The benchmark (about 70 min on 2 cores: W1, W2 with the DRA contender, the pending storm, the webhook):
+# The benchmark (about 85 min on 2 cores: W1, W2 with the DRA contender, W3 gangs, the pending storm, the webhook):
 # writes docs/benchmarks.md and docs/benchmarks/.
 bench: venv bench-toolchain
 	$(BIN)/python -m bench
 
 # The same benchmark with a few nodes and pods (every workload and contender, a 5 s storm), so that it never
 # rots; it asserts that every pod is bound (the storm's: tried, and none bound) and the report is written, and what
-# every run must get right (bench/checks.py: W1 on the mapped nodes, no GPU held twice, no board flag), never a
-# timing.
+# every run must get right (bench/checks.py: W1 on the mapped nodes, no GPU held twice, W3's gangs whole, no board
+# flag), never a timing. W3 runs at the smoke's 10 nodes: two gangs (2 and 4 members).
 bench-smoke: venv bench-toolchain browser
 	$(BIN)/python -m bench --smoke
 

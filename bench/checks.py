@@ -5,6 +5,8 @@ on its cluster (listed before it is stopped) and returns one line per problem, e
 - W1: every pod bound to the node its map entry (or its affinity) names.
 - W2: no GPU held by two pods: the GPU ids gpu-scheduler wrote on its pods, the devices of the ResourceClaims
   kube-scheduler allocated, and for the extended resource (no ids) no node given more than its GPUs.
+- W3: no gang partly bound (each gang has none or all of its members bound), every bound member holds a whole
+  node's GPUs, all distinct, and no GPU is held twice (as in W2).
 - Storm: no waiting pod bound (every GPU was taken by the fill).
 - The board: no flag on any node or GPU once the agents have caught up.
 """
@@ -51,8 +53,9 @@ def held_twice(
     api: workload.ClaimApi,
     resource_claims: Iterable[Mapping[str, Any]] = (),
     gpus_per_node: int = workload.GPUS_PER_NODE,
+    what: str = "W2",
 ) -> list[str]:
-    """W2: the GPUs given to more than one pod, in the form the contender's API records them."""
+    """W2 (and W3, `what`): the GPUs given to more than one pod, in the form the contender's API records them."""
     bound = [p for p in pods if p["spec"].get("nodeName")]
     if api == workload.GPUCLAIM:
         held = Counter(
@@ -66,7 +69,7 @@ def held_twice(
             for p in bound
             if constants.GPU_IDS_ANNOTATION not in p["metadata"].get("annotations", {})
         ]
-        problems = [f"{len(missing)} bound W2 pods without their GPU ids: {_some(missing)}"] if missing else []
+        problems = [f"{len(missing)} bound {what} pods without their GPU ids: {_some(missing)}"] if missing else []
     elif api == workload.DRA:
         held = Counter(
             f"{result['pool']}:{result['device']}"
@@ -87,7 +90,43 @@ def held_twice(
         )
     twice = [gpu for gpu, n in held.items() if n > 1]
     if twice:
-        problems.append(f"{len(twice)} GPUs held by more than one W2 pod: {_some(twice)}")
+        problems.append(f"{len(twice)} GPUs held by more than one {what} pod: {_some(twice)}")
+    return problems
+
+
+def gangs_whole(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """W3: the gangs (workload.gang_of) with some but not all of their listed members bound."""
+    members: dict[str, list[bool]] = {}
+    for p in pods:
+        gang = workload.gang_of(p["metadata"]["name"])
+        if gang is not None:
+            members.setdefault(gang, []).append(bool(p["spec"].get("nodeName")))
+    partial = {gang: sum(bound) for gang, bound in members.items() if 0 < sum(bound) < len(bound)}
+    if not partial:
+        return []
+    shown = _some(f"{gang} ({n}/{len(members[gang])})" for gang, n in partial.items())
+    return [f"{len(partial)} W3 gangs partly bound: {shown}"]
+
+
+def member_gpus(
+    pods: Iterable[Mapping[str, Any]], api: workload.ClaimApi, gpus_per_node: int = workload.GPUS_PER_NODE
+) -> list[str]:
+    """W3: the bound members that do not hold `gpus_per_node` distinct GPUs (gpu-scheduler's GPU ids; the extended
+    resource has none: `held_twice` checks its nodes) and the GPUs held twice."""
+    pods = list(pods)
+    problems = held_twice(pods, api, gpus_per_node=gpus_per_node, what="W3")
+    if api != workload.GPUCLAIM:
+        return problems
+    short = []
+    for p in pods:
+        if not p["spec"].get("nodeName"):
+            continue
+        text = (p["metadata"].get("annotations") or {}).get(constants.GPU_IDS_ANNOTATION, "")
+        ids = [g.strip() for g in text.split(",") if g.strip()]
+        if len(ids) != gpus_per_node or len(set(ids)) != len(ids):
+            short.append(f"{p['metadata']['name']} ({text or 'none'})")
+    if short:
+        problems.append(f"{len(short)} bound W3 members without {gpus_per_node} distinct GPUs: {_some(short)}")
     return problems
 
 

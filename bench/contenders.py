@@ -3,7 +3,8 @@
   gpu-scheduler       this project's scheduler, with its webhook in the admission path (as deployed); GPUs are
                       asked for with GpuClaims;
   kube-scheduler      the upstream scheduler built from the same Kubernetes version, default profile; GPUs are
-                      asked for as the extended resource nvidia.com/gpu;
+                      asked for as the extended resource nvidia.com/gpu; in W3 it has no gang semantics (v1.34 has
+                      no Workload API): the gangs' members are placed one by one;
   kube-scheduler-dra  the same kube-scheduler, GPUs asked for with Dynamic Resource Allocation (ResourceClaims
                       against ResourceSlices): the native form of a claim, for W2 and the storm (its W1 would be
                       kube-scheduler's);
@@ -51,7 +52,7 @@ class Contender:
     scheduler_name: str
     claim_api: workload.ClaimApi
     """How its pods ask for GPUs in W2 and the storm, and so which inventory the plane writes for it."""
-    workloads: tuple[str, ...] = ("w1", "w2", "storm")
+    workloads: tuple[str, ...] = ("w1", "w2", "w3", "storm")
     """The workloads it takes part in."""
     python_processes: tuple[str, ...] = ()
     """Names (keys of processes()) that py-spy can profile."""
@@ -153,7 +154,8 @@ class KubeScheduler(Contender):
     name = "kube-scheduler"
     scheduler_name = workload.KUBE_SCHEDULER
     claim_api = workload.EXTENDED
-    workloads = ("w1", "w2")
+    workloads = ("w1", "w2", "w3")
+    """W3 with no gang: its members are placed one by one (a reference for placement speed, not a gang scheduler)."""
 
     def start(self, plane: BenchPlane) -> None:
         kubeconfig, _ = plane.scheduler_identity()
@@ -261,6 +263,7 @@ class GpuSchedulerBaseline(GpuScheduler):
 
     name = "gpu-scheduler-baseline"
     python_processes = ("scheduler", "webhook")
+    workloads = ("w1", "w2", "storm")  # a revision from before gangs would leave W3's gangs waiting
     ref: str = "HEAD"
 
     def start(self, plane: BenchPlane) -> None:

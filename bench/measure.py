@@ -216,3 +216,41 @@ def request_latencies_ms(csv_path: pathlib.Path) -> list[float]:
         _seq, start, end, _status = line.split(",")
         out.append((int(end) - int(start)) / 1e6)
     return out
+
+
+@dataclasses.dataclass
+class GangFigures:
+    gangs: int
+    placed: int  # gangs with every member bound
+    seconds: float  # first member's create received -> last gang bound
+    gangs_per_second: float
+    gang_p50_ms: float  # last member created -> last member bound, per placed gang
+    gang_p99_ms: float
+    gang_max_ms: float
+
+
+def gang_figures(times: dict[str, PodTimes], gangs: dict[str, list[str]]) -> GangFigures:
+    """Gangs placed per second (from the first create request received to the bind that completed the last gang)
+    and, per placed gang, the time from its last member's create to its last member's bind: how long the gang
+    waited once whole, which gpu_scheduler_gang_scheduling_duration_seconds also measures (from the scheduler's
+    side). A gang with a member never created or never bound is not placed."""
+    start = min(t.received for t in times.values())
+    waits: list[float] = []
+    ends: list[float] = []
+    for members in gangs.values():
+        mine = [times.get(m) for m in members]
+        if not mine or any(t is None or t.bound is None for t in mine):
+            continue
+        done = max(t.bound for t in mine if t is not None and t.bound is not None)
+        ends.append(done)
+        waits.append((done - max(t.created for t in mine if t is not None)) * 1000)
+    seconds = max(ends) - start if ends else 0.0
+    return GangFigures(
+        gangs=len(gangs),
+        placed=len(ends),
+        seconds=seconds,
+        gangs_per_second=len(ends) / seconds if seconds > 0 else 0.0,
+        gang_p50_ms=percentile(waits, 50) if waits else 0.0,
+        gang_p99_ms=percentile(waits, 99) if waits else 0.0,
+        gang_max_ms=max(waits) if waits else 0.0,
+    )

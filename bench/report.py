@@ -34,6 +34,11 @@ STORM_TARGET = 0.05
 """CPU-seconds per second the apiserver and the scheduler may each spend on pods waiting for GPUs (issue 9)."""
 PEERS = ("kube-scheduler-dra", "kube-scheduler")
 """What gpu-scheduler is compared with in W2, the native form of a claim first."""
+NO_GANG = "kube-scheduler (no gang: members placed one by one)"
+"""How the report names kube-scheduler in W3: v1.34 has no gang scheduling, so it is a reference for raw placement
+speed, not the native peer (kube-scheduler v1.37's Workload API or Kueue)."""
+
+
 TARGETS = """\
 | target | measured | met |
 |---|---|---|
@@ -113,7 +118,8 @@ def plot(runs: list[dict[str, Any]], wl: str, path: pathlib.Path) -> bool:
     for r in mine:
         xs = [0.0] + [t for t, _ in r["curve"]]
         ys = [0] + [n for _, n in r["curve"]]
-        label = r["contender"] if r["contender"] not in seen else None
+        name = NO_GANG if wl == "w3" and r["contender"] == "kube-scheduler" else r["contender"]
+        label = name if r["contender"] not in seen else None
         seen.add(r["contender"])
         ax.step(
             xs, ys, where="post", color=COLOURS.get(r["contender"], "black"), alpha=0.85, label=label, linewidth=1.4
@@ -345,6 +351,63 @@ def _webhook(hooks: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _gang_table(runs: list[dict[str, Any]]) -> str:
+    """W3, one row per contender: gangs placed per second, last member created -> gang bound, CPU and RSS (median
+    over the repetitions, with min–max)."""
+    lines = [
+        (
+            "| contender | gangs placed | members bound | gangs/s | pods/s | last member created→gang bound p50 ms | "
+            "p99 ms | max ms | scheduler CPU s | contender CPU s | scheduler peak RSS MiB | apiserver CPU s |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in dict.fromkeys(r["contender"] for r in runs if r["workload"] == "w3"):
+        mine = [r for r in runs if r["workload"] == "w3" and r["contender"] == name]
+        g = [r["gangs"] for r in mine]
+        label = NO_GANG if name == "kube-scheduler" else name
+        lines.append(
+            f"| {label} | {min(x['placed'] for x in g)}/{g[0]['gangs']} | {min(r['bound'] for r in mine)}/"
+            f"{mine[0]['pods']} | {_fmt(measure.spread(x['gangs_per_second'] for x in g), 2)} | "
+            f"{_fmt(measure.spread(r['throughput'] for r in mine), 1)} | "
+            f"{_fmt(measure.spread(x['gang_p50_ms'] for x in g))} | "
+            f"{_fmt(measure.spread(x['gang_p99_ms'] for x in g))} | "
+            f"{_fmt(measure.spread(x['gang_max_ms'] for x in g))} | "
+            f"{_fmt(measure.spread(r['cpu_seconds'].get('scheduler', 0.0) for r in mine), 1)} | "
+            f"{_fmt(measure.spread(_contender_cpu(r) for r in mine), 1)} | "
+            f"{_fmt(measure.spread(r['peak_rss_mib'].get('scheduler', 0.0) for r in mine))} | "
+            f"{_fmt(measure.spread(r['cpu_seconds']['kube-apiserver'] for r in mine), 1)} |"
+        )
+    return "\n".join(lines)
+
+
+def gangs_section(runs: list[dict[str, Any]], assets: str, source: str = "") -> str:
+    """The report's W3 section ("" without W3 runs); `source`, a paragraph saying which run the figures come from
+    when it is not the report's own."""
+    w3 = [r for r in runs if r["workload"] == "w3" and r.get("gangs")]
+    if not w3:
+        return ""
+    r0 = w3[0]
+    lead = f"{source}\n\n" if source else ""
+    return f"""## W3: gangs
+
+{r0["gangs"]["gangs"]} gangs of 2, 4 and 8 members in turn, every member asking for a whole node (8 GPUs):
+{r0["pods"]} pods on {r0["nodes"]} nodes (about 90 % of them). gpu-scheduler gets one GpuClaim of 8 GPUs per gang
+with `spec.gangRef`, each member naming it with `gpu.scheduling/gang-min-members` (placed whole or not at all).
+kube-scheduler is the v1.34 build the benchmark runs elsewhere, the same pods asking `nvidia.com/gpu: 8` and **no
+gang semantics**: it places the members one by one, so its row is a reference for raw placement speed, not the
+native peer. The issue's native peer, kube-scheduler v1.37 with the Workload API's gang scheduling or Kueue v0.17,
+is not built by this benchmark. The claims and the inventory exist before the timed window. Gangs/s = gangs with
+every member bound / (the bind that completed the last gang − the first create received); per gang, the wait is
+from its last member's create completed to its last member's bind completed (the apiserver's audit log), what
+`gpu_scheduler_gang_scheduling_duration_seconds` measures from the scheduler's side. Each run fails if a gang is
+partly bound, a bound member lacks 8 distinct GPUs, or a GPU is held twice (`bench/checks.py`).
+
+{lead}{_gang_table(runs)}
+
+![W3 bound pods over time]({assets}/w3-bound-over-time.png)
+"""
+
+
 def render(results: dict[str, Any], assets: str) -> str:
     s, m, runs = results["settings"], results["machine"], results["runs"]
     when = datetime.datetime.fromtimestamp(results["started"], datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -447,6 +510,9 @@ allocation and the pod's reservation.
 
 {writes}
 """)
+    gangs = gangs_section(runs, assets)
+    if gangs:
+        parts.append(gangs)
     storms = results.get("storm") or []
     if storms:
         st = storms[0]
@@ -513,12 +579,12 @@ def write(results: dict[str, Any], out: pathlib.Path, docs: pathlib.Path | None)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     write_csv(results["runs"], out / "runs.csv")
-    for wl in ("w1", "w2"):
+    for wl in ("w1", "w2", "w3"):
         plot(results["runs"], wl, out / f"{wl}-bound-over-time.png")
     assets_dir = out if docs is None else docs.parent / docs.stem
     if docs is not None:
         assets_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("results.json", "runs.csv", "w1-bound-over-time.png", "w2-bound-over-time.png"):
+        for name in ("results.json", "runs.csv", *(f"{wl}-bound-over-time.png" for wl in ("w1", "w2", "w3"))):
             if (out / name).exists():
                 shutil.copyfile(out / name, assets_dir / name)
     target = docs if docs is not None else out / "benchmarks.md"

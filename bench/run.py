@@ -6,8 +6,9 @@ measurements, then the report.
                                          # board's smoke pass (bench/board.py)
     python -m bench --board              # only the board's benchmark (writes docs/board-benchmark.md)
 
-Workloads: w1 (map-pinned pods), w2 (GPU claims), storm (claim pods waiting for GPUs that are all taken: what
-the waiting costs the apiserver and the scheduler once every pod has been tried).
+Workloads: w1 (map-pinned pods), w2 (GPU claims), w3 (gangs of 2, 4 and 8 members of a whole node each), storm
+(claim pods waiting for GPUs that are all taken: what the waiting costs the apiserver and the scheduler once every
+pod has been tried).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from gpu_scheduling.kube import paths
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
 FILL_NAMESPACE = "bench-fill"
-WORKLOADS = ("w1", "w2", "storm")
+WORKLOADS = ("w1", "w2", "w3", "storm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +50,9 @@ class Settings:
 
     w2_fill: float = 0.9
     """The share of all GPUs that the W2 claims ask for (workload.w2_sizes)."""
+
+    w3_fill: float = 0.9
+    """The share of the nodes that the W3 gangs' members ask for, one whole node each (workload.w3_sizes)."""
 
     reps: int = 3
     """Repetitions of every (workload, contender)."""
@@ -120,7 +124,10 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
     shutil.rmtree(workdir, ignore_errors=True)
     plane = BenchPlane(workdir, loadgen, profiling=settings.profile)
     contender = contenders.BY_NAME[name]()
-    print(f"== {wl} {name} repetition {rep}: {settings.nodes} nodes, {settings.pods} pods", flush=True)
+    size = (
+        f"{len(workload.w3_sizes(settings.nodes, settings.w3_fill))} gangs" if wl == "w3" else f"{settings.pods} pods"
+    )
+    print(f"== {wl} {name} repetition {rep}: {settings.nodes} nodes, {size}", flush=True)
     began = time.monotonic()
     try:
         plane.start()
@@ -138,6 +145,11 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
                 cuda_env=contender.cuda_env_in_pods,
             )
             gpus = len(pods)
+        elif wl == "w3":
+            gang_sizes = workload.w3_sizes(settings.nodes, settings.w3_fill)
+            plane.add_inventory(contender.claim_api, settings.nodes)
+            claims, pods = workload.gang_pods(contender.claim_api, contender.scheduler_name, NAMESPACE, gang_sizes)
+            gpus = len(pods) * workload.GPUS_PER_NODE
         else:
             sizes = workload.w2_sizes(settings.pods, settings.nodes, settings.w2_fill)
             plane.add_inventory(contender.claim_api, settings.nodes)
@@ -175,6 +187,7 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         rss = {k: s.peak_rss_mib() for k, s in watched.items()}
         tail.poll()
         figs = measure.figures(tail.pods, tail.failed_binds)
+        gang_figs = measure.gang_figures(tail.pods, _gangs(pods)) if wl == "w3" else None
         writes = _settled_writes(plane, settings.writes_settle_seconds)
         first_create = min(t.received for t in tail.pods.values())
         scheduler_writes = writes.counts(SCHEDULER_USER, since=first_create)
@@ -200,7 +213,16 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         "problems": problems,
         **dataclasses.asdict(figs),
     }
+    if gang_figs is not None:
+        result["gangs"] = dataclasses.asdict(gang_figs)
     result["curve"] = _thin(result["curve"], 600)
+    if gang_figs is not None:
+        print(
+            f"   {gang_figs.placed}/{gang_figs.gangs} gangs placed in {gang_figs.seconds:.1f}s: "
+            f"{gang_figs.gangs_per_second:.2f} gangs/s, last member created -> gang bound p50 "
+            f"{gang_figs.gang_p50_ms:.0f} ms, p99 {gang_figs.gang_p99_ms:.0f} ms",
+            flush=True,
+        )
     print(
         f"   {figs.bound}/{figs.pods} bound in {figs.seconds:.1f}s: {figs.throughput:.1f} pods/s, "
         f"p50 {figs.latency_p50_ms:.0f} ms, p99 {figs.latency_p99_ms:.0f} ms; scheduler CPU "
@@ -212,11 +234,25 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
     return result
 
 
+def _gangs(pods: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The W3 gangs' members by gang, from the pods' names (workload.gang_of)."""
+    out: dict[str, list[str]] = {}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        gang = workload.gang_of(name)
+        if gang is not None:
+            out.setdefault(gang, []).append(name)
+    return out
+
+
 def _problems(plane: BenchPlane, settings: Settings, wl: str, api: workload.ClaimApi) -> list[str]:
-    """What the run got wrong (bench/checks.py): W1 pods off their mapped node, W2 GPUs held twice."""
+    """What the run got wrong (bench/checks.py): W1 pods off their mapped node, W2 GPUs held twice, W3 gangs partly
+    bound or members without a whole node's GPUs."""
     listed = plane.api.get(paths.pods(NAMESPACE))["items"]
     if wl == "w1":
         return checks.misplaced(listed, checks.w1_mapped(settings.pods, settings.nodes, settings.group_size))
+    if wl == "w3":
+        return checks.gangs_whole(listed) + checks.member_gpus(listed, api)
     resource_claims = (
         plane.api.get(workload.dra_path("resourceclaims", NAMESPACE))["items"] if api == workload.DRA else []
     )

@@ -23,6 +23,13 @@ inventory (`gpu_scheduling.agent.inventory.simulated_status`): the GpuNodeStatus
 (`gpuclaim_inventory`), the nodes' `nvidia.com/gpu` capacity (GPUS_PER_NODE), one ResourceSlice per node
 (`dra_inventory`).
 
+W3, gangs: groups of pods placed whole or not at all, each member asking for a whole node (8 GPUs), gangs of 2, 4
+and 8 members in turn until `fill` of the nodes is asked for (`w3_sizes`). gpu-scheduler gets one GpuClaim of 8 GPUs
+per gang with `spec.gangRef` naming the gang, and each member's pod names that claim and states the gang's size
+(`gpu.scheduling/gang-min-members`); kube-scheduler gets the same pods asking `nvidia.com/gpu: 8` with no gang at
+all (its members are placed one by one: a reference for raw placement speed, not a gang scheduler). Member m of gang
+g is `w3-g<g>-<size>x-<m>`: `gang_of` reads the gang back from the name, whatever the contender.
+
 Storm, GPUs exhausted: one 8-GPU claim pod per node takes every GPU first (the fill), then `pods` 1-GPU claim
 pods arrive that cannot be placed and wait; what the waiting costs is the measure.
 """
@@ -262,6 +269,56 @@ def claim_pods(
             pods.append(_pod(namespace, name, scheduler, None, resource_claim=name))
         else:
             raise ValueError(f"unknown claim API {api!r}")
+    return claims, pods
+
+
+W3_SIZES = (2, 4, 8)
+"""Members per W3 gang, in turn."""
+W3_PREFIX = "w3"
+
+
+def w3_sizes(nodes: int, fill: float = 0.9) -> list[int]:
+    """Members of each W3 gang: 2, 4, 8, 2, 4, 8, ... while their members (one node each) stay within `fill` of
+    the nodes; the first size that does not fit ends the list."""
+    budget = int(nodes * fill)
+    sizes: list[int] = []
+    while True:
+        size = W3_SIZES[len(sizes) % len(W3_SIZES)]
+        if sum(sizes) + size > budget:
+            return sizes
+        sizes.append(size)
+
+
+def gang_name(index: int, size: int) -> str:
+    return f"{W3_PREFIX}-g{index:04d}-{size}x"
+
+
+def gang_of(pod_name: str) -> str | None:
+    """The W3 gang a pod named by `gang_pods` belongs to (None: not a W3 member)."""
+    gang, sep, member = pod_name.rpartition("-")
+    return gang if sep and gang.startswith(f"{W3_PREFIX}-g") and member.isdigit() else None
+
+
+def gang_pods(
+    api: ClaimApi, scheduler: str, namespace: str, sizes: list[int]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(claims, pods) of the W3 gangs of `sizes` members, each member asking for a whole node (GPUS_PER_NODE GPUs).
+    `gpuclaim`: one GpuClaim per gang with `spec.gangRef`, every member naming it with the gang's size;
+    `extended`: the pods ask `nvidia.com/gpu` and carry no gang (no claims). Members of a gang are consecutive."""
+    claims: list[dict[str, Any]] = []
+    pods: list[dict[str, Any]] = []
+    for g, size in enumerate(sizes):
+        gang = gang_name(g, size)
+        if api == GPUCLAIM:
+            claims.append(gpuclaim(gang, namespace, {**gpuclaim_spec(GPUS_PER_NODE), "gangRef": gang}))
+            annotations = {constants.CLAIM_ANNOTATION: gang, constants.GANG_MIN_MEMBERS_ANNOTATION: str(size)}
+        elif api == EXTENDED:
+            annotations = {}
+        else:
+            raise ValueError(f"W3 has no {api!r} form")
+        pods.extend(
+            _pod(namespace, f"{gang}-{m}", scheduler, GPUS_PER_NODE, annotations=dict(annotations)) for m in range(size)
+        )
     return claims, pods
 
 

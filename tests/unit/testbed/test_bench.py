@@ -536,3 +536,101 @@ def test_the_growth_table_takes_the_median_per_size_and_names_its_run(tmp_path):
     ]
     assert found[1]["run"] == "`big`, 1970-01-01 00:00 UTC"
     assert "| w1 | gpu-scheduler | 1000 | 5000 (5000) | 80.0 | 8.0 | 100.0 | 16.0 |" in growth.table(found)
+
+
+# ---- W3: gangs ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodes", "expected"),
+    [(14, [2, 4]), (16, [2, 4, 8]), (250, [2, 4, 8] * 16), (1000, [2, 4, 8] * 64 + [2])],
+)
+def test_w3_cycles_gang_sizes_within_the_fill(nodes, expected):
+    sizes = workload.w3_sizes(nodes)
+    assert sizes == expected
+    assert sum(sizes) <= int(nodes * 0.9) < sum(sizes) + workload.W3_SIZES[len(sizes) % 3]
+
+
+def test_w3_gangs_ask_a_whole_node_per_member_in_each_contender_form():
+    claims, pods = workload.gang_pods(workload.GPUCLAIM, "gpu-scheduler", "ns", [2, 4])
+    assert [c["metadata"]["name"] for c in claims] == ["w3-g0000-2x", "w3-g0001-4x"]
+    assert claims[1]["spec"] == {
+        "devices": {"count": workload.GPUS_PER_NODE, "policy": "contiguous"},
+        "gangRef": "w3-g0001-4x",
+    }
+    assert [p["metadata"]["name"] for p in pods][:3] == ["w3-g0000-2x-0", "w3-g0000-2x-1", "w3-g0001-4x-0"]
+    annotations = pods[5]["metadata"]["annotations"]
+    assert annotations == {constants.CLAIM_ANNOTATION: "w3-g0001-4x", constants.GANG_MIN_MEMBERS_ANNOTATION: "4"}
+    assert all(workload.pod_gpus(p) == workload.GPUS_PER_NODE for p in pods)
+    no_claims, plain = workload.gang_pods(workload.EXTENDED, workload.KUBE_SCHEDULER, "ns", [2, 4])
+    assert no_claims == [] and [p["metadata"]["name"] for p in plain] == [p["metadata"]["name"] for p in pods]
+    assert all(p["metadata"]["annotations"] == {} and workload.pod_gpus(p) == 8 for p in plain)
+    assert {workload.gang_of(p["metadata"]["name"]) for p in plain} == {"w3-g0000-2x", "w3-g0001-4x"}
+    assert workload.gang_of("w2-00001-8gpu") is None
+    with pytest.raises(ValueError, match="W3 has no 'dra' form"):
+        workload.gang_pods(workload.DRA, "s", "ns", [2])
+
+
+def test_gang_figures_time_each_gang_from_its_last_member_created_to_its_last_bind():
+    times = {
+        "g0-0": measure.PodTimes(0.0, 0.1, 1.0),
+        "g0-1": measure.PodTimes(0.0, 0.5, 0.9),  # last created 0.5, last bound 1.0: 500 ms
+        "g1-0": measure.PodTimes(0.2, 0.3, 2.3),  # 2000 ms
+        "g2-0": measure.PodTimes(0.2, 0.3, 4.0),
+        "g2-1": measure.PodTimes(0.2, 0.3, None),  # not placed
+    }
+    figs = measure.gang_figures(times, {"g0": ["g0-0", "g0-1"], "g1": ["g1-0"], "g2": ["g2-0", "g2-1"]})
+    assert (figs.gangs, figs.placed) == (3, 2)
+    assert figs.seconds == pytest.approx(2.3)
+    assert figs.gangs_per_second == pytest.approx(2 / 2.3)
+    assert figs.gang_p50_ms == pytest.approx(500.0)
+    assert figs.gang_p99_ms == pytest.approx(2000.0) == figs.gang_max_ms
+
+
+def member(name: str, node: str | None, ids: str | None = None) -> dict:
+    annotations = {constants.GPU_IDS_ANNOTATION: ids} if ids is not None else {}
+    return {"metadata": {"name": name, "annotations": annotations}, "spec": {"nodeName": node}}
+
+
+def test_a_partly_bound_gang_or_a_member_short_of_gpus_is_a_problem():
+    whole = "0,1,2,3,4,5,6,7"
+    pods = [
+        member("w3-g0000-2x-0", "node1", whole),
+        member("w3-g0000-2x-1", "node2", whole),
+        member("w3-g0001-2x-0", None),
+        member("w3-g0001-2x-1", None),
+    ]
+    assert checks.gangs_whole(pods) == [] and checks.member_gpus(pods, workload.GPUCLAIM) == []
+    pods[2] = member("w3-g0001-2x-0", "node3", "0,1,2,3,4,5,6,6")
+    assert checks.gangs_whole(pods) == ["1 W3 gangs partly bound: w3-g0001-2x (1/2)"]
+    assert checks.member_gpus(pods, workload.GPUCLAIM) == [
+        "1 GPUs held by more than one W3 pod: node3:6",
+        "1 bound W3 members without 8 distinct GPUs: w3-g0001-2x-0 (0,1,2,3,4,5,6,6)",
+    ]
+    pods[3] = member("w3-g0001-2x-1", "node1", whole)
+    assert checks.member_gpus(pods, workload.GPUCLAIM)[0].startswith("9 GPUs held by more than one W3 pod")
+    plain = [
+        {**p, "spec": {**p["spec"], "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]}} for p in pods
+    ]
+    assert checks.member_gpus(plain, workload.EXTENDED) == ["nodes given more than 8 GPUs: node1 (16)"]
+
+
+def test_report_shows_w3_with_kube_scheduler_named_as_no_gang():
+    gangs = {
+        "gangs": 2,
+        "placed": 2,
+        "seconds": 1.0,
+        "gangs_per_second": 2.0,
+        "gang_p50_ms": 100.0,
+        "gang_p99_ms": 300.0,
+        "gang_max_ms": 300.0,
+    }
+    runs = [
+        {**run_result("gpu-scheduler", "w3", 6.0, {}), "gangs": gangs},
+        {**run_result("kube-scheduler", "w3", 60.0, {}), "gangs": {**gangs, "gangs_per_second": 20.0}},
+    ]
+    text = report.gangs_section(runs, "assets")
+    assert "| gpu-scheduler | 2/2 | 40/40 | 2.00 | 6.0 | 100 | 300 | 300 | 0.4 | 0.4 | 100 | 2.0 |" in text
+    assert f"| {report.NO_GANG} | 2/2 | 40/40 | 20.00 |" in text
+    assert "not the\nnative peer" in text or "not the native peer" in text.replace("\n", " ")
+    assert report.gangs_section([run_result("gpu-scheduler", "w2", 1.0, {})], "a") == ""
