@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+INCOMPLETE_GRACE = 5.0
+"""Seconds a gang may be short of members before its waiting members say so."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Member:
@@ -94,13 +97,8 @@ class GangPath:
 
     def strategy_of(self, pod: Mapping[str, Any]) -> str:
         """The node strategy of a claim member (for the attempts' metrics); "" for a map member."""
-        meta = pod.get("metadata") or {}
-        if not decision.is_claim_pod(pod):
-            return ""
-        try:
-            return self.s.claim_path.strategy_of(f"{meta.get('namespace')}/{podrequest.claim_name(meta)}")
-        except gpumap.PodMapError:
-            return ""
+        claim = self._claim_key(pod)
+        return self.s.claim_path.strategy_of(claim) if claim else ""
 
     def track(self, key: str, pod: Mapping[str, Any]) -> None:
         self.book.set(key, self.gang_of(pod))
@@ -206,8 +204,8 @@ class GangPath:
         }
         if not waiting:
             return None  # decided already (by the worker that held the lock before us)
-        for k in waiting:
-            s.queue.names_claim(k, f"{gang} (gang)")  # woken like claim pods: on freed GPUs and new room
+        for k, p in waiting.items():  # woken as claim pods are (freed GPUs, new room); a claim's pods by their claim
+            s.queue.names_claim(k, self._claim_key(p) or f"{gang} (gang)")
         try:
             spec = self._read_spec(gang, pods)
         except gangs.GangError as exc:
@@ -215,7 +213,9 @@ class GangPath:
             return "unschedulable"
         present = len(bound) + len(waiting)
         if present < spec.min_members:
-            await self._waits(waiting, self._incomplete(gang, spec, present, waiting))
+            message = self._incomplete(gang, spec, present, waiting)
+            if message is not None:
+                await self._waits(waiting, message)
             return "incomplete"
         self._incomplete_since.pop(gang, None)
         self._overdue.discard(gang)
@@ -225,8 +225,10 @@ class GangPath:
             await self._waits(waiting, failed[1])  # nothing changed since it was refused
             return "unschedulable"
         retrying = {k: h for k in waiting if (h := s.ledger.hold(waiting[k]["metadata"]["uid"])) is not None}
-        fixed = {h.node for h in retrying.values()} | {p["spec"]["nodeName"] for p in bound.values()}
-        candidates = gangs.domains(spec, self._labels(), fixed, self._free())
+        fixed = {h.node for h in retrying.values()} | {self._node_of(p) for p in bound.values()}
+        candidates: list[gangs.Domain] | str = [gangs.Domain("", "", frozenset())]  # any node
+        if spec.topology:
+            candidates = gangs.domains(spec, self._labels(), fixed, self._free())
         if isinstance(candidates, str):
             message = f"{spec.describe()}: {candidates}"
             self._failed[gang] = (generation, message)
@@ -250,13 +252,20 @@ class GangPath:
         )
         return await self._commit(gang, placements)
 
-    def _incomplete(self, gang: str, spec: gangs.Spec, present: int, waiting: Mapping[str, dict[str, Any]]) -> str:
+    def _incomplete(
+        self, gang: str, spec: gangs.Spec, present: int, waiting: Mapping[str, dict[str, Any]]
+    ) -> str | None:
+        """Why a gang short of members waits; None while it has been short for less than INCOMPLETE_GRACE (a Job's
+        pods are created within seconds of each other: saying so on each would cost two writes per member)."""
         now = time.monotonic()
         since = self._incomplete_since.setdefault(gang, now)
         overdue = now - since >= self.timeout
+        first = next(iter(waiting))
+        if now - since < INCOMPLETE_GRACE:
+            self.s.queue.work.add_after(first, since + INCOMPLETE_GRACE - now + 0.01)
+            return None
         message = gangs.incomplete(spec, self.timeout if overdue else None)
         if not overdue:
-            first = next(iter(waiting))
             self.s.queue.work.add_after(first, since + self.timeout - now + 0.01)  # say it once it is overdue
         elif gang not in self._overdue:
             self._overdue.add(gang)
@@ -264,6 +273,24 @@ class GangPath:
             for pod in waiting.values():
                 self.s.spawn(self.s.recorder.pod(pod, "Warning", constants.EVENT_GANG_INCOMPLETE, said))
         return message
+
+    def _node_of(self, pod: Mapping[str, Any]) -> str:
+        """The node of a bound member: the API's word, or ours while the watch has not shown our bind."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            return str(node)
+        hold = self.s.ledger.hold(pod["metadata"]["uid"])
+        return hold.node if hold is not None else ""
+
+    def _claim_key(self, pod: Mapping[str, Any]) -> str | None:
+        """ "<namespace>/<claim>" of a claim member, None for a map member (or a claim name that cannot be read)."""
+        if not decision.is_claim_pod(pod):
+            return None
+        meta = pod["metadata"]
+        try:
+            return f"{meta['namespace']}/{podrequest.claim_name(meta)}"
+        except gpumap.PodMapError:
+            return None
 
     def _labels(self) -> dict[str, Mapping[str, str]]:
         return {name: (n["metadata"].get("labels") or {}) for name, n in self.s.nodes.cache.items()}
@@ -385,13 +412,9 @@ class GangPath:
         claims: dict[str, dict[str, Any]] = {}
         for key, pod in waiting.items():
             await self.s.report_unschedulable(key, pod, message)
-            meta = pod["metadata"]
-            try:
-                name = podrequest.claim_name(meta) if decision.is_claim_pod(pod) else None
-            except gpumap.PodMapError:
-                name = None
-            claim = self.s.claim_path.claims.cache.get(f"{meta['namespace']}/{name}") if name else None
+            claim_key = self._claim_key(pod)
+            claim = self.s.claim_path.claims.cache.get(claim_key) if claim_key else None
             if claim is not None:
-                claims[claim["metadata"].get("uid", name or "")] = claim
+                claims[claim["metadata"].get("uid", claim_key or "")] = claim
         for claim in claims.values():
             await self.s.claim_path.set_claim_status(claim, {"phase": "Pending", "message": message})
