@@ -372,14 +372,18 @@ class Scheduler:
                 await self.report_unschedulable(key, pod, str(gang))
                 result = "unschedulable"
             elif gang is not None:
-                result = await self.gangs.schedule(key, gang)
-                strategy = self.gangs.strategy_of(pod)
+                decided = await self.gangs.schedule(key, gang)
+                if decided is None:  # another worker is deciding for its gang: not an attempt of its own
+                    kind = ""
+                    return
+                result, strategy = decided, self.gangs.strategy_of(pod)
             elif kind == "claim":
                 result, strategy = await self._schedule_claim_pod(key, pod)
             else:
                 result = await self._schedule_map_pod(key, pod)
         finally:
-            self.metrics.attempt(kind, result, strategy, time.monotonic() - started)
+            if kind:
+                self.metrics.attempt(kind, result, strategy, time.monotonic() - started)
 
     async def _schedule_map_pod(self, key: str, pod: dict[str, Any]) -> str:
         """Place a map pod; the attempt's result for the metrics."""

@@ -1,5 +1,6 @@
 """The scheduler's gang path: a pod that belongs to a gang (claims.gangs) is never placed alone; the first of its
-members a worker takes decides for the whole gang, under the gang's lock, so two workers never split it.
+members a worker takes decides for the whole gang; a worker that takes another member meanwhile leaves it to that
+one (which decides once more when done), so two workers never split a gang and none waits for another.
 
 One decision, in three steps:
 
@@ -61,7 +62,8 @@ class GangPath:
         self.s = scheduler
         self.timeout = timeout_seconds
         self.book = gangs.Book()
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._deciding: set[str] = set()  # gangs a worker is deciding now
+        self._again: set[str] = set()  # ... and that another member's worker asked to decide once more
         self._failed: dict[str, tuple[int, str]] = {}  # gang -> (queue generation, message) of its last refusal
         self._incomplete_since: dict[str, float] = {}  # gang -> when it was first found short of members
         self._overdue: set[str] = set()  # gangs whose GangIncomplete event was written
@@ -154,9 +156,7 @@ class GangPath:
         self._failed.pop(gang, None)
         self._incomplete_since.pop(gang, None)
         self._overdue.discard(gang)
-        lock = self._locks.get(gang)
-        if lock is not None and not lock.locked():
-            del self._locks[gang]
+        self._again.discard(gang)
 
     def _bound_count(self, gang: str) -> int:
         return sum(1 for k in self.book.members(gang) if self._is_bound(self.s.pods.cache.get(k)))
@@ -184,13 +184,25 @@ class GangPath:
         return gangs.agreed({k: gangs.read((p["metadata"].get("annotations") or {}), name) for k, p in pods.items()})
 
     # ---- deciding ----------------------------------------------------------------------------------------------
-    async def schedule(self, key: str, gang: str) -> str:
-        """Decide for the gang of pod `key` (a worker took it off the queue); the result for the metrics."""
-        lock = self._locks.setdefault(gang, asyncio.Lock())
-        async with lock:
-            result = await self._decide(gang)
-        if result is not None:
-            self.s.metrics.gang_attempt(result)
+    async def schedule(self, key: str, gang: str) -> str | None:
+        """Decide for the gang of pod `key` (a worker took it off the queue); the result for the metrics, or None
+        when another worker is deciding for the gang: that one decides once more when it is done (so it sees this
+        member) and this worker is free for other pods, instead of waiting for a decision that may take seconds of
+        Lease writes and binds (W3: every worker was waiting on gangs being bound while new gangs waited)."""
+        if gang in self._deciding:
+            self._again.add(gang)
+            return None
+        self._deciding.add(gang)
+        try:
+            while True:
+                self._again.discard(gang)
+                result = await self._decide(gang)
+                if result is not None:
+                    self.s.metrics.gang_attempt(result)
+                if gang not in self._again:
+                    break
+        finally:
+            self._deciding.discard(gang)
         return "scheduled" if result in (None, "scheduled") else "error" if result == "error" else "unschedulable"
 
     async def _decide(self, gang: str) -> str | None:
@@ -203,7 +215,7 @@ class GangPath:
             if k not in bound and decision.is_schedulable_pod(p, s.config.name) and not decision.is_gated(p)
         }
         if not waiting:
-            return None  # decided already (by the worker that held the lock before us)
+            return None  # decided already (a member's earlier decision placed every one of them)
         for k, p in waiting.items():  # woken as claim pods are (freed GPUs, new room); a claim's pods by their claim
             s.queue.names_claim(k, self._claim_key(p) or f"{gang} (gang)")
         try:
