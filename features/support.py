@@ -210,6 +210,20 @@ def indexed_job_body(name: str, pods: int, annotations: dict[str, str]) -> dict[
     }
 
 
+def gang_member_body(
+    name: str, claim: str, size: int, topology: str | None = None, mode: str | None = None
+) -> dict[str, Any]:
+    """A pod naming the GpuClaim `claim` that is a member of a gang of `size` (its gang named by the claim's
+    gangRef), kept inside one value of the node label `topology` (`mode`: Required or Preferred) when given."""
+    body = pod_body(name, gpu_map=None, claim=claim)
+    annotations = body["metadata"]["annotations"]
+    annotations[constants.GANG_MIN_MEMBERS_ANNOTATION] = str(size)
+    if topology is not None:
+        annotations[constants.GANG_TOPOLOGY_ANNOTATION] = topology
+        annotations[constants.GANG_TOPOLOGY_MODE_ANNOTATION] = mode or "Required"
+    return body
+
+
 def statefulset_body(name: str, replicas: int, gpu_map: str, parallel: bool = False) -> dict[str, Any]:
     labels = {APP_LABEL: name}
     return {

@@ -386,7 +386,7 @@ Feature: kubectl gpu: the GPU scheduler's nodes, claims, policy and health from 
 
   Scenario: gangs shows a claim gang short of its members as Incomplete, then Running once all of it is bound
     Given every kwok node has the simulated inventory of 8 GPUs in two NVLink islands
-    And the GpuClaim "team" asking for 1 GPU each for the gang "team" is created
+    And the GpuClaim "team" asking for 1 GPUs for the gang "team" is created
     When the pods "team-0,team-1" naming the GpuClaim "team" with gang size 3 are created
     Then "kubectl gpu gangs" prints the table
       | GANG | MIN | BOUND | WAITING | TOPOLOGY | STATUS     | WHY                                   |

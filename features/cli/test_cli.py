@@ -39,8 +39,8 @@ from features.support import (
     WEBHOOK_DEPLOYMENT,
     World,
     claim_status,
+    gang_member_body,
     get_pod,
-    pod_body,
     step,
 )
 from gpu_scheduling import constants
@@ -760,19 +760,10 @@ def plugin_ran(cli: Cli) -> None:
 # ---- gangs -----------------------------------------------------------------------------------------------------
 
 
-@given(step('the GpuClaim "{name:q}" asking for {count:d} GPU each for the gang "{gang:q}" is created'))
-def gang_claim(world: World, name: str, count: int, gang: str) -> None:
-    world.api.create(
-        paths.gpu_claims(world.namespace), objects.claim_body(name, {"devices": {"count": count}, "gangRef": gang})
-    )
-
-
 @when(step('the pods "{names:q}" naming the GpuClaim "{claim:q}" with gang size {size:d} are created'))
 def gang_members(world: World, names: str, claim: str, size: int) -> None:
     for name in names.split(","):
-        body = pod_body(name, gpu_map=None, claim=claim)
-        body["metadata"]["annotations"][constants.GANG_MIN_MEMBERS_ANNOTATION] = str(size)
-        world.api.create(paths.pods(world.namespace), body)
+        world.api.create(paths.pods(world.namespace), gang_member_body(name, claim, size))
 
 
 @then(step('"{command:q}" shows the gang "{gang:q}" {status} with the message "{message:q}"'))

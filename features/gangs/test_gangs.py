@@ -12,10 +12,10 @@ from features.support import (
     JOB_NAME_LABEL,
     World,
     claim_status,
+    gang_member_body,
     get_pod,
     indexed_job_body,
     leases_of,
-    pod_body,
     step,
 )
 from gpu_scheduling import constants
@@ -38,13 +38,7 @@ def zones(world: World) -> None:
 
 
 def _member(name: str, claim: str, size: int, mode: str | None = None) -> dict[str, Any]:
-    body = pod_body(name, gpu_map=None, claim=claim)
-    annotations = body["metadata"]["annotations"]
-    annotations[constants.GANG_MIN_MEMBERS_ANNOTATION] = str(size)
-    if mode is not None:
-        annotations[constants.GANG_TOPOLOGY_ANNOTATION] = ZONE_LABEL
-        annotations[constants.GANG_TOPOLOGY_MODE_ANNOTATION] = mode
-    return body
+    return gang_member_body(name, claim, size, ZONE_LABEL if mode is not None else None, mode)
 
 
 def _names(first: str, last: str) -> list[str]:
