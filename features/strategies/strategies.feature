@@ -69,6 +69,18 @@ Feature: GpuClaims are placed by the node strategy of the claim, the runtime pol
     When the pod "hold6-0" is deleted
     Then the GpuClaim "low" is Bound on pool node "a" by strategy "BestFit"
 
+  Scenario: A waiting high-priority gang keeps its nodes from lower-priority claims, and is not starved by them
+    Given a pool of 2 nodes with 8 GPUs each
+    And the PriorityClass "gpu-high" of value 1000
+    And the claims "hold4" asking for 4 GPUs in the pool are bound
+    When the gang "big" of 2 pods of 8 GPUs each in the pool is created with priority class "gpu-high"
+    Then the pod "big-1" is Pending with reason Unschedulable and a message containing "does not fit whole"
+    When the pod "low-0" naming the GpuClaim "low" of 1 GPUs in the pool is created
+    Then the pod "low-0" is Pending with reason Unschedulable and a message containing "big (priority 1000), which waits for it"
+    And for 3 seconds the pod "low-0" stays unbound
+    When the pod "hold4-0" is deleted
+    Then the pods "big-0,big-1" are bound, one on each pool node
+
   Scenario: With queue order FIFO nothing is kept for a higher priority
     Given a pool of 1 nodes with 8 GPUs each
     And the PriorityClass "gpu-high" of value 1000

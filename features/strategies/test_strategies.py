@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pytest_bdd import given, scenarios, then, when
 
-from features.support import World, claim_status, get_pod, on_node, pod_body, step
+from features.support import World, claim_status, gang_member_body, get_pod, on_node, pod_body, step
 from gpu_scheduling import constants
 from gpu_scheduling.agent.inventory import simulated_status
 from gpu_scheduling.claims import objects
@@ -113,6 +113,29 @@ def claims_one_after_another(world: World, names: str, strategy: str) -> list[di
         _pod(world, f"{name}-0", name)
         placed.append(_bound(world, name))
     return placed
+
+
+@when(
+    step('the gang "{gang:q}" of {n:d} pods of {count:d} GPUs each in the pool is created with priority class "{pc:q}"')
+)
+def gang_in_pool(world: World, gang: str, n: int, count: int, pc: str) -> None:
+    _claim(world, gang, count, gangRef=gang)
+    for i in range(n):
+        body = gang_member_body(f"{gang}-{i}", gang, n)
+        body["spec"]["priorityClassName"] = pc
+        world.api.create(paths.pods(world.namespace), body)
+
+
+@then(step('the pods "{names:q}" are bound, one on each pool node'))
+def pods_on_each_pool_node(world: World, names: str) -> None:
+    wanted = names.split(",")
+
+    def bound() -> list[str] | None:
+        nodes = [get_pod(world, n)["spec"].get("nodeName") for n in wanted]
+        return nodes if all(nodes) else None  # type: ignore[return-value]
+
+    nodes = wait_for(f"{names} bound", bound, timeout=60)
+    assert sorted(nodes) == sorted(pool_node(world, chr(ord("a") + i)) for i in range(len(wanted))), nodes
 
 
 @given(step('the claims "{names:q}" asking for {counts} GPUs in the pool are bound'))

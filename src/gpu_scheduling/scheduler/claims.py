@@ -300,6 +300,14 @@ class ClaimPath:
         taken = self._assume(pod, outcome, request, claim_name)
         return taken if isinstance(taken, str) else (taken, outcome.message)
 
+    def could_use(
+        self, pod: dict[str, Any], claim: dict[str, Any], nodes: Mapping[str, dict[str, Any]]
+    ) -> frozenset[str]:
+        """The nodes `pod`, naming `claim`, could ever be placed on (what it keeps while it waits by priority)."""
+        request = objects.request_from_claim(claim, self.policy.strategy)
+        tolerations = (pod.get("spec") or {}).get("tolerations") or []
+        return priority.usable_nodes(request, self._usable_inventory(nodes, tolerations))
+
     def retract(self, uid: str) -> None:
         """Take back what `choose` assumed for `uid` before any API call was made for it."""
         self.ledger.retract(uid)

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpu_scheduling import constants, gpumap, podrequest
-from gpu_scheduling.claims import gangs, objects
+from gpu_scheduling.claims import gangs, objects, priority
 from gpu_scheduling.claims.ledger import Hold
 from gpu_scheduling.scheduler import decision, fit
 from gpu_scheduling.scheduler.claims import Placed
@@ -153,6 +153,7 @@ class GangPath:
                     self.s.spawn(self.s.recorder.pod(pod, "Warning", constants.EVENT_GANG_BROKEN, message))
 
     def _forget(self, gang: str) -> None:
+        self.s.queue.release(_waiter(gang))
         self._failed.pop(gang, None)
         self._incomplete_since.pop(gang, None)
         self._overdue.discard(gang)
@@ -226,6 +227,7 @@ class GangPath:
         present = len(bound) + len(waiting)
         if present < spec.min_members:
             message = self._incomplete(gang, spec, present, waiting)
+            s.queue.release(_waiter(gang))  # a gang short of members keeps nothing from others
             if message is not None:
                 await self._waits(waiting, message)
             return "incomplete"
@@ -251,9 +253,11 @@ class GangPath:
         if isinstance(outcome, list):
             message = gangs.explain(spec, outcome)
             self._failed[gang] = (generation, message)
+            self._reserve(gang, waiting)
             await self._waits(waiting, message)
             return "unschedulable"
         self._failed.pop(gang, None)
+        s.queue.release(_waiter(gang))
         placements = outcome.placements + [self._retry(waiting[k], h) for k, h in retrying.items()]
         log.info(
             "gang %s: %d members decided in %s: %s",
@@ -303,6 +307,25 @@ class GangPath:
             return f"{meta['namespace']}/{podrequest.claim_name(meta)}"
         except gpumap.PodMapError:
             return None
+
+    def _reserve(self, gang: str, waiting: Mapping[str, dict[str, Any]]) -> None:
+        """A gang refused for busy GPUs keeps every node its claim members could use from pods (and gangs) of lower
+        priority, as a waiting claim pod does (claims.priority; queue order Priority only): a stream of small,
+        lower-priority claims cannot starve it. Its priority is its lowest member's, so it keeps nothing from its
+        own members."""
+        s = self.s
+        if s.queue.order != "Priority":
+            return
+        nodes: set[str] = set()
+        for pod in waiting.values():
+            claim_key = self._claim_key(pod)
+            claim = s.claim_path.claims.cache.get(claim_key) if claim_key else None
+            if claim is not None:
+                nodes |= s.claim_path.could_use(pod, claim, s.nodes.cache)
+        if nodes:
+            rank = min(priority.pod_priority(p) for p in waiting.values())
+            created = min(str(p["metadata"].get("creationTimestamp") or "") for p in waiting.values())
+            s.queue.reserve(priority.Waiter(_waiter(gang), rank, created, frozenset(nodes)))
 
     def _labels(self) -> dict[str, Mapping[str, str]]:
         return {name: (n["metadata"].get("labels") or {}) for name, n in self.s.nodes.cache.items()}
@@ -430,3 +453,8 @@ class GangPath:
                 claims[claim["metadata"].get("uid", claim_key or "")] = claim
         for claim in claims.values():
             await self.s.claim_path.set_claim_status(claim, {"phase": "Pending", "message": message})
+
+
+def _waiter(gang: str) -> str:
+    """How a waiting gang is named to the pods it keeps nodes from (claims.priority)."""
+    return f"gang {gang}"
