@@ -241,13 +241,7 @@ class ClaimPath:
         if isinstance(inventory, str):
             return await self._no_node(key, claim, claim_name, inventory)
         rank = priority.pod_priority(pod)
-        outcome = allocator.allocate(
-            request,
-            inventory,
-            held=self.ledger.holdings,
-            cursor=self.cursor if request.strategy == "RoundRobin" else None,
-            reserved=self.queue.reserved_for(rank) or None,
-        )
+        outcome = self._allocate_on(request, inventory, rank)
         if isinstance(outcome, allocator.NoFit):
             if outcome.phase == "Pending" and self.queue.order == "Priority":
                 created = str(meta.get("creationTimestamp") or "")
@@ -288,17 +282,24 @@ class ClaimPath:
             inventory = [n for n in inventory if n.name in within]
             if not inventory:
                 return "no node with a GPU inventory there takes the pod"
-        outcome = allocator.allocate(
-            request,
-            inventory,
-            held=self.ledger.holdings,
-            cursor=self.cursor if request.strategy == "RoundRobin" else None,
-            reserved=self.queue.reserved_for(priority.pod_priority(pod)) or None,
-        )
+        outcome = self._allocate_on(request, inventory, priority.pod_priority(pod))
         if isinstance(outcome, allocator.NoFit):
             return outcome.message
         taken = self._assume(pod, outcome, request, claim_name)
         return taken if isinstance(taken, str) else (taken, outcome.message)
+
+    def _allocate_on(
+        self, request: allocator.Request, inventory: list[allocator.Node], rank: int
+    ) -> allocator.Decision:
+        """The allocator's choice on `inventory` for a pod of priority `rank`, over the ledger, past the nodes kept
+        for higher priorities, RoundRobin resuming after its cursor."""
+        return allocator.allocate(
+            request,
+            inventory,
+            held=self.ledger.holdings,
+            cursor=self.cursor if request.strategy == "RoundRobin" else None,
+            reserved=self.queue.reserved_for(rank) or None,
+        )
 
     def could_use(
         self, pod: dict[str, Any], claim: dict[str, Any], nodes: Mapping[str, dict[str, Any]]

@@ -365,8 +365,7 @@ class Scheduler:
         self.queue.attempted(key)
         started = time.monotonic()
         kind, result, strategy = ("claim", "error", "") if decision.is_claim_pod(pod) else ("map", "error", "")
-        self.gangs.track(key, pod)  # its claim (and so its gang) may have come after it
-        gang = self.gangs.read_gang(pod)
+        gang = self.gangs.track(key, pod)  # again: its claim (and so its gang) may have come after it
         try:
             if isinstance(gang, GangError):
                 await self.report_unschedulable(key, pod, str(gang))
@@ -509,7 +508,7 @@ class Scheduler:
         return False
 
     def _bound(self, key: str, pod: dict[str, Any], node: str) -> None:
-        created = decision.created_at_stamp(pod["metadata"].get("creationTimestamp"))
+        created = decision.created_at(pod)
         if created is not None:
             kind = "claim" if decision.is_claim_pod(pod) else "map"
             self.metrics.scheduled(kind, max(0.0, time.time() - created))

@@ -287,16 +287,13 @@ def decide(
     return Bind(entry.node, entry)
 
 
-def created_at_stamp(stamp: Any) -> float | None:
-    """Seconds since the epoch of an RFC 3339 timestamp as the apiserver writes them; None if absent or unreadable."""
+def created_at(pod: Mapping[str, Any]) -> float | None:
+    """When the pod was created (seconds since the epoch, from its RFC 3339 creationTimestamp), or None when absent
+    or unreadable."""
+    stamp = (pod.get("metadata") or {}).get("creationTimestamp")
     if not isinstance(stamp, str):
         return None
     try:
         return datetime.datetime.fromisoformat(stamp).timestamp()
     except ValueError:
         return None
-
-
-def created_at(pod: Mapping[str, Any]) -> float | None:
-    """When the pod was created (seconds since the epoch), or None."""
-    return created_at_stamp((pod.get("metadata") or {}).get("creationTimestamp"))

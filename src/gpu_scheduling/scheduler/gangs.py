@@ -79,22 +79,16 @@ class GangPath:
         """The gang key of a pod, None when it belongs to none, or why its gang cannot be read (such a pod is not
         placed: placing a member alone is what a gang must never do)."""
         meta = pod.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
         try:
-            name = gangs.gang_name(annotations, self._gang_ref(meta))
+            name = gangs.gang_name(meta.get("annotations") or {}, self._gang_ref(pod))
         except gangs.GangError as exc:
             return exc
         return f"{meta.get('namespace')}/{name}" if name else None
 
-    def _gang_ref(self, meta: Mapping[str, Any]) -> Any:
-        annotations = meta.get("annotations") or {}
-        if constants.CLAIM_ANNOTATION not in annotations or not self.s.claim_path.enabled:
-            return None
-        try:
-            claim_name = podrequest.claim_name(meta)
-        except gpumap.PodMapError:
-            return None
-        claim = self.s.claim_path.claims.cache.get(f"{meta.get('namespace')}/{claim_name}")
+    def _gang_ref(self, pod: Mapping[str, Any]) -> Any:
+        """The `spec.gangRef` of the claim a claim pod names (None: none, or no such claim yet)."""
+        claim_key = self._claim_key(pod) if self.s.claim_path.enabled else None
+        claim = self.s.claim_path.claims.cache.get(claim_key) if claim_key else None
         return ((claim or {}).get("spec") or {}).get("gangRef")
 
     def strategy_of(self, pod: Mapping[str, Any]) -> str:
@@ -102,8 +96,11 @@ class GangPath:
         claim = self._claim_key(pod)
         return self.s.claim_path.strategy_of(claim) if claim else ""
 
-    def track(self, key: str, pod: Mapping[str, Any]) -> None:
-        self.book.set(key, self.gang_of(pod))
+    def track(self, key: str, pod: Mapping[str, Any]) -> str | gangs.GangError | None:
+        """Record which gang pod `key` belongs to now; what `read_gang` says of it."""
+        gang = self.read_gang(pod)
+        self.book.set(key, gang if isinstance(gang, str) else None)
+        return gang
 
     def member_bound(self, key: str) -> None:
         gang = self.book.gang_of(key)
@@ -125,13 +122,11 @@ class GangPath:
             for other in self.book.members(gang):
                 if not self._is_bound(self.s.pods.cache.get(other)):
                     self.s.queue.retry(other)
-        if succeeded:
-            self.book.complete.discard(gang)
-            if not self.book.members(gang):
-                self._forget(gang)
-            return
         if not self.book.members(gang):
             self._forget(gang)
+            return
+        if succeeded:
+            self.book.complete.discard(gang)
             return
         spec = self._spec(gang)
         if gang not in self.book.complete or spec is None:
