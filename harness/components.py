@@ -54,6 +54,11 @@ class LeaderElection:
 
 LEADER_ELECTION = LeaderElection()
 
+UNSCHEDULABLE_FLUSH = 5.0
+"""Seconds between the periodic retries of waiting pods (gpu-scheduler --unschedulable-flush; 5 minutes by
+default): short, so that a scenario's quiet window spans several of them and a flush that retries pods nothing
+helped shows up as writes."""
+
 
 def start_kube_scheduler(
     cp: ControlPlane,
@@ -263,6 +268,7 @@ class Components:
             f"--scheduler-name={self.scheduler_name}",
             "--health-host=127.0.0.1",
             f"--health-port={health_port}",
+            f"--unschedulable-flush={UNSCHEDULABLE_FLUSH:g}",
         ]
         if self.leader_election is None:
             argv.append("--no-leader-elect")

@@ -70,6 +70,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "GangIncomplete event on its members (15, 15s, 2m, 1h; default 5m)",
     )
     p.add_argument(
+        "--unschedulable-flush",
+        type=runtime.seconds(1, 86_400),
+        default=SchedulerConfig.flush_seconds,
+        help="this often a waiting pod that nothing has woken since its last attempt is tried again, in case the "
+        "event that could help it was missed (kube-scheduler's podMaxInUnschedulablePodsDuration; 15, 15s, 2m; "
+        "default 5m)",
+    )
+    p.add_argument(
         "--isolated-gpus",
         action="store_true",
         help="containers see only their own GPUs (gpu-device-plugin with NVML): a map pod's CUDA_VISIBLE_DEVICES is "
@@ -192,6 +200,7 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> None:
                 strategy=args.strategy,
                 isolated_gpus=args.isolated_gpus,
                 gang_timeout_seconds=args.gang_timeout,
+                flush_seconds=args.unschedulable_flush,
             ),
         )
         app = web.Application()
