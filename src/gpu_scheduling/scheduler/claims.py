@@ -190,14 +190,15 @@ class ClaimPath:
     # ---- placing a pod ----------------------------------------------------------------------------------------
     async def place(
         self, pod: dict[str, Any], claim_name: str, nodes: Mapping[str, dict[str, Any]]
-    ) -> Placed | decision.Unschedulable:
-        """Allocate for `pod`, which names the GpuClaim `claim_name` (as podrequest.claim_name read it)."""
+    ) -> Placed | decision.Unschedulable | None:
+        """Allocate for `pod`, which names the GpuClaim `claim_name` (as podrequest.claim_name read it). None:
+        nothing to decide or say yet (its claim exists but the claim watch has not brought it)."""
         meta = pod["metadata"]
         uid = meta["uid"]
         claim = self.claims.cache.get(f"{meta['namespace']}/{claim_name}")
         if claim is None:
             self.queue.release(f"{meta['namespace']}/{meta['name']}")
-            return decision.Unschedulable(f"GpuClaim {claim_name!r} not found in namespace {meta['namespace']}")
+            return await self._unseen(meta["namespace"], meta["name"], claim_name)
         if self.ledger.releasing(uid):
             return decision.Unschedulable(
                 f"GpuClaim {claim_name}: the GPUs of an earlier attempt are still being "
@@ -224,6 +225,23 @@ class ClaimPath:
                 f"{','.join(map(str, hold.gpu_ids))} were taken meanwhile; retrying"
             )
         return Placed(claim, hold, message, request.strategy)
+
+    async def _unseen(self, namespace: str, pod_name: str, claim_name: str) -> decision.Unschedulable | None:
+        """The pod's claim is not in the cache: absent, or only not seen yet. The two watches (pods, claims) lag each
+        other: a pod created right after its claim often comes first, and saying "not found" then would be false
+        and written twice (the claim's arrival gives the pod its real reason). So the API is asked, on this miss
+        only: a claim it has is waited for (its ADDED event tries the pod again: `names_claim` came first); a failed
+        read is retried; only an absent claim is reported."""
+        try:
+            await self.client.get(paths.gpu_claim(namespace, claim_name))
+        except NotFound:
+            return decision.Unschedulable(f"GpuClaim {claim_name!r} not found in namespace {namespace}")
+        except TRANSIENT as exc:
+            log.warning("could not read GpuClaim %s/%s: %s; will retry", namespace, claim_name, exc)
+            self.queue.failed(f"{namespace}/{pod_name}")
+            return None
+        log.info("GpuClaim %s/%s exists but was not seen yet: pod %s waits for it", namespace, claim_name, pod_name)
+        return None
 
     async def _allocate(
         self,

@@ -438,6 +438,8 @@ class Scheduler:
             await self.report_unschedulable(key, pod, "pod names a GpuClaim but the GpuClaim CRDs are not installed")
             return "unschedulable", ""
         placed = await self.claim_path.place(pod, claim_name, self.nodes.cache)
+        if placed is None:  # its claim is on its way: the claim's arrival tries it again
+            return "unschedulable", ""
         if isinstance(placed, decision.Unschedulable):
             await self.report_unschedulable(key, pod, placed.message)
             return "unschedulable", self.claim_path.strategy_of(claim)
