@@ -5,8 +5,9 @@ Feature: A backlog of waiting pods costs its first pass and then nothing, and th
   PodScheduled condition, a FailedScheduling event, its claim's status), at its own client rate (--qps, --burst);
   its leader election runs on a client and thread of its own, and the chart's FlowSchemas put it at the
   leader-election priority level, so the reports never starve its renewals. Once every pod has been tried, nothing
-  is written again until something changes that could help one of them. The writes are read from the apiserver's
-  audit log; the Lease's renewals too.
+  is written again until something changes that could help one of them, not even by the periodic retry of waiting
+  pods (every 5 s here: the quiet window spans six). The writes are read from the apiserver's audit log; the
+  Lease's renewals too.
 
   Scenario: 2000 claim pods wait for GPUs that are all taken, with two scheduler replicas
     Given every kwok node has the simulated inventory of 8 GPUs in two NVLink islands

@@ -21,7 +21,7 @@ from gpu_scheduling import constants
 from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import paths
 from harness import manifests
-from harness.components import LEADER_ELECTION, Components
+from harness.components import LEADER_ELECTION, UNSCHEDULABLE_FLUSH, Components
 from harness.controlplane import create_namespace
 from harness.wait import wait_for
 
@@ -134,6 +134,9 @@ def reported_once(world: World, backlog: Backlog, count: int) -> None:
 )
 def nothing_more(world: World, backlog: Backlog, seconds: int) -> None:
     assert world.cluster.cp is not None
+    # The window spans at least two of the schedulers' periodic retries (--unschedulable-flush, the harness's
+    # UNSCHEDULABLE_FLUSH): a flush that retried pods nothing helped would show here as event series written back.
+    assert seconds >= 2 * UNSCHEDULABLE_FLUSH, f"{seconds}s spans fewer than two flushes of {UNSCHEDULABLE_FLUSH:g}s"
     time.sleep(seconds)
     world.cluster.cp.check_alive()
     time.sleep(1)  # the audit log is written in batches
