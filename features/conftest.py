@@ -30,7 +30,7 @@ saying why and how to opt in.
 
 from __future__ import annotations
 
-import dataclasses
+import datetime
 import os
 import pathlib
 import time
@@ -67,15 +67,17 @@ from features.support import (
 from gpu_scheduling import constants, gpumap
 from gpu_scheduling.agent.inventory import simulated_status
 from gpu_scheduling.claims import objects
+from gpu_scheduling.cli.health import PART_OF, PART_OF_LABEL
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import NotFound
 from gpu_scheduling.kube.sync import SyncClient
 from harness.components import Components
 from harness.controlplane import ControlPlane, create_namespace
 from harness.inventory import publish
+from harness.processes import Process
 from harness.skips import as_failure
 from harness.wait import wait_for
-from harness.watch import Findings, Watch, container_restarts, restarted
+from harness.watch import Findings, Watch, container_restarts, grown, pod_logs, restarted
 
 # ---- tiers -----------------------------------------------------------------------------------------------------
 
@@ -253,22 +255,102 @@ def drop_stale_scenario_namespaces(api: SyncClient, timeout: float = 180) -> Non
         wait_for(f"namespace {ns} deleted", lambda ns=ns: gone(ns), timeout=timeout)
 
 
+class Watched:
+    """What the project's programs did while one test ran (harness/watch.py), read at its end by the `watched`
+    fixture: the project's log records in the test's own process always; once a cluster is attached (`attach`:
+    the test uses the session's cluster), on the control-plane tier the session's programs (the webhook, every
+    scheduler, the extra ones included after they are stopped) and any the test hands to `add`, on KinD the
+    containers of the project's pods in the system namespace: their restart counts and their logs."""
+
+    def __init__(self) -> None:
+        self.cluster: Cluster | None = None
+        self.watch = Watch(None)
+        self.added: list[Process] = []
+        self.since = datetime.datetime.now(datetime.UTC)
+        self._kind_restarts: dict[str, int] = {}
+        self._settled: Findings | None = None
+        self._restarted_containers: list[str] = []
+        self.watch.begin(())
+
+    def attach(self, cluster: Cluster) -> None:
+        """Watch `cluster`'s programs from now on (once; the `world` fixture and any test using `cluster`)."""
+        if self.cluster is not None:
+            return
+        self.cluster = cluster
+        self.since = datetime.datetime.now(datetime.UTC)
+        if cluster.cp is not None:
+            self.watch.log_dir = cluster.cp.logs
+            self.watch.begin(self.programs)
+        else:
+            self._kind_restarts = container_restarts(cluster.api.pods(SYSTEM_NAMESPACE))
+
+    @property
+    def programs(self) -> list[Process]:
+        comps = self.cluster.components if self.cluster is not None else None
+        return [*(comps.programs if comps is not None else ()), *self.added]
+
+    def add(self, program: Process) -> Process:
+        """Watch `program` too, one the test starts itself (an inventory agent, a board): its restarts, its exits
+        by itself and its log from now on."""
+        self.watch.watch(program)
+        self.added.append(program)
+        return program
+
+    def settle(self) -> None:
+        """Read now which programs restarted or exited by themselves: what the test's teardown does after this
+        (starting again what the test stopped) is not the test's. Once; `end` reads it when nobody did before."""
+        if self._settled is not None:
+            return
+        self._settled = self.watch.programs(self.programs)
+        if self.cluster is not None and self.cluster.cp is None:
+            after = container_restarts(self.cluster.api.pods(SYSTEM_NAMESPACE))
+            self._settled += Findings(restarts=restarted(self._kind_restarts, after))
+            self._restarted_containers = grown(self._kind_restarts, after)
+
+    def end(self, request: pytest.FixtureRequest) -> None:
+        """Fail the test on what its programs did that it does not declare; the logs are read last, so that the
+        requests of the test's teardown count too."""
+        self.settle()
+        assert self._settled is not None
+        try:
+            found = self._settled + self.watch.logs(self.programs)
+        finally:
+            self.watch.end()
+        where = f"{self.watch.log_dir} and the test's log" if self.watch.log_dir else "the test's log"
+        if self.cluster is not None and self.cluster.cp is None:
+            found += pod_logs(self.cluster.api, SYSTEM_NAMESPACE, PROJECT_PODS, self.since, self._restarted_containers)
+            where = f"the logs of the {SYSTEM_NAMESPACE} namespace's pods labelled {PROJECT_PODS}"
+        fail_on_undeclared(request, found, where)
+
+
+#: The project's pods among the system namespace's (the chart's label: app.kubernetes.io/part-of).
+PROJECT_PODS = f"{PART_OF_LABEL}={PART_OF}"
+
+
+@pytest.fixture(autouse=True)
+def watched(request: pytest.FixtureRequest) -> Iterator[Watched]:
+    """Every test under features/ fails at its end on what the project's programs it ran did without its
+    declaring it (@expect_restart, @expect_traceback): restarts, exits by themselves, tracebacks and error records
+    (harness/watch.py). A test taking `cluster` is watched with it from its start; a scenario from when its `world`
+    is made (pytest-bdd asks for the steps' fixtures as the steps run)."""
+    watched = Watched()
+    if "cluster" in request.fixturenames:
+        watched.attach(request.getfixturevalue("cluster"))
+    yield watched
+    watched.end(request)
+
+
 @pytest.fixture
-def world(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[World]:
+def world(request: pytest.FixtureRequest, cluster: Cluster, watched: Watched) -> Iterator[World]:
     api = cluster.api
     ns = f"s-{uuid.uuid4().hex[:8]}"
     create_namespace(api, ns, timeout=30, labels={SCENARIO_LABEL: "true"})
     w = World(api, cluster, ns)
     comps = cluster.components
-    watch = Watch(cluster.cp.logs) if cluster.cp is not None and comps is not None else None
-    if watch is not None and comps is not None:
-        watch.begin(comps.programs)
-    # On KinD the kubelet restarts the programs: their containers' restart counts before and after.
-    kind_restarts = container_restarts(api.pods(SYSTEM_NAMESPACE)) if cluster.cp is None else None
+    watched.attach(cluster)
     yield w
-    grown = restarted(kind_restarts, container_restarts(api.pods(SYSTEM_NAMESPACE))) if kind_restarts else ()
-    # What the programs did is read before the teardown restarts any of them.
-    found = watch.findings(comps.programs) if watch is not None and comps is not None else None
+    # What the programs did is read before the teardown restarts any of them; their logs after it (`watched`).
+    watched.settle()
     # Undo what this scenario changed on shared things, then drop its namespace.
     if comps is not None and not comps.webhook.running:
         comps.start_webhook()
@@ -284,25 +366,17 @@ def world(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[World]:
     api.delete(paths.namespace(ns))
     if cluster.cp is not None:
         cluster.cp.check_alive()
-    if found is not None and watch is not None and comps is not None:
-        # The teardown's own requests are this scenario's too: its logs are read once more after it.
-        later = watch.findings(comps.programs)
-        fail_on_undeclared(
-            request, dataclasses.replace(found, tracebacks=later.tracebacks, errors=later.errors), str(watch.log_dir)
-        )
-    if grown:
-        fail_on_undeclared(request, Findings(restarts=grown), f"the {SYSTEM_NAMESPACE} namespace's pods")
 
 
 def fail_on_undeclared(request: pytest.FixtureRequest, found: Findings, where: str) -> None:
-    """Fail the scenario on what its programs did that its tags do not declare (harness/watch.py)."""
+    """Fail the test on what its programs did that its tags (markers) do not declare (harness/watch.py)."""
     unexpected = found.unexpected(
         restarts=request.node.get_closest_marker(EXPECT_RESTART) is not None,
         tracebacks=request.node.get_closest_marker(EXPECT_TRACEBACK) is not None,
     )
     if unexpected:
         pytest.fail(
-            f"the scenario's programs did what it did not declare (tagged @{EXPECT_RESTART} or @{EXPECT_TRACEBACK} "
+            f"the test's programs did what it did not declare (tagged @{EXPECT_RESTART} or @{EXPECT_TRACEBACK} "
             f"when meant; see {where}):\n" + "\n".join(unexpected),
             pytrace=False,
         )

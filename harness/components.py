@@ -30,6 +30,7 @@ from harness.controlplane import ControlPlane
 from harness.faultproxy import FaultProxy
 from harness.processes import Process, free_port
 from harness.wait import wait_for
+from harness.watch import exited_by_itself
 
 SCRIPTS = pathlib.Path(sys.executable).parent  # console scripts of the installed package
 
@@ -156,6 +157,15 @@ class SchedulerProcess(Process):
             self._stopped = True
         super().stop(sig, timeout)
 
+    def retire(self) -> None:
+        """Stop it for good, as `stop` does, except that a run that had already ended by itself stays one that
+        the test did not stop, for harness/watch.py to find (`exited_by_itself`)."""
+        with self._lock:
+            self._stopped = True  # the supervisor starts it no more
+            ended = exited_by_itself(self)
+        if not ended:
+            self.stop()
+
     def _supervise(self, proc: subprocess.Popen[bytes] | None) -> None:
         """The kubelet's `restartPolicy: Always` for a scheduler that exits by itself (a leader that lost its
         Lease exits 1 to come back as a follower): start it again, as a new candidate, after a second. A process
@@ -255,6 +265,9 @@ class Components:
         self.leader_election = leader_election
         self.scheduler = self._scheduler_process("gpu-scheduler", "scheduler-a")
         self.extra_schedulers: list[SchedulerProcess] = []
+        #: The extra schedulers stopped so far: kept, with their restart counts and logs, so that a test's
+        #: watch (harness/watch.py) still reads them after the test's own teardown stopped them.
+        self.retired_schedulers: list[SchedulerProcess] = []
 
     @property
     def health_port(self) -> int:
@@ -306,8 +319,9 @@ class Components:
 
     @property
     def programs(self) -> list[Process]:
-        """The webhook and every scheduler: what harness/watch.py counts restarts and exits of."""
-        return [self.webhook, *self.schedulers]
+        """The webhook and every scheduler, the extra ones stopped already included: what harness/watch.py counts
+        restarts and exits of."""
+        return [self.webhook, *self.schedulers, *self.retired_schedulers]
 
     # ---- more schedulers and the leader ----------------------------------------------------------------------
     @property
@@ -328,8 +342,11 @@ class Components:
         return proc
 
     def stop_extra_schedulers(self) -> None:
+        """Stop every extra scheduler (one that had exited by itself stays so: SchedulerProcess.retire) and keep
+        it among `programs`."""
         for proc in self.extra_schedulers:
-            proc.stop()
+            proc.retire()
+        self.retired_schedulers += self.extra_schedulers
         self.extra_schedulers.clear()
 
     @property
