@@ -5,8 +5,9 @@ on its cluster (listed before it is stopped) and returns one line per problem, e
 - W1: every pod bound to the node its map entry (or its affinity) names.
 - W2: no GPU held by two pods: the GPU ids gpu-scheduler wrote on its pods, the devices of the ResourceClaims
   kube-scheduler allocated, and for the extended resource (no ids) no node given more than its GPUs.
-- W3: no gang partly bound (each gang has none or all of its members bound), every bound member holds a whole
-  node's GPUs, all distinct, and no GPU is held twice (as in W2).
+- W3: gpu-scheduler never has a gang partly bound: from the audit log, every GPU Lease of a gang's members was
+  created before the gang's first bind, and no gang ends with some members bound and others not. Every bound
+  member holds a whole node's GPUs, all distinct, and no GPU is held twice (as in W2).
 - Storm: no waiting pod bound (every GPU was taken by the fill).
 - The board: no flag on any node or GPU once the agents have caught up.
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 from bench import workload
 from gpu_scheduling import constants
+from gpu_scheduling.claims import objects
 
 #: How many offending pods or GPUs a problem line names.
 EXAMPLES = 5
@@ -94,18 +96,55 @@ def held_twice(
     return problems
 
 
-def gangs_whole(pods: Iterable[Mapping[str, Any]]) -> list[str]:
-    """W3: the gangs (workload.gang_of) with some but not all of their listed members bound."""
-    members: dict[str, list[bool]] = {}
+def gangs_whole(
+    pods: Iterable[Mapping[str, Any]], leases: Mapping[str, float], binds: Mapping[str, float]
+) -> list[str]:
+    """W3, gpu-scheduler's rows: the gangs (workload.gang_of) ever partly bound, by the apiserver's own account (the
+    audit log). gpu-scheduler decides a whole gang and creates every member's GPU Leases before it binds any member
+    (scheduler/gangs.py), so a gang's Lease created after its first bind is a member decided or locked while
+    another was bound already; and a gang with some members bound but not all at the end stayed partly bound.
+    `leases`: Lease name -> when its last create was received (the one that holds the GPU now: W3 deletes no pod);
+    `binds`: pod name -> when its binding was received. A bound member's Leases are named by its node and GPU ids
+    (`member_gpus` checks those); one missing from the log, or a missing binding, is a problem, never a pass.
+
+    kube-scheduler's rows are exempt: it has no gang semantics (it places each member on its own), so there is no
+    gang it could have split."""
+    gangs: dict[str, list[Mapping[str, Any]]] = {}
     for p in pods:
         gang = workload.gang_of(p["metadata"]["name"])
         if gang is not None:
-            members.setdefault(gang, []).append(bool(p["spec"].get("nodeName")))
-    partial = {gang: sum(bound) for gang, bound in members.items() if 0 < sum(bound) < len(bound)}
-    if not partial:
-        return []
-    shown = _some(f"{gang} ({n}/{len(members[gang])})" for gang, n in partial.items())
-    return [f"{len(partial)} W3 gangs partly bound: {shown}"]
+            gangs.setdefault(gang, []).append(p)
+    partial, late, unlogged = [], [], []
+    for gang, members in sorted(gangs.items()):
+        bound = {p["metadata"]["name"]: p for p in members if p["spec"].get("nodeName")}
+        if not bound:
+            continue
+        if len(bound) < len(members):
+            partial.append(f"{gang} ({len(bound)}/{len(members)})")
+        locked: list[tuple[float, str, str]] = []  # (created, member, Lease) of every GPU of a bound member
+        for name, p in bound.items():
+            if name not in binds:
+                unlogged.append(f"{name}'s binding")
+            ids = (p["metadata"].get("annotations") or {}).get(constants.GPU_IDS_ANNOTATION, "")
+            for gpu in (int(g) for g in ids.split(",") if g.strip().isdigit()):
+                lease = objects.lease_name(p["spec"]["nodeName"], gpu)
+                if lease in leases:
+                    locked.append((leases[lease], name, lease))
+                else:
+                    unlogged.append(f"{name}'s Lease {lease}")
+        first = min(((binds[name], name) for name in bound if name in binds), default=None)
+        if first is not None and locked and max(locked)[0] > first[0]:
+            created, member, lease = max(locked)
+            early = (created - first[0]) * 1000
+            late.append(f"{gang} ({first[1]} bound {early:.1f} ms before {member}'s Lease {lease} was created)")
+    problems = []
+    if partial:
+        problems.append(f"{len(partial)} W3 gangs partly bound: {_some(partial)}")
+    if late:
+        problems.append(f"{len(late)} W3 gangs with a member bound before every GPU Lease was created: {_some(late)}")
+    if unlogged:
+        problems.append(f"{len(unlogged)} writes of bound W3 members missing from the audit log: {_some(unlogged)}")
+    return problems
 
 
 def member_gpus(

@@ -113,13 +113,14 @@ def write_key(event: dict) -> str | None:
 
 class WriteTail(_Tail):
     """The completed write requests of an audit log, read incrementally: who made each, when it was received,
-    and its `write_key`."""
+    and its `write_key`; and when each object's last successful create was received (`created`)."""
 
     def __init__(self, path: pathlib.Path):
         self.path = path
         self._offset = 0
         self._partial = b""
         self.events: list[tuple[float, str, str]] = []  # (request received, user, key), in log order
+        self._created: dict[tuple[str, str, str], float] = {}  # (key, namespace, name) -> last 2xx create received
 
     def poll(self) -> int:
         """Read what was appended since the last call; returns the number of writes seen so far."""
@@ -130,8 +131,17 @@ class WriteTail(_Tail):
             key = write_key(event)
             if key is not None:
                 user = (event.get("user") or {}).get("username", "")
-                self.events.append((_ts(event["requestReceivedTimestamp"]), user, key))
+                received = _ts(event["requestReceivedTimestamp"])
+                self.events.append((received, user, key))
+                if event["verb"] == "create" and 200 <= (event.get("responseStatus") or {}).get("code", 0) < 300:
+                    ref = event.get("objectRef") or {}
+                    self._created[(key, ref.get("namespace", ""), ref.get("name", ""))] = received
         return len(self.events)
+
+    def created(self, key: str, namespace: str) -> dict[str, float]:
+        """Name -> when the last successful `key` write ("create leases", "create pods/binding") of that name in
+        `namespace` was received: the Lease that holds a GPU now is its last create, a pod is bound once."""
+        return {name: t for (k, ns, name), t in self._created.items() if k == key and ns == namespace}
 
     def counts(self, user: str | None, since: float | None = None, until: float | None = None) -> dict[str, int]:
         """Writes by `user` (None: by anyone) received in [since, until) (None: unbounded), by key."""

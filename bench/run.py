@@ -192,7 +192,7 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         first_create = min(t.received for t in tail.pods.values())
         scheduler_writes = writes.counts(SCHEDULER_USER, since=first_create)
         claims_done = _claims_done(plane, contender.claim_api) if claims else None
-        problems = _problems(plane, settings, wl, contender.claim_api)
+        problems = _problems(plane, settings, wl, contender.claim_api, writes)
     finally:
         contender.stop()
         plane.stop()
@@ -245,14 +245,27 @@ def _gangs(pods: list[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
-def _problems(plane: BenchPlane, settings: Settings, wl: str, api: workload.ClaimApi) -> list[str]:
-    """What the run got wrong (bench/checks.py): W1 pods off their mapped node, W2 GPUs held twice, W3 gangs partly
-    bound or members without a whole node's GPUs."""
+def _problems(
+    plane: BenchPlane, settings: Settings, wl: str, api: workload.ClaimApi, writes: measure.WriteTail
+) -> list[str]:
+    """What the run got wrong (bench/checks.py): W1 pods off their mapped node, W2 GPUs held twice, W3 gangs ever
+    partly bound (gpu-scheduler's, from the audit log `writes` read after every bind: the apiserver writes that log
+    one event at a time in the order requests complete, so it holds every Lease create answered before a bind was
+    sent) or members without a whole node's GPUs."""
     listed = plane.api.get(paths.pods(NAMESPACE))["items"]
     if wl == "w1":
         return checks.misplaced(listed, checks.w1_mapped(settings.pods, settings.nodes, settings.group_size))
     if wl == "w3":
-        return checks.gangs_whole(listed) + checks.member_gpus(listed, api)
+        whole = (
+            checks.gangs_whole(
+                listed,
+                writes.created("create leases", constants.LEASE_NAMESPACE),
+                writes.created("create pods/binding", NAMESPACE),
+            )
+            if api == workload.GPUCLAIM
+            else []  # kube-scheduler has no gangs (checks.gangs_whole)
+        )
+        return whole + checks.member_gpus(listed, api)
     resource_claims = (
         plane.api.get(workload.dra_path("resourceclaims", NAMESPACE))["items"] if api == workload.DRA else []
     )

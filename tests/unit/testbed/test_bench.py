@@ -592,6 +592,18 @@ def member(name: str, node: str | None, ids: str | None = None) -> dict:
     return {"metadata": {"name": name, "annotations": annotations}, "spec": {"nodeName": node}}
 
 
+def locked_then_bound(pods: list[dict], lease_at: float = 1.0, bind_at: float = 2.0) -> tuple[dict, dict]:
+    """(leases, binds) as the audit log gives them: every GPU Lease of the bound pods created at `lease_at`, every
+    bound pod bound at `bind_at`."""
+    leases = {
+        objects.lease_name(p["spec"]["nodeName"], int(g)): lease_at
+        for p in pods
+        if p["spec"]["nodeName"]
+        for g in p["metadata"]["annotations"][constants.GPU_IDS_ANNOTATION].split(",")
+    }
+    return leases, {p["metadata"]["name"]: bind_at for p in pods if p["spec"]["nodeName"]}
+
+
 def test_a_partly_bound_gang_or_a_member_short_of_gpus_is_a_problem():
     whole = "0,1,2,3,4,5,6,7"
     pods = [
@@ -600,9 +612,11 @@ def test_a_partly_bound_gang_or_a_member_short_of_gpus_is_a_problem():
         member("w3-g0001-2x-0", None),
         member("w3-g0001-2x-1", None),
     ]
-    assert checks.gangs_whole(pods) == [] and checks.member_gpus(pods, workload.GPUCLAIM) == []
+    assert (
+        checks.gangs_whole(pods, *locked_then_bound(pods)) == [] and checks.member_gpus(pods, workload.GPUCLAIM) == []
+    )
     pods[2] = member("w3-g0001-2x-0", "node3", "0,1,2,3,4,5,6,6")
-    assert checks.gangs_whole(pods) == ["1 W3 gangs partly bound: w3-g0001-2x (1/2)"]
+    assert checks.gangs_whole(pods, *locked_then_bound(pods)) == ["1 W3 gangs partly bound: w3-g0001-2x (1/2)"]
     assert checks.member_gpus(pods, workload.GPUCLAIM) == [
         "1 GPUs held by more than one W3 pod: node3:6",
         "1 bound W3 members without 8 distinct GPUs: w3-g0001-2x-0 (0,1,2,3,4,5,6,6)",
@@ -613,6 +627,49 @@ def test_a_partly_bound_gang_or_a_member_short_of_gpus_is_a_problem():
         {**p, "spec": {**p["spec"], "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]}} for p in pods
     ]
     assert checks.member_gpus(plain, workload.EXTENDED) == ["nodes given more than 8 GPUs: node1 (16)"]
+
+
+def test_a_gang_member_bound_before_every_lease_of_its_gang_was_created_is_a_problem():
+    """A binder that decides, locks and binds members one by one leaves every gang whole at the end: only the order
+    of the apiserver's own records (a Lease's last create, each binding) shows the gang was partly bound."""
+    whole = "0,1,2,3,4,5,6,7"
+    pods = [member("w3-g0000-2x-0", "node1", whole), member("w3-g0000-2x-1", "node2", whole)]
+    leases, binds = locked_then_bound(pods)
+    assert checks.gangs_whole(pods, leases, binds) == []
+    one_by_one = {**leases, **{objects.lease_name("node2", g): 2.5 for g in range(8)}}  # node2 locked after node1 bound
+    (problem,) = checks.gangs_whole(pods, one_by_one, {**binds, "w3-g0000-2x-1": 3.0})
+    assert problem == (
+        "1 W3 gangs with a member bound before every GPU Lease was created: "
+        "w3-g0000-2x (w3-g0000-2x-0 bound 500.0 ms before w3-g0000-2x-1's Lease gpu-node2-7 was created)"
+    )
+    # nothing to compare is a problem, never a pass
+    (problem,) = checks.gangs_whole(pods, {k: v for k, v in leases.items() if k != "gpu-node2-3"}, {})
+    assert problem == (
+        "3 writes of bound W3 members missing from the audit log: w3-g0000-2x-0's binding, "
+        "w3-g0000-2x-1's Lease gpu-node2-3, w3-g0000-2x-1's binding"
+    )
+
+
+def test_write_tail_keeps_each_objects_last_successful_create(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    t = "2026-01-01T00:00:0{}.000000Z"
+    log.write_text(
+        "\n".join(
+            [
+                write_event("create", "leases", t.format(1)),
+                write_event("create", "leases", t.format(2), code=409),  # refused: not a create
+                write_event("delete", "leases", t.format(3)),
+                write_event("create", "leases", t.format(4), code=201),  # created again: the one that holds it
+                write_event("create", "pods", t.format(5), subresource="binding", code=201),
+            ]
+        )
+        + "\n"
+    )
+    tail = measure.WriteTail(log)
+    tail.poll()
+    assert tail.created("create leases", "bench") == {"x": measure._ts(t.format(4))}
+    assert tail.created("create pods/binding", "bench") == {"x": measure._ts(t.format(5))}
+    assert tail.created("create leases", "elsewhere") == {}
 
 
 def test_report_shows_w3_with_kube_scheduler_named_as_no_gang():
