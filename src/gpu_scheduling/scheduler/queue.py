@@ -43,9 +43,14 @@ class SchedulingQueue:
         self._unschedulable: set[str] = set()  # pods last found unschedulable (flushed every flush_seconds)
         self._reported: dict[str, str] = {}  # pod key -> last Unschedulable message reported
         self.generation = 0
-        """Counts the changes that could help a waiting pod (every call below "what could help"); a pod tried at
-        the current generation has nothing new to find, so the flush leaves it alone."""
-        self._tried_at: dict[str, int] = {}  # pod key -> the generation of its last attempt
+        """Counts the changes that could help a waiting pod (every call below "what could help"): a gang refused at
+        the current generation has nothing new to find (scheduler.gangs)."""
+        self._guesses = 0
+        """Counts the changes whose wake-up is routed by a guess (room on a node, GPUs freed, an inventory, the
+        queue order): the flush's business. A claim's change is not one: it wakes exactly the pods naming the
+        claim, and can help no other. A pod tried since the latest guess has nothing new to find, so the flush
+        leaves it alone (a backlog's first pass, its claims arriving one by one, leaves nothing to flush)."""
+        self._tried_at: dict[str, int] = {}  # pod key -> `_guesses` at its last attempt
 
     # ---- adding pods --------------------------------------------------------------------------------------------
     def add(self, key: str) -> None:
@@ -69,7 +74,7 @@ class SchedulingQueue:
     def attempted(self, key: str) -> None:
         """A worker tries `key` now: its backoff grows, and it waits for nothing until this attempt says so."""
         self.backoff.attempted(key)
-        self._tried_at[key] = self.generation
+        self._tried_at[key] = self._guesses
         self.unwait(key)
 
     # ---- why a pod waits ----------------------------------------------------------------------------------------
@@ -129,6 +134,7 @@ class SchedulingQueue:
     def room_made(self, node: str) -> None:
         """`node` has more room (or changed): retry the map pods waiting for it."""
         self.generation += 1
+        self._guesses += 1
         for key in list(self._for_room.pop(node, ())):
             self.retry(key)
 
@@ -153,6 +159,7 @@ class SchedulingQueue:
     def wake_claim_pods(self) -> None:
         """Retry the waiting claim pods, in the order they are served (priority, then age; or age alone)."""
         self.generation += 1
+        self._guesses += 1
         waiting = [key for keys in self._claim_pods.values() for key in keys if key in self._unschedulable]
         if len(waiting) > 1:
             waiting.sort(key=lambda k: priority.order_key(self._pods.get(k) or _placeholder(k), self.order))
@@ -167,9 +174,9 @@ class SchedulingQueue:
 
     def flush(self) -> int:
         """Retry every pod last found unschedulable, in case the change that could help it was routed to other
-        pods: those tried before the latest such change (nothing has changed for the others, and every change the
-        caches see passes through this class). How many were retried."""
-        stale = [key for key in self._unschedulable if self._tried_at.get(key) != self.generation]
+        pods: those tried before the latest change routed by a guess (nothing has changed for the others, and
+        every change the caches see passes through this class). How many were retried."""
+        stale = [key for key in self._unschedulable if self._tried_at.get(key) != self._guesses]
         for key in stale:
             self.retry(key)
         return len(stale)

@@ -145,7 +145,14 @@ def test_the_flush_retries_only_the_pods_tried_before_the_latest_change_that_cou
             q.attempted(key)
             q.unschedulable(key, "busy")
         assert q.flush() == 0 and await _drain(q) == [], "nothing changed since both were tried"
-        q.room_made("node1")  # helps map pods of node1 only, but it is a change
+        generation = q.generation
+        q.claim_changed("ns/a-claim")  # a claim's change wakes exactly its pods: nothing for the flush
+        assert q.generation > generation, "a gang refused before it is decided again"
+        assert sorted(await _drain(q)) == ["ns/a"]
+        q.attempted("ns/a")
+        q.unschedulable("ns/a", "busy")
+        assert q.flush() == 0 and await _drain(q) == [], "b could not be helped by a's claim"
+        q.room_made("node1")  # helps map pods of node1 only, but its wake-up is routed by a guess
         assert q.flush() == 2 and sorted(await _drain(q)) == ["ns/a", "ns/b"]
         q.attempted("ns/a")
         q.unschedulable("ns/a", "busy")
