@@ -28,6 +28,8 @@ from harness.wait import wait_for
 scenarios("backlog.feature")
 
 FLOWCONTROL_TEMPLATE = "templates/scheduler/flowcontrol.yaml"
+WAITING = "backlog.test/waiting"
+"""Label of the waiting pods, so that the teardown deletes them before the pods holding the GPUs."""
 
 
 @dataclasses.dataclass
@@ -45,6 +47,16 @@ def backlog(world: World) -> Iterator[Backlog]:
     assert comps is not None, "the control-plane tier starts the schedulers"
     yield Backlog(comps)
     comps.stop_extra_schedulers()
+    # The waiting pods go first, and are gone, before `world` deletes the rest: the pods watch delivers their
+    # deletions before the fill pods', so no scheduler tries to place 2000 pods on the GPUs the fill pods free
+    # in a namespace being deleted (that storm loaded the next scenarios: the leader lost its Lease under load).
+    world.api.delete(paths.pods(world.namespace), labelSelector=f"{WAITING}=true", gracePeriodSeconds="0")
+
+    def none_waiting() -> bool | None:
+        pods = world.api.get(paths.pods(world.namespace), labelSelector=WAITING, limit="1")["items"]
+        return True if not pods else None
+
+    wait_for("the waiting pods deleted", none_waiting, timeout=120, interval=1)
 
 
 def _scheduler_writes(world: World, backlog: Backlog, since: float = 0.0) -> list[dict[str, Any]]:
@@ -81,7 +93,9 @@ def create_backlog(world: World, backlog: Backlog, count: int) -> None:
 
     def create(name: str) -> None:
         world.api.create(paths.gpu_claims(world.namespace), objects.claim_body(name, {"devices": {"count": 1}}))
-        world.api.create(paths.pods(world.namespace), pod_body(name, gpu_map=None, claim=name))
+        body = pod_body(name, gpu_map=None, claim=name)
+        body["metadata"].setdefault("labels", {})[WAITING] = "true"
+        world.api.create(paths.pods(world.namespace), body)
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create, backlog.pods))
