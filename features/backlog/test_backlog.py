@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from pytest_bdd import given, scenarios, then, when
 
+from features.conftest import Watched
 from features.support import WORKER_NODES, World, on_node, pod_body, step
 from gpu_scheduling import constants
 from gpu_scheduling.claims import objects
@@ -42,10 +43,11 @@ class Backlog:
 
 
 @pytest.fixture
-def backlog(world: World) -> Iterator[Backlog]:
+def backlog(world: World, watched: Watched) -> Iterator[Backlog]:
     comps = world.cluster.components
     assert comps is not None, "the control-plane tier starts the schedulers"
     yield Backlog(comps)
+    watched.settle()  # the second replica's restarts and exits, read while it still runs (its log at the end)
     comps.stop_extra_schedulers()
     # The waiting pods go first, and are gone, before `world` deletes the rest: the pods watch delivers their
     # deletions before the fill pods', so no scheduler tries to place 2000 pods on the GPUs the fill pods free

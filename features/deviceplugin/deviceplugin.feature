@@ -49,6 +49,7 @@ Feature: The node gives every container exactly the GPUs gpu-scheduler chose, th
     When the Indexed Job "gang" of 4 pods naming the GpuClaim "gang" in a gang of 4, each asking for 4 gpu.scheduling/gpu, is created
     Then the 4 pods of the Job "gang" run one per worker, and every container sees exactly the GPUs of its pod's allocation, and the kubelet recorded them
 
+  @expect_traceback
   Scenario: A node that also advertises NVIDIA's resource is reported, and the plugin on it is not ready
     When node1 also advertises 4 nvidia.com/gpu
     Then the device plugin on node1 is not ready, and its log says to label the node "nvidia.com/gpu.deploy.device-plugin=false"

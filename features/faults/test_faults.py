@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from pytest_bdd import given, scenarios, then, when
 
+from features.conftest import Watched
 from features.support import CHECK_IMAGE, World, leases_of, on_node, path_pattern, step
 from gpu_scheduling import constants
 from gpu_scheduling.agent.inventory import simulated_status
@@ -96,13 +97,14 @@ class Faults:
 
 
 @pytest.fixture
-def faults(world: World) -> Iterator[Faults]:
+def faults(world: World, watched: Watched) -> Iterator[Faults]:
     cluster = world.cluster
     if cluster.cp is None or cluster.components is None or cluster.components.proxy is None:
         pytest.skip("fault scenarios need the test control plane with the fault proxy")
     f = Faults(world, cluster.cp, cluster.components, cluster.components.proxy)
     f.proxy.reset()
     yield f
+    watched.settle()  # before the clean-up starts again a scheduler that exited by itself
     _clean_up(f)
 
 
