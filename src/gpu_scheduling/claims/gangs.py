@@ -14,6 +14,13 @@ The decision is one transaction (`transact`): for each candidate domain in turn,
 `place` (which assumes its GPUs and room in the scheduler's ledger, so the next member sees them taken); the first
 member that does not fit undoes the members placed before it (`undo`, in reverse) and the next domain is tried.
 Either every member has a placement or nothing is held and the refusals say which member did not fit where.
+`attempt` says what one decision places and where it may (members assumed by an earlier attempt and bound ones
+pin a Required gang's domain).
+
+The commit that follows is the scheduler's API calls (scheduler.gangs); what each answer makes of the members is
+decided here, so that the scheduler and the tests that drive it run the same rules: `leases_answered` (one member's
+Lease refused and every member is abandoned: a gang holds all its GPUs or none) and `binds_answered` (bound,
+abandoned, or left assumed for the next attempt when the bind got no answer).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from gpu_scheduling import constants, names
+from gpu_scheduling.claims.ledger import Hold
 from gpu_scheduling.text import json_type, show
 
 MAX_MEMBERS = 10_000
@@ -128,6 +136,10 @@ class Domain:
         return f"{self.key}={self.value}" if self.key else "any nodes"
 
 
+ANYWHERE = Domain("", "", frozenset())
+"""The one domain of a gang without a topology: any node (the nodes are not listed; the key "" says so)."""
+
+
 def domains(
     spec: Spec, labels: Mapping[str, Mapping[str, str]], fixed: Collection[str], free: Mapping[str, int]
 ) -> list[Domain] | str:
@@ -206,6 +218,32 @@ def transact(
     return refusals
 
 
+@dataclasses.dataclass(frozen=True)
+class Attempt(Generic[M]):
+    """What one decision does for a gang whose minimum is present, before its transaction."""
+
+    place: list[M]  # the waiting members that hold nothing: `transact` places them
+    retry: dict[str, Hold]  # the waiting members an earlier attempt assumed (key -> hold), bound to the same GPUs
+    candidates: list[Domain] | str  # the domains `transact` tries, in order, or why there is none
+
+
+def attempt(
+    spec: Spec,
+    waiting: Mapping[str, M],
+    assumed: Mapping[str, Hold],
+    bound_nodes: Iterable[str],
+    labels: Callable[[], Mapping[str, Mapping[str, str]]],
+    free: Callable[[], Mapping[str, int]],
+) -> Attempt[M]:
+    """One decision for a gang: its `waiting` members (key -> member), those of them in `assumed` holding what an
+    earlier attempt assumed (their bind got no answer, and may have taken effect: they are never placed anew), its
+    bound members on `bound_nodes`. The nodes of the assumed and the bound members pin a Required gang's domain.
+    `labels` and `free` (as `domains` takes them) are read only for a gang with a topology."""
+    fixed = {h.node for h in assumed.values()} | set(bound_nodes)
+    candidates = domains(spec, labels(), fixed, free()) if spec.topology else [ANYWHERE]
+    return Attempt([m for k, m in waiting.items() if k not in assumed], dict(assumed), candidates)
+
+
 def explain(spec: Spec, refusals: Sequence[Refusal]) -> str:
     """Why the gang waits: which member fits nowhere in which domain, for the first few domains tried."""
     shown = "; ".join(f"in {r.domain} member {r.member} does not fit: {r.why}" for r in refusals[:DOMAINS_SHOWN])
@@ -220,6 +258,51 @@ def incomplete(spec: Spec, overdue_seconds: float | None = None) -> str:
     member's condition (quadratic in the gang's size); `kubectl gpu gangs` counts them."""
     late = f"; incomplete for more than {overdue_seconds:.0f} s" if overdue_seconds is not None else ""
     return f"{spec.describe()} waits for its members: fewer than {spec.min_members} present{late}"
+
+
+# ---- the commit ---------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Settled(Generic[P]):
+    """What the API's answers make of a decided gang's members; the caller updates its ledger to match."""
+
+    bound: list[P]  # bound where they were placed: their holds are confirmed
+    abandoned: list[P]  # the attempt is over for them without a binding: they hold nothing, their Leases released
+    unanswered: list[P]  # their bind got no answer: still assumed, bound to the same GPUs by the next attempt
+
+    @property
+    def whole(self) -> bool:
+        """Every member is bound: the gang is scheduled."""
+        return not self.abandoned and not self.unanswered
+
+
+def leases_answered(placements: Sequence[P], locked: Sequence[bool]) -> Settled[P] | None:
+    """The GPU Leases of a decided gang's claim members were created (`locked`: whether every Lease of a member names
+    it, one per claim member). None: all of them were, and every member is bound next. Otherwise every member is
+    abandoned, those whose Leases were created and the map members too: the gang holds all its GPUs or none, and is
+    decided again whole. No member is bound before this said None."""
+    if all(locked):
+        return None
+    return Settled([], list(placements), [])
+
+
+def binds_answered(placements: Sequence[P], outcomes: Sequence[bool | None]) -> Settled[P]:
+    """The binds of a decided gang's members were answered (`outcomes`, one per placement: True bound, False not
+    bound and never by this attempt, None no answer). A member without an answer stays assumed, Leases and all: its
+    bind may have taken effect, so its GPUs are not given to anyone else, and the next attempt binds it again to the
+    same GPUs (`attempt`'s retry)."""
+    bound: list[P] = []
+    abandoned: list[P] = []
+    unanswered: list[P] = []
+    for placement, outcome in zip(placements, outcomes, strict=True):
+        if outcome is True:
+            bound.append(placement)
+        elif outcome is False:
+            abandoned.append(placement)
+        else:
+            unanswered.append(placement)
+    return Settled(bound, abandoned, unanswered)
 
 
 # ---- membership ---------------------------------------------------------------------------------------------------

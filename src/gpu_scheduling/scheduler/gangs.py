@@ -6,13 +6,16 @@ One decision, in three steps:
 
 1. Read: the members in the cache, bound or waiting; their agreed spec; if fewer than its minimum are present the
    gang waits (said on every waiting member) and, past `--gang-timeout`, a GangIncomplete event says so once.
-2. Decide, with no await: `claims.gangs.transact` places every waiting member in one candidate domain (claim
-   members through the claim path's allocator, map members on their map entry's node), each member's GPUs and room
-   assumed in the ledger before the next member is placed; a member that does not fit undoes the domain's
-   placements and the next domain is tried. Nothing stays held when no domain takes the whole gang.
+2. Decide, with no await: `claims.gangs.attempt` says which members to place and in which domains, and
+   `claims.gangs.transact` places every one of them in one candidate domain (claim members through the claim path's
+   allocator, map members on their map entry's node), each member's GPUs and room assumed in the ledger before the
+   next member is placed; a member that does not fit undoes the domain's placements and the next domain is tried.
+   Nothing stays held when no domain takes the whole gang.
 3. Commit: the GPU Leases of every claim member are created (any refused: every member's are released and the
    gang is retried); only then are the members bound, concurrently. So no member is bound before the whole gang
    was decided and locked. A bind of unknown outcome keeps its member assumed and is retried by the next attempt.
+   What each answer makes of the members is `claims.gangs.leases_answered` and `binds_answered`'s to say (pure,
+   driven by tests/unit/claims/test_gangs.py's state machine); this module makes the calls and the writes.
 
 A waiting gang holds nothing and keeps no nodes from others; gangs are tried as their members are (priority, then
 age, on every change that could help) and a gang's failed decision is not repeated until something changed.
@@ -233,18 +236,22 @@ class GangPath:
         if failed is not None and failed[0] == generation:
             await self._waits(waiting, failed[1])  # nothing changed since it was refused
             return "unschedulable"
-        retrying = {k: h for k in waiting if (h := s.ledger.hold(waiting[k]["metadata"]["uid"])) is not None}
-        fixed = {h.node for h in retrying.values()} | {self._node_of(p) for p in bound.values()}
-        candidates: list[gangs.Domain] | str = [gangs.Domain("", "", frozenset())]  # any node
-        if spec.topology:
-            candidates = gangs.domains(spec, self._labels(), fixed, self._free())
-        if isinstance(candidates, str):
-            message = f"{spec.describe()}: {candidates}"
+        plan = gangs.attempt(
+            spec,
+            {k: Member(k, p) for k, p in waiting.items()},
+            {k: h for k, p in waiting.items() if (h := s.ledger.hold(p["metadata"]["uid"])) is not None},
+            [self._node_of(p) for p in bound.values()],
+            self._labels,
+            self._free,
+        )
+        if isinstance(plan.candidates, str):
+            message = f"{spec.describe()}: {plan.candidates}"
             self._failed[gang] = (generation, message)
             await self._waits(waiting, message)
             return "unschedulable"
-        members = [Member(k, p) for k, p in waiting.items() if k not in retrying]
-        outcome = gangs.transact(members, candidates, self._place, self._undo, lambda m: m.key.partition("/")[2])
+        outcome = gangs.transact(
+            plan.place, plan.candidates, self._place, self._undo, lambda m: m.key.partition("/")[2]
+        )
         if isinstance(outcome, list):
             message = gangs.explain(spec, outcome)
             self._failed[gang] = (generation, message)
@@ -253,7 +260,7 @@ class GangPath:
             return "unschedulable"
         self._failed.pop(gang, None)
         s.queue.release(_waiter(gang))
-        placements = outcome.placements + [self._retry(waiting[k], h) for k, h in retrying.items()]
+        placements = outcome.placements + [self._retry(waiting[k], h) for k, h in plan.retry.items()]
         log.info(
             "gang %s: %d members decided in %s: %s",
             gang,
@@ -393,8 +400,9 @@ class GangPath:
         s = self.s
         claims = [p for p in placements if p.placed is not None]
         locked = await asyncio.gather(*(s.claim_path.acquire(p.hold) for p in claims))
-        if not all(locked):
-            for p in placements:
+        refused = gangs.leases_answered(placements, locked)
+        if refused is not None:
+            for p in refused.abandoned:
                 self._abandon(p)
             await self._waits(
                 {p.member.key: p.member.pod for p in placements},
@@ -406,19 +414,19 @@ class GangPath:
         outcomes = await asyncio.gather(
             *(s.bind(p.member.key, p.member.pod, p.hold.node, p.placed) for p in placements)
         )
+        settled = gangs.binds_answered(placements, outcomes)
         statuses: dict[str, tuple[Placed, str]] = {}  # each claim's status is written once, after its pods' binds
-        for p, outcome in zip(placements, outcomes, strict=True):
-            if outcome is True:
-                if p.placed is not None:
-                    at = await s.claim_path.bound(p.placed, write=False)
-                    statuses[p.placed.claim["metadata"].get("uid", p.hold.claim)] = (p.placed, at)
-                else:
-                    s.ledger.confirm(p.hold.uid)
-            elif outcome is False:
-                self._abandon(p)
+        for p in settled.bound:
+            if p.placed is not None:
+                at = await s.claim_path.bound(p.placed, write=False)
+                statuses[p.placed.claim["metadata"].get("uid", p.hold.claim)] = (p.placed, at)
+            else:
+                s.ledger.confirm(p.hold.uid)
+        for p in settled.abandoned:
+            self._abandon(p)
         for placed, at in statuses.values():
             await s.claim_path.write_bound(placed, at)
-        if all(o is True for o in outcomes):
+        if settled.whole:
             created = [decision.created_at(p.member.pod) for p in placements]
             known = [c for c in created if c is not None]
             if known:

@@ -1,9 +1,14 @@
-"""Gangs (claims.gangs): reading the members' annotations, the candidate domains, the all-or-nothing transaction,
-and a hypothesis state machine that drives gangs through decisions, refused Leases, binds that fail or get no
-answer, scheduler kills between any two API calls and deleted gangs, against a model of the API, with the real
-ledger and allocator: an Exclusive GPU never has two holders, and once things settle no gang is left partly
-placed unless a kill cut its binds, no waiting gang holds a Lease, and no gang waits that would fit (no deadlock,
-judged by an oracle independent of claims.gangs)."""
+"""Gangs (claims.gangs): reading the members' annotations, the candidate domains, the all-or-nothing transaction and
+what the commit's answers make of the members, and a hypothesis state machine that drives the scheduler's own
+decision and commit rules (`attempt`, `transact`, `leases_answered`, `binds_answered`, as scheduler.gangs calls
+them) through decisions, refused Leases, binds that fail, get no answer or take effect unanswered, members replaced
+meanwhile, scheduler kills between any two API calls and deleted gangs, against a model of the API, with the real
+ledger and allocator. After every step: an Exclusive GPU never has two holders, a bound member holds its Leases, and
+the placed members of a Required gang share one zone; after a refused Lease, the gang holds nothing; once things
+settle, no gang is left partly placed unless a kill or a replaced member cut its binds, no waiting gang holds a
+Lease, and no gang waits that would fit (no deadlock, judged by an oracle independent of claims.gangs). Shown
+failing with the transaction's rollback removed, with Required trying only its tightest zone, and with Required
+taken as no topology ("g2 is Required in one zone, but its members are on ['n1', 'n2', 'n3'] (zone a, b)")."""
 
 from __future__ import annotations
 
@@ -135,6 +140,41 @@ def test_a_member_that_does_not_fit_undoes_the_domain_and_the_next_domain_is_tri
     assert room == {"a": 1, "b": 0}
 
 
+def test_an_attempt_retries_the_assumed_members_in_place_and_they_pin_a_required_gang():
+    members = {"ns/m0": "m0", "ns/m1": "m1", "ns/m2": "m2"}
+    assumed = Hold("u1", "ns/m1", "n3", (0,))
+    plan = gangs.attempt(gangs.Spec("g", 3, "zone"), members, {"ns/m1": assumed}, [], lambda: LABELS, dict)
+    assert plan.place == ["m0", "m2"] and plan.retry == {"ns/m1": assumed}
+    assert isinstance(plan.candidates, list) and [d.value for d in plan.candidates] == ["b"]
+    bound_in_a = gangs.attempt(gangs.Spec("g", 3, "zone"), members, {}, ["n1"], lambda: LABELS, dict)
+    assert isinstance(bound_in_a.candidates, list) and [d.value for d in bound_in_a.candidates] == ["a"]
+    split = gangs.attempt(gangs.Spec("g", 3, "zone"), members, {"ns/m1": assumed}, ["n1"], lambda: LABELS, dict)
+    assert isinstance(split.candidates, str) and "2 zone values (a, b)" in split.candidates
+
+
+def test_an_attempt_without_topology_reads_no_labels():
+    def unread() -> dict[str, dict[str, str]]:
+        raise AssertionError("read the nodes' labels for a gang without a topology")
+
+    plan = gangs.attempt(gangs.Spec("g", 2), {"ns/m0": "m0", "ns/m1": "m1"}, {}, ["n1"], unread, unread)  # type: ignore[arg-type]
+    assert plan.place == ["m0", "m1"] and plan.candidates == [gangs.ANYWHERE]
+
+
+def test_one_refused_lease_abandons_every_member_and_none_is_bound():
+    assert gangs.leases_answered(["m0", "m1", "map"], [True, True]) is None
+    assert gangs.leases_answered(["map"], []) is None  # map members only: no Lease to create
+    refused = gangs.leases_answered(["m0", "m1", "map"], [True, False])
+    assert refused == gangs.Settled([], ["m0", "m1", "map"], []) and not refused.whole
+
+
+def test_each_bind_answer_settles_its_member_and_an_unanswered_one_stays_assumed():
+    settled = gangs.binds_answered(["m0", "m1", "m2", "m3"], [True, None, False, True])
+    assert settled == gangs.Settled(["m0", "m3"], ["m2"], ["m1"]) and not settled.whole
+    assert gangs.binds_answered(["m0", "m1"], [True, True]).whole
+    with pytest.raises(ValueError):
+        gangs.binds_answered(["m0", "m1"], [True])
+
+
 def test_the_explanation_is_bounded():
     refusals = [gangs.Refusal(f"zone={i}", "m", "full") for i in range(50)]
     text = gangs.explain(gangs.Spec("g", 2, "zone"), refusals)
@@ -164,13 +204,17 @@ class Gang:
     name: str
     spec: gangs.Spec
     count: int  # GPUs per member
-    members: list[str]  # uids, in order
-    killed_mid_bind: bool = False
+    members: list[str]  # uids of its pods, in order (a pod replaced by its Job's controller: the new one's)
+    cut: bool = False  # a kill cut its binds, or a member was replaced meanwhile: it may be left partly placed
 
 
 class GangMachine(RuleBasedStateMachine):
-    """The scheduler's three steps (scheduler.gangs: decide with no await, then the Leases, then the binds) on the
-    real ledger and allocator; the API is `bound` (uid -> hold) and `leases` ((node, gpu) -> uid)."""
+    """The scheduler's gang decision (scheduler.gangs) on the real ledger and allocator: `claims.gangs.attempt` and
+    `transact` decide, with no await; the commit's calls go to a model of the API (`bound`: uid -> hold, `leases`:
+    (node, GPU) -> uid), and what their answers make of the members is `leases_answered` and `binds_answered`, the
+    code the scheduler runs. The test itself does only what the claim path does to the ledger for each verdict
+    (ClaimPath.choose: allocate and assume; retract; failed: forget, the reconciler deletes the Leases; bound:
+    confirm) and what the API and its watch do."""
 
     @initialize()
     def start(self) -> None:
@@ -180,22 +224,29 @@ class GangMachine(RuleBasedStateMachine):
         self.gangs: dict[str, Gang] = {}
         self.serial = 0
 
-    # ---- the scheduler, modelled ------------------------------------------------------------------------------
+    # ---- the scheduler: claims.gangs decides, the claim path's ledger updates --------------------------------------
     def _pending(self, gang: Gang) -> list[str]:
         return [u for u in gang.members if u not in self.bound]
 
-    def _decide(self, gang: Gang) -> list[Hold] | None:
-        """Step 2: every pending member assumed in one domain, or nothing (the ledger unchanged)."""
-        pending = [u for u in self._pending(gang) if self.ledger.hold(u) is None]
-        fixed = {self.bound[u].node for u in gang.members if u in self.bound}
-        fixed |= {h.node for u in gang.members if (h := self.ledger.hold(u)) is not None and not h.bound}
-        free = {n: 4 - sum(len(h.gpu_ids) for h in self.ledger.holdings(n)) for n in NODES}
-        candidates = gangs.domains(gang.spec, ZONES, fixed, free)
-        if isinstance(candidates, str):
-            return None
+    def _free(self) -> dict[str, int]:
+        return {n: 4 - sum(len(h.gpu_ids) for h in self.ledger.holdings(n)) for n in NODES}
+
+    def _attempt(self, gang: Gang, data: st.DataObject, faults: bool) -> None:
+        """One decision for `gang`, as GangPath._decide and _commit make it."""
+        pending = self._pending(gang)
+        plan = gangs.attempt(
+            gang.spec,
+            {u: u for u in pending},
+            {u: h for u in pending if (h := self.ledger.hold(u)) is not None},
+            [self.bound[u].node for u in gang.members if u in self.bound],
+            lambda: ZONES,
+            self._free,
+        )
+        if isinstance(plan.candidates, str):
+            return
         request = allocator.Request(gang.count)
 
-        def place(uid: str, domain: gangs.Domain) -> Hold | str:
+        def choose(uid: str, domain: gangs.Domain) -> Hold | str:
             nodes = [n for name, n in NODES.items() if not domain.key or name in domain.nodes]
             outcome = allocator.allocate(request, nodes, held=self.ledger.holdings)
             if isinstance(outcome, allocator.NoFit):
@@ -205,48 +256,90 @@ class GangMachine(RuleBasedStateMachine):
             return hold
 
         before = {h.uid: h for h in self.ledger.holds()}
-        outcome = gangs.transact(pending, candidates, place, lambda h: self.ledger.retract(h.uid), str)
+        outcome = gangs.transact(plan.place, plan.candidates, choose, lambda h: self.ledger.retract(h.uid), str)
         if isinstance(outcome, list):
             assert {h.uid: h for h in self.ledger.holds()} == before, "a refused gang left something assumed"
-            return None
-        retrying = [h for u in self._pending(gang) if (h := self.ledger.hold(u)) is not None and u not in pending]
-        return outcome.placements + retrying
+            return
+        self._commit(gang, outcome.placements + list(plan.retry.values()), data, faults)
 
-    def _lease(self, hold: Hold) -> None:
-        for key in hold.gpus:
-            self.leases[key] = hold.uid
-            self.ledger.lease_seen(LeaseRecord(f"gpu-{key[0]}-{key[1]}", key[0], key[1], "Exclusive", (hold.uid,)))
+    def _commit(self, gang: Gang, holds: list[Hold], data: st.DataObject, faults: bool) -> None:
+        # The Leases of every member (a refusal: a transient error, or a Lease another pod holds).
+        locked: list[bool] = []
+        for h in holds:
+            keys = list(h.gpus)
+            refused = faults and data.draw(st.integers(0, 5), label=f"a Lease of {h.uid} refused") == 0
+            if refused:
+                keys = keys[: data.draw(st.integers(0, len(keys) - 1), label="Leases created before")]
+            created = [self._create_lease(key, h.uid) for key in keys]  # each one tried, as ClaimPath.acquire does
+            locked.append(all(created) and not refused)
+        refused_all = gangs.leases_answered(holds, locked)
+        if refused_all is not None:
+            for h in refused_all.abandoned:
+                self._failed(h.uid)
+            held = [u for u in self._pending(gang) if self.ledger.hold(u) is not None or u in self.leases.values()]
+            assert not held, f"{gang.name}: a Lease was refused, yet {held} still hold GPUs"
+            return
+        if faults and data.draw(st.integers(0, 3), label="killed before the binds") == 0:
+            self._kill()
+            return
+        # The binds, concurrently; the scheduler may die with some of them made.
+        made = len(holds)
+        if faults and len(holds) > 1 and data.draw(st.integers(0, 3), label="killed during the binds") == 0:
+            made = data.draw(st.integers(1, len(holds) - 1), label="binds made before the kill")
+        outcomes: list[bool | None] = []
+        for h in holds[:made]:
+            what = data.draw(st.integers(0, 7), label=f"bind {h.uid}") if faults else 7
+            if what == 0:  # no answer, and it did not take effect
+                outcomes.append(None)
+            elif what == 1:  # no answer, but it did
+                self._bind(h)
+                outcomes.append(None)
+            elif what == 2:  # the pod was deleted, its Job made another: the bind answers 404
+                self._replace(gang, h.uid)
+                outcomes.append(False)
+            else:
+                self._bind(h)
+                outcomes.append(True)
+        if made < len(holds):
+            gang.cut = True
+            self._kill()
+            return
+        settled = gangs.binds_answered(holds, outcomes)
+        for h in settled.bound:
+            self.ledger.confirm(h.uid)
+        for h in settled.abandoned:
+            self._failed(h.uid)
+        for h in holds:  # the watch shows the pods bound
+            if h.uid in self.bound:
+                self.ledger.pod_bound(self.bound[h.uid])
+
+    def _failed(self, uid: str) -> None:
+        """ClaimPath.failed, as the ledger and the API see it: the pod holds nothing, its Leases are deleted."""
+        self.ledger.forget(uid)
+        self._release(uid)
+
+    # ---- the API ------------------------------------------------------------------------------------------------
+    def _create_lease(self, key: tuple[str, int], uid: str) -> bool:
+        """Create the Lease of GPU `key` naming `uid` (or find it ours already); False when another pod holds it."""
+        if self.leases.setdefault(key, uid) != uid:
+            return False
+        self.ledger.lease_seen(LeaseRecord(f"gpu-{key[0]}-{key[1]}", key[0], key[1], "Exclusive", (uid,)))
+        return True
 
     def _release(self, uid: str) -> None:
         for key in [k for k, u in self.leases.items() if u == uid]:
             del self.leases[key]
             self.ledger.lease_deleted(key)
 
-    def _attempt(self, gang: Gang, data: st.DataObject, faults: bool) -> None:
-        holds = self._decide(gang)
-        if holds is None:
-            return
-        # Step 3a: the Leases of every member; one refused (or failed) and every member's are released.
-        if faults and data.draw(st.booleans(), label="a Lease refused"):
-            for h in holds:
-                self.ledger.forget(h.uid)
-                self._release(h.uid)
-            return
-        for h in holds:
-            self._lease(h)
-        if faults and data.draw(st.booleans(), label="killed before the binds"):
-            self._kill()
-            return
-        # Step 3b: the binds; each may get no answer (stays assumed, retried), and the scheduler may die midway.
-        for i, h in enumerate(holds):
-            if faults and data.draw(st.integers(0, 5), label=f"bind {i}") == 0:
-                continue  # no answer: assumed, retried by the next attempt
-            self.bound[h.uid] = dataclasses.replace(h, bound=True)
-            self.ledger.confirm(h.uid)
-            if faults and i < len(holds) - 1 and data.draw(st.integers(0, 5), label=f"killed after bind {i}") == 0:
-                gang.killed_mid_bind = True
-                self._kill()
-                return
+    def _bind(self, hold: Hold) -> None:
+        self.bound[hold.uid] = dataclasses.replace(hold, bound=True)
+
+    def _replace(self, gang: Gang, uid: str) -> None:
+        """Pod `uid` is deleted (the watch says so) and its Job's controller makes another in its place."""
+        self.ledger.pod_gone(uid)
+        self.serial += 1
+        gang.members[gang.members.index(uid)] = f"{uid.partition('.')[0]}.{self.serial}"
+        gang.cut = True
 
     def _kill(self) -> None:
         """The scheduler dies: a new one rebuilds the ledger from the API, and the Lease reconciler releases the
@@ -312,15 +405,13 @@ class GangMachine(RuleBasedStateMachine):
         for gang in self.gangs.values():
             bound = self._bound_count(gang)
             if 0 < bound < len(gang.members):
-                assert gang.killed_mid_bind, (
-                    f"{gang.name} is partly placed ({bound} of {len(gang.members)}) with no kill"
-                )
-            if bound == 0:
-                held = [u for u in gang.members if any(v == u for v in self.leases.values())]
+                assert gang.cut, f"{gang.name} is partly placed ({bound} of {len(gang.members)}) with no kill"
+            if bound < len(gang.members):
+                held = [u for u in self._pending(gang) if u in self.leases.values()]
                 assert not held, f"{gang.name} waits holding Leases {held}"
                 assert not self._fits_now(gang), f"{gang.name} waits though it fits now (a deadlock)"
-            if bound == len(gang.members):
-                gang.killed_mid_bind = False
+            else:
+                gang.cut = False
 
     def _fits_now(self, gang: Gang) -> bool:
         """An oracle independent of claims.gangs: members of one size fit a set of nodes when the nodes' free GPUs,
@@ -350,6 +441,31 @@ class GangMachine(RuleBasedStateMachine):
                 taken[key] = hold.uid
         for key, uid in self.leases.items():
             assert taken.get(key, uid) == uid, f"Lease {key} names {uid}, bound to {taken[key]}"
+
+    @invariant()
+    def a_bound_member_holds_its_leases(self) -> None:
+        """No member is bound before its Leases are held, and none of a bound member's is released."""
+        if not hasattr(self, "ledger"):
+            return
+        for uid, hold in self.bound.items():
+            missing = [key for key in hold.gpus if self.leases.get(key) != uid]
+            assert not missing, f"{uid} is bound on {hold.node} without the Leases of GPUs {missing}"
+
+    @invariant()
+    def a_required_gang_stays_in_one_domain(self) -> None:
+        """Every placed member (assumed or bound) of a Required gang is on nodes of one value of its label."""
+        if not hasattr(self, "ledger"):
+            return
+        for gang in self.gangs.values():
+            if not gang.spec.topology or gang.spec.mode != "Required":
+                continue
+            nodes = {self.bound[u].node for u in gang.members if u in self.bound}
+            nodes |= {h.node for u in gang.members if (h := self.ledger.hold(u)) is not None}
+            values = {ZONES[n][gang.spec.topology] for n in nodes}
+            assert len(values) <= 1, (
+                f"{gang.name} is Required in one {gang.spec.topology}, but its members are on {sorted(nodes)} "
+                f"({gang.spec.topology} {', '.join(sorted(values))})"
+            )
 
 
 TestGangMachine = GangMachine.TestCase
