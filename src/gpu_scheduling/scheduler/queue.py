@@ -192,6 +192,6 @@ class SchedulingQueue:
 
     def release(self, key: str) -> None:
         """Pod `key` waits no more (placed, gone, or can never fit): the nodes it kept are free for lower
-        priorities, which are tried again."""
+        priorities, which are tried again if any waits."""
         if self.reservations.done(key):
             self.wake_claim_pods()

@@ -84,9 +84,12 @@ def test_rewaiting_updates_the_nodes_and_done_releases_them():
     assert r.reserved_for(0, "Priority") == {"c": "ns/big (priority 1000)"} and len(r) == 1
     r.wait(waiter("big", 3, "c"))  # a new priority moves it
     assert r.reserved_for(2, "Priority") == {"c": "ns/big (priority 3)"} and r.reserved_for(3, "Priority") == {}
-    assert r.done("ns/big") is True
-    assert r.reserved_for(0, "Priority") == {} and len(r) == 0
+    r.wait(waiter("small", 0, "c"))  # kept out of c by big
+    assert r.done("ns/big") is True, "small, of lower priority, waits: it is tried again"
+    assert r.reserved_for(0, "Priority") == {} and len(r) == 1
     assert r.done("ns/big") is False  # unknown: nothing to do
+    r.wait(waiter("peer", 0, "c"))
+    assert r.done("ns/small") is False, "equals keep nothing from each other: nobody to wake"
 
 
 def test_a_node_kept_by_several_names_the_highest_priority_then_the_oldest():
@@ -131,7 +134,9 @@ def test_reservations_agree_with_a_plain_model(steps):
             r.wait(w)
             model[key] = w
         elif op == "done":
-            assert r.done(key) == (model.pop(key, None) is not None)
+            gone = model.pop(key, None)
+            kept_some = gone is not None and any(w.priority < gone.priority for w in model.values())
+            assert r.done(key) == kept_some
         else:
             expected: dict[str, str] = {}
             for w in sorted(model.values(), key=lambda w: (-w.priority, w.created, w.key)):

@@ -118,6 +118,7 @@ def test_forgetting_a_waiter_frees_its_nodes_for_lower_priorities_and_wakes_them
             q.names_claim(key, f"{key}-claim")
         q.unschedulable("ns/low", "kept for ns/high")
         q.reserve(Waiter("ns/high", 10, "", frozenset({"node1"})))
+        q.reserve(Waiter("ns/low", 0, "", frozenset({"node1"})))  # kept out, it waits for busy GPUs too
         assert dict(q.reserved_for(0)) == {"node1": "ns/high (priority 10)"}
         assert dict(q.reserved_for(10)) == {}
         q.wait_for_room("ns/high", "node1")
@@ -129,6 +130,12 @@ def test_forgetting_a_waiter_frees_its_nodes_for_lower_priorities_and_wakes_them
         q.forget("ns/low")
         q.wake_claim_pods()
         assert await _drain(q) == []
+        for key in ("ns/a", "ns/b"):  # equals keep nothing from each other
+            q.names_claim(key, f"{key}-claim")
+            q.unschedulable(key, "busy")
+            q.reserve(Waiter(key, 0, "", frozenset({"node1"})))
+        q.forget("ns/a")
+        assert await _drain(q) == [], "b was kept out of nothing by a: a backlog's deletions wake nobody"
 
     _run(scenario)
 
