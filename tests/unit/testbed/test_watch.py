@@ -45,14 +45,22 @@ def test_only_what_came_after_begin_in_the_projects_logs_is_found(tmp_path):
     assert found.unexpected(restarts=False, tracebacks=True) == []
 
 
+def _exit_after(go: pathlib.Path, code: int) -> str:
+    """A program that exits with `code` once `go` exists: after `Watch.begin`, however slow the machine (one that
+    had exited before it is not the test's doing, and a fast exit on an idle machine raced the begin)."""
+    return f"import os, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.01)\nraise SystemExit({code})"
+
+
 def test_a_restart_and_an_exit_nobody_asked_for_are_found_and_a_stop_is_not(tmp_path):
     def program(name: str, code: str) -> Process:
         return Process(name, [sys.executable, "-c", code], tmp_path).start()
 
-    crashed = program("gpu-webhook", "raise SystemExit(3)")
+    go = tmp_path / "go"
+    crashed = program("gpu-webhook", _exit_after(go, 3))
     stopped = program("gpu-scheduler", "import time; time.sleep(60)")
     watch = Watch(tmp_path)
     watch.begin([crashed, stopped])
+    go.touch()
     assert crashed.proc is not None
     crashed.proc.wait()
     stopped.stop()
@@ -275,10 +283,12 @@ def test_a_retired_extra_scheduler_that_had_exited_by_itself_stays_an_exit_and_o
         )
         return proc.start()
 
-    crashed = scheduler("gpu-scheduler-c", "raise SystemExit(0)")  # exit 0: the supervisor does not restart it
+    go = tmp_path / "go"
+    crashed = scheduler("gpu-scheduler-c", _exit_after(go, 0))  # exit 0: the supervisor does not restart it
     running = scheduler("gpu-scheduler-d", "import time; time.sleep(60)")
     watch = Watch(tmp_path)
     watch.begin([crashed, running])
+    go.touch()
     assert crashed.proc is not None
     crashed.proc.wait()
     crashed.retire()
