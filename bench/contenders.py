@@ -33,7 +33,6 @@ from bench.plane import BenchPlane, ProcessStats
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError
-from gpu_scheduling.kube.leaderelection import ElectionConfig
 from harness.components import Components, LeaderElection, start_kube_scheduler
 from harness.processes import Process
 from harness.wait import wait_for
@@ -42,9 +41,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CLIENT_QPS = 5000
 CLIENT_BURST = 5000
 SCHEDULER_WORKERS = 32  # gpu-scheduler bind workers and ceiling binder goroutines
-_ELECTION = ElectionConfig(namespace=constants.LEASE_NAMESPACE, name="-", identity="-")
-LEADER_ELECTION = LeaderElection(_ELECTION.lease_duration, _ELECTION.renew_deadline, _ELECTION.retry_period)
-"""gpu-scheduler's own defaults, which are kube-scheduler's (15/10/2 s), for both: not the tests' short timings."""
+LEADER_ELECTION = LeaderElection.program_defaults()
+"""gpu-scheduler's own defaults, which are kube-scheduler's (15/10/2 s), for both."""
 
 
 class Contender:
