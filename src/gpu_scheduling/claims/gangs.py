@@ -19,8 +19,9 @@ pin a Required gang's domain).
 
 The commit that follows is the scheduler's API calls (scheduler.gangs); what each answer makes of the members is
 decided here, so that the scheduler and the tests that drive it run the same rules: `leases_answered` (one member's
-Lease refused and every member is abandoned: a gang holds all its GPUs or none) and `binds_answered` (bound,
-abandoned, or left assumed for the next attempt when the bind got no answer).
+Lease refused and every member is abandoned: a gang holds all its GPUs or none, but for what a bind that got no
+answer may have bound) and `binds_answered` (bound, abandoned, or left assumed for the next attempt when the bind
+got no answer).
 """
 
 from __future__ import annotations
@@ -277,14 +278,17 @@ class Settled(Generic[P]):
         return not self.abandoned and not self.unanswered
 
 
-def leases_answered(placements: Sequence[P], locked: Sequence[bool]) -> Settled[P] | None:
+def leases_answered(placed: Sequence[P], retried: Sequence[P], locked: Sequence[bool]) -> Settled[P] | None:
     """The GPU Leases of a decided gang's claim members were created (`locked`: whether every Lease of a member names
-    it, one per claim member). None: all of them were, and every member is bound next. Otherwise every member is
-    abandoned, those whose Leases were created and the map members too: the gang holds all its GPUs or none, and is
-    decided again whole. No member is bound before this said None."""
+    it, one per claim member), for the members `placed` by this decision and those `retried` (`Attempt.retry`).
+    None: all of them were, and every member is bound next. Otherwise every placed member is abandoned, those whose
+    Leases were created and the map members too: the gang holds all its GPUs or none, and is decided again whole. A
+    retried member stays as its earlier bind left it, assumed, Leases and all: that bind got no answer and may have
+    bound it, and releasing a bound pod's Leases would give its GPUs to another pod before the watch shows it bound.
+    No member is bound before this said None."""
     if all(locked):
         return None
-    return Settled([], list(placements), [])
+    return Settled([], list(placed), list(retried))
 
 
 def binds_answered(placements: Sequence[P], outcomes: Sequence[bool | None]) -> Settled[P]:

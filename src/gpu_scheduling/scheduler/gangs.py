@@ -11,11 +11,12 @@ One decision, in three steps:
    allocator, map members on their map entry's node), each member's GPUs and room assumed in the ledger before the
    next member is placed; a member that does not fit undoes the domain's placements and the next domain is tried.
    Nothing stays held when no domain takes the whole gang.
-3. Commit: the GPU Leases of every claim member are created (any refused: every member's are released and the
-   gang is retried); only then are the members bound, concurrently. So no member is bound before the whole gang
-   was decided and locked. A bind of unknown outcome keeps its member assumed and is retried by the next attempt.
-   What each answer makes of the members is `claims.gangs.leases_answered` and `binds_answered`'s to say (pure,
-   driven by tests/unit/claims/test_gangs.py's state machine); this module makes the calls and the writes.
+3. Commit: the GPU Leases of every claim member are created (any refused: every member's are released, but for
+   a member whose earlier bind got no answer, and the gang is retried); only then are the members bound,
+   concurrently. So no member is bound before the whole gang was decided and locked. A bind of unknown outcome
+   keeps its member assumed and is retried by the next attempt. What each answer makes of the members is
+   `claims.gangs.leases_answered` and `binds_answered`'s to say (pure, driven by tests/unit/claims/test_gangs.py's
+   state machine); this module makes the calls and the writes.
 
 A waiting gang holds nothing and keeps no nodes from others; gangs are tried as their members are (priority, then
 age, on every change that could help) and a gang's failed decision is not repeated until something changed.
@@ -260,7 +261,8 @@ class GangPath:
             return "unschedulable"
         self._failed.pop(gang, None)
         s.queue.release(_waiter(gang))
-        placements = outcome.placements + [self._retry(waiting[k], h) for k, h in plan.retry.items()]
+        retried = [self._retry(waiting[k], h) for k, h in plan.retry.items()]
+        placements = outcome.placements + retried
         log.info(
             "gang %s: %d members decided in %s: %s",
             gang,
@@ -268,7 +270,7 @@ class GangPath:
             outcome.domain.describe(),
             ", ".join(f"{p.member.key}->{p.hold.node}:{','.join(map(str, p.hold.gpu_ids))}" for p in placements),
         )
-        return await self._commit(gang, placements)
+        return await self._commit(gang, outcome.placements, retried)
 
     def _incomplete(
         self, gang: str, spec: gangs.Spec, present: int, waiting: Mapping[str, dict[str, Any]]
@@ -396,11 +398,14 @@ class GangPath:
         return Placement(member, hold, Placed(claim, hold, message, self.s.claim_path.strategy_of(claim_key)))
 
     # ---- committing --------------------------------------------------------------------------------------------
-    async def _commit(self, gang: str, placements: list[Placement]) -> str:
+    async def _commit(self, gang: str, decided: list[Placement], retried: list[Placement]) -> str:
+        """Lock and bind a decided gang: the members this decision placed (`decided`) and those an earlier one did,
+        whose bind got no answer (`retried`)."""
         s = self.s
+        placements = decided + retried
         claims = [p for p in placements if p.placed is not None]
         locked = await asyncio.gather(*(s.claim_path.acquire(p.hold) for p in claims))
-        refused = gangs.leases_answered(placements, locked)
+        refused = gangs.leases_answered(decided, retried, locked)
         if refused is not None:
             for p in refused.abandoned:
                 self._abandon(p)

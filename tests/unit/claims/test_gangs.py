@@ -1,14 +1,16 @@
 """Gangs (claims.gangs): reading the members' annotations, the candidate domains, the all-or-nothing transaction and
 what the commit's answers make of the members, and a hypothesis state machine that drives the scheduler's own
 decision and commit rules (`attempt`, `transact`, `leases_answered`, `binds_answered`, as scheduler.gangs calls
-them) through decisions, refused Leases, binds that fail, get no answer or take effect unanswered, members replaced
-meanwhile, scheduler kills between any two API calls and deleted gangs, against a model of the API, with the real
-ledger and allocator. After every step: an Exclusive GPU never has two holders, a bound member holds its Leases, and
-the placed members of a Required gang share one zone; after a refused Lease, the gang holds nothing; once things
-settle, no gang is left partly placed unless a kill or a replaced member cut its binds, no waiting gang holds a
-Lease, and no gang waits that would fit (no deadlock, judged by an oracle independent of claims.gangs). Shown
-failing with the transaction's rollback removed, with Required trying only its tightest zone, and with Required
-taken as no topology ("g2 is Required in one zone, but its members are on ['n1', 'n2', 'n3'] (zone a, b)")."""
+them) through decisions, refused Leases, binds that fail, get no answer or take effect unanswered (the watch showing
+them later), members replaced meanwhile, scheduler kills between any two API calls and deleted gangs, against a
+model of the API, with the real ledger and allocator. After every step: an Exclusive GPU never has two holders, a
+bound member holds its Leases, and the placed members of a Required gang share one zone; after a refused Lease, the
+gang holds nothing but what its unanswered binds may have bound; once things settle, no gang is left partly placed
+unless a kill or a replaced member cut its binds, no waiting gang holds a Lease, and no gang waits that would fit
+(no deadlock, judged by an oracle independent of claims.gangs). Shown failing with the transaction's rollback
+removed, with Required trying only its tightest zone, with Required taken as no topology ("g1 is Required in one
+zone, but its members are on ['n1', 'n2', 'n3'] (zone a, b)"), and with a refused Lease abandoning a member whose
+unanswered bind had bound it ("g1-0 is bound on n1 without the Leases of GPUs [('n1', 0)]")."""
 
 from __future__ import annotations
 
@@ -160,11 +162,13 @@ def test_an_attempt_without_topology_reads_no_labels():
     assert plan.place == ["m0", "m1"] and plan.candidates == [gangs.ANYWHERE]
 
 
-def test_one_refused_lease_abandons_every_member_and_none_is_bound():
-    assert gangs.leases_answered(["m0", "m1", "map"], [True, True]) is None
-    assert gangs.leases_answered(["map"], []) is None  # map members only: no Lease to create
-    refused = gangs.leases_answered(["m0", "m1", "map"], [True, False])
+def test_one_refused_lease_abandons_every_member_but_the_unanswered_and_none_is_bound():
+    assert gangs.leases_answered(["m0", "m1", "map"], ["r0"], [True, True, True]) is None
+    assert gangs.leases_answered(["map"], [], []) is None  # map members only: no Lease to create
+    refused = gangs.leases_answered(["m0", "m1", "map"], [], [True, False])
     assert refused == gangs.Settled([], ["m0", "m1", "map"], []) and not refused.whole
+    # r0's earlier bind got no answer: it may be bound, so it keeps its Leases, even when its own one is refused
+    assert gangs.leases_answered(["m0"], ["r0"], [True, False]) == gangs.Settled([], ["m0"], ["r0"])
 
 
 def test_each_bind_answer_settles_its_member_and_an_unanswered_one_stays_assumed():
@@ -199,6 +203,15 @@ NODES = {f"n{i}": allocator.Node(f"n{i}", tuple(allocator.Device(g) for g in ran
 ZONES = {"n1": {"zone": "a"}, "n2": {"zone": "a"}, "n3": {"zone": "b"}, "n4": {"zone": "b"}}
 
 
+BINDS = st.sampled_from(["bound", "bound", "lost", "unanswered", "replaced"])
+"""How a bind goes: the simplest first, so that shrinking drops the faults it can."""
+
+
+def _fault(data: st.DataObject, label: str, one_in: int) -> bool:
+    """A fault, about one time in `one_in`; no fault is the simplest draw, so shrinking drops the faults it can."""
+    return data.draw(st.integers(1, one_in), label=label) == one_in
+
+
 @dataclasses.dataclass
 class Gang:
     name: str
@@ -221,24 +234,31 @@ class GangMachine(RuleBasedStateMachine):
         self.ledger = Ledger()
         self.bound: dict[str, Hold] = {}
         self.leases: dict[tuple[str, int], str] = {}
+        self.unseen: set[str] = set()  # bound in the API, and the watch has not shown it to the scheduler yet
+        self.unanswered: set[str] = set()  # assumed, and their last bind got no answer
         self.gangs: dict[str, Gang] = {}
         self.serial = 0
 
     # ---- the scheduler: claims.gangs decides, the claim path's ledger updates --------------------------------------
     def _pending(self, gang: Gang) -> list[str]:
+        """The members the API has not bound."""
         return [u for u in gang.members if u not in self.bound]
+
+    def _waiting(self, gang: Gang) -> list[str]:
+        """The members the scheduler sees unbound (GangPath._is_bound: the pod's nodeName, or a confirmed hold)."""
+        return [u for u in gang.members if u not in self.bound or u in self.unseen]
 
     def _free(self) -> dict[str, int]:
         return {n: 4 - sum(len(h.gpu_ids) for h in self.ledger.holdings(n)) for n in NODES}
 
     def _attempt(self, gang: Gang, data: st.DataObject, faults: bool) -> None:
         """One decision for `gang`, as GangPath._decide and _commit make it."""
-        pending = self._pending(gang)
+        waiting = self._waiting(gang)
         plan = gangs.attempt(
             gang.spec,
-            {u: u for u in pending},
-            {u: h for u in pending if (h := self.ledger.hold(u)) is not None},
-            [self.bound[u].node for u in gang.members if u in self.bound],
+            {u: u for u in waiting},
+            {u: h for u in waiting if (h := self.ledger.hold(u)) is not None},
+            [self.bound[u].node for u in gang.members if u in self.bound and u not in self.unseen],
             lambda: ZONES,
             self._free,
         )
@@ -260,46 +280,54 @@ class GangMachine(RuleBasedStateMachine):
         if isinstance(outcome, list):
             assert {h.uid: h for h in self.ledger.holds()} == before, "a refused gang left something assumed"
             return
-        self._commit(gang, outcome.placements + list(plan.retry.values()), data, faults)
+        self._commit(gang, outcome.placements, list(plan.retry.values()), data, faults)
 
-    def _commit(self, gang: Gang, holds: list[Hold], data: st.DataObject, faults: bool) -> None:
-        # The Leases of every member (a refusal: a transient error, or a Lease another pod holds).
+    def _commit(self, gang: Gang, placed: list[Hold], retried: list[Hold], data: st.DataObject, faults: bool) -> None:
+        holds = placed + retried
+        # The Leases of every member, concurrently; one may fail (a transient error) after some were created.
+        failing: Hold | None = None
+        if faults and _fault(data, "a Lease refused", 3):
+            failing = data.draw(st.sampled_from(holds), label="refused to")
         locked: list[bool] = []
         for h in holds:
             keys = list(h.gpus)
-            refused = faults and data.draw(st.integers(0, 5), label=f"a Lease of {h.uid} refused") == 0
-            if refused:
+            if h is failing:
                 keys = keys[: data.draw(st.integers(0, len(keys) - 1), label="Leases created before")]
             created = [self._create_lease(key, h.uid) for key in keys]  # each one tried, as ClaimPath.acquire does
-            locked.append(all(created) and not refused)
-        refused_all = gangs.leases_answered(holds, locked)
-        if refused_all is not None:
-            for h in refused_all.abandoned:
+            locked.append(all(created) and h is not failing)
+        refused = gangs.leases_answered(placed, retried, locked)
+        if refused is not None:
+            for h in refused.abandoned:
                 self._failed(h.uid)
-            held = [u for u in self._pending(gang) if self.ledger.hold(u) is not None or u in self.leases.values()]
+            retrying = {h.uid for h in retried}
+            held = [
+                u
+                for u in self._waiting(gang)
+                if u not in retrying and (self.ledger.hold(u) is not None or u in self.leases.values())
+            ]
             assert not held, f"{gang.name}: a Lease was refused, yet {held} still hold GPUs"
             return
-        if faults and data.draw(st.integers(0, 3), label="killed before the binds") == 0:
+        if faults and _fault(data, "killed before the binds", 6):
             self._kill()
             return
         # The binds, concurrently; the scheduler may die with some of them made.
         made = len(holds)
-        if faults and len(holds) > 1 and data.draw(st.integers(0, 3), label="killed during the binds") == 0:
+        if faults and len(holds) > 1 and _fault(data, "killed during the binds", 6):
             made = data.draw(st.integers(1, len(holds) - 1), label="binds made before the kill")
         outcomes: list[bool | None] = []
         for h in holds[:made]:
-            what = data.draw(st.integers(0, 7), label=f"bind {h.uid}") if faults else 7
-            if what == 0:  # no answer, and it did not take effect
+            what = data.draw(BINDS, label=f"bind {h.uid}") if faults else "bound"
+            if what == "lost":  # no answer, and it did not take effect
                 outcomes.append(None)
-            elif what == 1:  # no answer, but it did
+            elif what == "unanswered":  # no answer, but it did: the scheduler learns it from the watch, later
                 self._bind(h)
+                self.unseen.add(h.uid)
                 outcomes.append(None)
-            elif what == 2:  # the pod was deleted, its Job made another: the bind answers 404
+            elif what == "replaced":  # the pod was deleted, its Job made another: the bind answers 404
                 self._replace(gang, h.uid)
                 outcomes.append(False)
             else:
-                self._bind(h)
-                outcomes.append(True)
+                outcomes.append(self._bind(h))
         if made < len(holds):
             gang.cut = True
             self._kill()
@@ -309,9 +337,8 @@ class GangMachine(RuleBasedStateMachine):
             self.ledger.confirm(h.uid)
         for h in settled.abandoned:
             self._failed(h.uid)
-        for h in holds:  # the watch shows the pods bound
-            if h.uid in self.bound:
-                self.ledger.pod_bound(self.bound[h.uid])
+        self.unanswered -= {h.uid for h in holds}
+        self.unanswered |= {h.uid for h in settled.unanswered}
 
     def _failed(self, uid: str) -> None:
         """ClaimPath.failed, as the ledger and the API see it: the pod holds nothing, its Leases are deleted."""
@@ -331,12 +358,25 @@ class GangMachine(RuleBasedStateMachine):
             del self.leases[key]
             self.ledger.lease_deleted(key)
 
-    def _bind(self, hold: Hold) -> None:
+    def _bind(self, hold: Hold) -> bool:
+        """Bind the pod of `hold`; whether it is bound to that node now (Scheduler.bind: a pod bound already is
+        read back, and it counts when it is on that node)."""
+        if hold.uid in self.bound:
+            return self.bound[hold.uid].node == hold.node
         self.bound[hold.uid] = dataclasses.replace(hold, bound=True)
+        return True
+
+    def _watch(self) -> None:
+        """The watch shows the scheduler the pods bound meanwhile."""
+        for uid in sorted(self.unseen):
+            self.ledger.pod_bound(self.bound[uid])
+        self.unseen.clear()
 
     def _replace(self, gang: Gang, uid: str) -> None:
         """Pod `uid` is deleted (the watch says so) and its Job's controller makes another in its place."""
         self.ledger.pod_gone(uid)
+        self.bound.pop(uid, None)  # an earlier bind may have taken effect
+        self.unseen.discard(uid)
         self.serial += 1
         gang.members[gang.members.index(uid)] = f"{uid.partition('.')[0]}.{self.serial}"
         gang.cut = True
@@ -345,6 +385,10 @@ class GangMachine(RuleBasedStateMachine):
         """The scheduler dies: a new one rebuilds the ledger from the API, and the Lease reconciler releases the
         Leases of pods that are not bound (nobody is placing them now)."""
         self.ledger = Ledger()
+        self.unseen.clear()  # the new one lists the pods
+        self.unanswered.clear()
+        for gang in self.gangs.values():
+            gang.cut |= 0 < self._bound_count(gang) < len(gang.members)
         for hold in self.bound.values():
             self.ledger.pod_bound(hold)
         for uid in {u for u in self.leases.values() if u not in self.bound}:
@@ -372,10 +416,10 @@ class GangMachine(RuleBasedStateMachine):
         spec = gangs.Spec(name, members, "zone" if topology else "", topology or "Required")  # type: ignore[arg-type]
         self.gangs[name] = Gang(name, spec, count, [f"{name}-{i}" for i in range(members)])
 
-    @precondition(lambda self: any(self._pending(g) for g in self.gangs.values()))
+    @precondition(lambda self: any(self._waiting(g) for g in self.gangs.values()))
     @rule(data=st.data())
     def attempt(self, data: st.DataObject) -> None:
-        waiting = [g for g in self._order() if self._pending(g)]
+        waiting = [g for g in self._order() if self._waiting(g)]
         gang = data.draw(st.sampled_from(waiting), label="gang")
         self._attempt(gang, data, faults=True)
 
@@ -385,16 +429,30 @@ class GangMachine(RuleBasedStateMachine):
         gang = self.gangs.pop(data.draw(st.sampled_from(sorted(self.gangs)), label="deleted"))
         for uid in gang.members:
             self.bound.pop(uid, None)
+            self.unseen.discard(uid)
+            self.unanswered.discard(uid)
             self.ledger.pod_gone(uid)
             self._release(uid)
 
+    @precondition(lambda self: any(not h.bound for h in self.ledger.holds()))
     @rule()
     def kill(self) -> None:
+        """The scheduler dies with something assumed."""
         self._kill()
+
+    @precondition(lambda self: bool(self.unseen))
+    @rule(data=st.data())
+    def watch(self, data: st.DataObject) -> None:
+        """The watch shows the scheduler one pod bound meanwhile."""
+        uid = data.draw(st.sampled_from(sorted(self.unseen)), label="shown bound")
+        self.ledger.pod_bound(self.bound[uid])
+        self.unseen.discard(uid)
 
     @rule(data=st.data())
     def settle(self, data: st.DataObject) -> None:
-        """No more faults: the scheduler tries every waiting gang, in the queue's order, until nothing changes."""
+        """No more faults: the watch catches up and the scheduler tries every waiting gang, in the queue's order,
+        until nothing changes."""
+        self._watch()
         for _ in range(3 * len(self.gangs) + 1):
             before = dict(self.bound)
             for gang in self._order():
@@ -407,7 +465,8 @@ class GangMachine(RuleBasedStateMachine):
             if 0 < bound < len(gang.members):
                 assert gang.cut, f"{gang.name} is partly placed ({bound} of {len(gang.members)}) with no kill"
             if bound < len(gang.members):
-                held = [u for u in self._pending(gang) if u in self.leases.values()]
+                # A member whose bind got no answer stays assumed, Leases and all, until a bind says where it is.
+                held = [u for u in self._pending(gang) if u in self.leases.values() and u not in self.unanswered]
                 assert not held, f"{gang.name} waits holding Leases {held}"
                 assert not self._fits_now(gang), f"{gang.name} waits though it fits now (a deadlock)"
             else:
