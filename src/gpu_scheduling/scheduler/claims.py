@@ -198,7 +198,7 @@ class ClaimPath:
         claim = self.claims.cache.get(f"{meta['namespace']}/{claim_name}")
         if claim is None:
             self.queue.release(f"{meta['namespace']}/{meta['name']}")
-            return await self._unseen(meta["namespace"], meta["name"], claim_name)
+            return await self.unseen(meta["namespace"], meta["name"], claim_name)
         if self.ledger.releasing(uid):
             return decision.Unschedulable(
                 f"GpuClaim {claim_name}: the GPUs of an earlier attempt are still being "
@@ -226,12 +226,12 @@ class ClaimPath:
             )
         return Placed(claim, hold, message, request.strategy)
 
-    async def _unseen(self, namespace: str, pod_name: str, claim_name: str) -> decision.Unschedulable | None:
+    async def unseen(self, namespace: str, pod_name: str, claim_name: str) -> decision.Unschedulable | None:
         """The pod's claim is not in the cache: absent, or only not seen yet. The two watches (pods, claims) lag each
         other: a pod created right after its claim often comes first, and saying "not found" then would be false
         and written twice (the claim's arrival gives the pod its real reason). So the API is asked, on this miss
-        only: a claim it has is waited for (its ADDED event tries the pod again: `names_claim` came first); a failed
-        read is retried; only an absent claim is reported."""
+        only: a claim it has is waited for (None: its ADDED event tries the pod again, `names_claim` came first); a
+        failed read is retried (None); only an absent claim is reported (why the pod waits)."""
         try:
             await self.client.get(paths.gpu_claim(namespace, claim_name))
         except NotFound:

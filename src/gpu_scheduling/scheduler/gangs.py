@@ -218,6 +218,8 @@ class GangPath:
             return None  # decided already (a member's earlier decision placed every one of them)
         for k, p in waiting.items():  # woken as claim pods are (freed GPUs, new room); a claim's pods by their claim
             s.queue.names_claim(k, self._claim_key(p) or f"{gang} (gang)")
+        if not await self._claims_seen(waiting):
+            return "unschedulable"  # nothing said: a claim's arrival tries its member, and so the gang, again
         try:
             spec = self._read_spec(gang, pods)
         except gangs.GangError as exc:
@@ -301,6 +303,19 @@ class GangPath:
             return str(node)
         hold = self.s.ledger.hold(pod["metadata"]["uid"])
         return hold.node if hold is not None else ""
+
+    async def _claims_seen(self, waiting: Mapping[str, dict[str, Any]]) -> bool:
+        """Whether every claim the waiting members name is in the cache or absent from the API too. A claim the
+        watch has not brought yet (created just before its pod) would refuse the whole gang with a false "not
+        found", written on every member and written again when it arrives (ClaimPath.unseen)."""
+        for key, pod in waiting.items():
+            claim = self._claim_key(pod)
+            if claim is None or claim in self.s.claim_path.claims.cache:
+                continue
+            namespace, _, name = claim.partition("/")
+            if await self.s.claim_path.unseen(namespace, key.partition("/")[2], name) is None:
+                return False
+        return True
 
     def _claim_key(self, pod: Mapping[str, Any]) -> str | None:
         """ "<namespace>/<claim>" of a claim member, None for a map member (or a claim name that cannot be read)."""

@@ -1,9 +1,9 @@
-"""A claim pod whose GpuClaim the claim watch has not brought yet (scheduler.claims `ClaimPath._unseen`): the pod
-and claim watches lag each other, and under load a pod created right after its claim is often seen first. The
-scheduler then asks the API once: a claim that exists is waited for, with nothing written, and the pod is reported
-once, with its real reason, when the claim arrives; an absent claim is reported; a failed read is retried. This
-was the backlog scenario's double write under load (features/backlog: `{'wait-0063': 2}`: "not found", then the
-real reason).
+"""A claim pod whose GpuClaim the claim watch has not brought yet (scheduler.claims `ClaimPath.unseen`; a gang's
+members through scheduler.gangs): the pod and claim watches lag each other, and under load a pod created right after
+its claim is often seen first. The scheduler then asks the API once: a claim that exists is waited for, with nothing
+written, and the pod (or its gang) is reported once, with its real reason, when the claim arrives; an absent claim is
+reported; a failed read is retried. This was the backlog scenario's double write under load (features/backlog:
+`{'wait-0063': 2}`: "not found", then the real reason).
 
 The real Scheduler and informers, fed watch events; a recording client answers the API's calls (its calls are the
 assertions)."""
@@ -121,5 +121,36 @@ def test_an_absent_claim_is_reported_and_a_failed_read_is_retried_without_a_repo
         assert _pod_status("unsure") not in client.writes(), "a failed read is no reason to report"
         again = await asyncio.wait_for(s.queue.work.get(), 2)
         assert again == f"{NAMESPACE}/unsure", "a failed read is tried again"
+
+    asyncio.run(scenario())
+
+
+def test_a_gang_whose_member_names_an_unseen_claim_is_not_refused_for_it() -> None:
+    async def scenario() -> None:
+        seen, late = _claim("c0"), _claim("c1")
+        client = Recording({paths.gpu_claim(NAMESPACE, "c1"): late})
+        s = _scheduler(client)
+        s.claim_path.claims._apply({"type": "ADDED", "object": seen})
+        for i in range(2):
+            pod = _pod(f"m{i}", f"c{i}")
+            pod["metadata"]["annotations"] |= {
+                constants.GANG_ANNOTATION: "g",
+                constants.GANG_MIN_MEMBERS_ANNOTATION: "2",
+            }
+            s.pods._apply({"type": "ADDED", "object": pod})
+        while len(s.queue.work):
+            key = await asyncio.wait_for(s.queue.work.get(), 1)
+            await s._schedule(key)
+            s.queue.work.done(key)
+        assert client.writes() == [], f"nothing is said while a member's claim is on its way: {client.writes()}"
+
+        s.claim_path.claims._apply({"type": "ADDED", "object": late})
+        key = await asyncio.wait_for(s.queue.work.get(), 1)
+        await s._schedule(key)
+        s.queue.work.done(key)
+        for i in range(2):
+            assert client.writes().count(_pod_status(f"m{i}")) == 1, client.writes()
+            message = s.queue._reported[f"{NAMESPACE}/m{i}"]
+            assert "not found" not in message, message
 
     asyncio.run(scenario())
