@@ -11,6 +11,7 @@ that a hostile-input strategy trips on purpose (slow, large or much-filtered exa
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Generator
 
@@ -39,3 +40,20 @@ def pytest_runtest_makereport(
     report = yield
     as_failure(report)
     return report
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Generator[None]:
+    """A program's `main` configures logging (gpu_scheduling.logs.configure replaces the root logger's handlers);
+    what it installs must not outlive its test: a left-over text handler escaped the traceback cached on every later
+    record before the next tests' own handlers saw it (test_watch failed only after test_inventory had run)."""
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    yield
+    for handler in list(root.handlers):
+        if handler not in saved[0]:
+            root.removeHandler(handler)
+    for handler in saved[0]:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(saved[1])
