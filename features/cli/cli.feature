@@ -57,7 +57,7 @@ Feature: kubectl gpu: the GPU scheduler's nodes, claims, policy and health from 
     And "kubectl gpu status" prints lines matching
       """
       SCHEDULER
-        leader        * (renewed *s ago, lease 8s)
+        leader        * (renewed *s ago, lease 15s)
         policy        none (GpuSchedulingPolicy default not found): the scheduler's flags
         strategy      (scheduler default)
         queue order   (scheduler default)
@@ -326,7 +326,7 @@ Feature: kubectl gpu: the GPU scheduler's nodes, claims, policy and health from 
     Then the GpuClaim "train" is Bound with GPUs "0,1" on node2
     And "kubectl gpu health" prints lines matching
       """
-      OK   scheduler-leader   Lease gpu-scheduling/gpu-scheduler held by * (renewed *s ago, lease 8s)
+      OK   scheduler-leader   Lease gpu-scheduling/gpu-scheduler held by * (renewed *s ago, lease 15s)
       OK   webhook            a dry-run map pod in namespace {ns} got CUDA_VISIBLE_DEVICES=0
       OK   inventories        * nodes, * GPUs, all healthy, every node exists
       OK   chart-workloads    not deployed by the chart here (no Deployment or DaemonSet app.kubernetes.io/part-of=gpu-scheduling)
