@@ -57,6 +57,8 @@ from harness.wait import wait_for
 scenarios("cli.feature")
 
 KUBECTL_GPU = SCRIPTS / "kubectl-gpu"
+#: A folder whose sitecustomize makes a background watch write its stacks on SIGUSR1 (the interrupt step's help).
+STACKS = pathlib.Path(__file__).parent / "stacks"
 #: How long a step that reads the shared cluster keeps trying.
 EVENTUALLY = 30.0
 
@@ -564,7 +566,7 @@ def watch_in_background(cli: Cli, command: str) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=cli.env(),
+        env={**cli.env(), "PYTHONPATH": str(STACKS)},
     )
     cli.background = proc
 
@@ -595,7 +597,14 @@ def interrupt_watch(cli: Cli) -> None:
     proc = cli.background
     assert proc is not None and proc.poll() is None, "the watch ended by itself"
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # features/cli/stacks: every thread's and task's stack to stderr
+        time.sleep(3)
+        proc.kill()
+        out, err = proc.communicate(timeout=10)
+        raise AssertionError(f"the watch did not exit within 30 s of SIGINT; its stderr, stacks last:\n{err}") from None
     cli.last = Result(["kubectl-gpu", "watch"], proc.returncode, "\n".join(cli.watch_lines) + (out or ""), err)
 
 
