@@ -229,10 +229,12 @@ class ControlPlane:
                 f"--authentication-kubeconfig={self.kubeconfig}",
                 f"--authorization-kubeconfig={self.kubeconfig}",
                 # nodelifecycle lifts the not-ready taint that admission puts on every new node, as in a real cluster;
-                # job creates the pods of the Indexed Jobs the workload scenarios place (features/placement).
+                # job creates the pods of the Indexed Jobs the workload scenarios place (features/placement);
+                # persistentvolume-binder binds a claim to the volume a scheduler reserved or had provisioned, and
+                # ephemeral-volume makes a pod's ephemeral claims (features/volumes).
                 (
                     "--controllers=serviceaccount,serviceaccount-token,statefulset,job,namespace,garbagecollector,"
-                    "nodelifecycle"
+                    "nodelifecycle,persistentvolume-binder,ephemeral-volume"
                 ),
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={self.ca.cert_path}",

@@ -10,7 +10,7 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
   Scenario Outline: <account> <answer> <verb> <resource> in <namespace>
     Then "kubectl auth can-i <verb> <resource>" as the service account "<account>" in <namespace> answers <answer>
 
-    Examples: the scheduler binds, reports and keeps its Leases in its own namespace; it never rewrites a pod
+    Examples: the scheduler binds, reports, binds volumes and keeps its Leases in its own namespace; it never rewrites a pod
       | account                   | verb   | resource               | namespace      | answer |
       | kube-system:gpu-scheduler | watch  | pods                   | all namespaces | yes    |
       | kube-system:gpu-scheduler | get    | pods                   | all namespaces | yes    |
@@ -45,6 +45,19 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
       | kube-system:gpu-scheduler | patch  | gpunodestatuses/status | the cluster    | no     |
       | kube-system:gpu-scheduler | patch  | gpuschedulingpolicies  | the cluster    | no     |
       | kube-system:gpu-scheduler | create | gpuschedulingpolicies  | the cluster    | no     |
+      | kube-system:gpu-scheduler | watch  | persistentvolumeclaims | all namespaces | yes    |
+      | kube-system:gpu-scheduler | patch  | persistentvolumeclaims | all namespaces | yes    |
+      | kube-system:gpu-scheduler | update | persistentvolumeclaims | all namespaces | no     |
+      | kube-system:gpu-scheduler | create | persistentvolumeclaims | default        | no     |
+      | kube-system:gpu-scheduler | delete | persistentvolumeclaims | all namespaces | no     |
+      | kube-system:gpu-scheduler | watch  | persistentvolumes      | the cluster    | yes    |
+      | kube-system:gpu-scheduler | patch  | persistentvolumes      | the cluster    | yes    |
+      | kube-system:gpu-scheduler | create | persistentvolumes      | the cluster    | no     |
+      | kube-system:gpu-scheduler | delete | persistentvolumes      | the cluster    | no     |
+      | kube-system:gpu-scheduler | watch  | storageclasses         | the cluster    | yes    |
+      | kube-system:gpu-scheduler | patch  | storageclasses         | the cluster    | no     |
+      | kube-system:gpu-scheduler | watch  | csinodes               | the cluster    | yes    |
+      | kube-system:gpu-scheduler | patch  | csinodes               | the cluster    | no     |
       | kube-system:gpu-scheduler | get    | secrets                | kube-system    | no     |
       | kube-system:gpu-scheduler | list   | configmaps             | all namespaces | no     |
 

@@ -172,6 +172,7 @@ PERSISTENT_VOLUME_CLAIM: Final = Resource(
 POD_DISRUPTION_BUDGET: Final = Resource("PodDisruptionBudget", "poddisruptionbudgets", "policy/v1", True)
 PRIORITY_CLASS: Final = Resource("PriorityClass", "priorityclasses", "scheduling.k8s.io/v1", False)
 STORAGE_CLASS: Final = Resource("StorageClass", "storageclasses", "storage.k8s.io/v1", False)
+CSI_NODE: Final = Resource("CSINode", "csinodes", "storage.k8s.io/v1", False)
 CRD: Final = Resource("CustomResourceDefinition", "customresourcedefinitions", "apiextensions.k8s.io/v1", False)
 MUTATING_WEBHOOK_CONFIGURATION: Final = Resource(
     "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "admissionregistration.k8s.io/v1", False

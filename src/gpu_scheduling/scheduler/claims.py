@@ -38,9 +38,10 @@ from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
 from gpu_scheduling.kube.informer import Informer
-from gpu_scheduling.scheduler import decision, fit
+from gpu_scheduling.scheduler import decision, fit, framework, plugins
 from gpu_scheduling.scheduler.events import TRANSIENT
 from gpu_scheduling.scheduler.leases import LeaseReconciler
+from gpu_scheduling.scheduler.plugins.taint_toleration import TaintToleration
 from gpu_scheduling.scheduler.policy import RuntimePolicy
 from gpu_scheduling.scheduler.queue import SchedulingQueue
 
@@ -77,11 +78,14 @@ class ClaimPath:
         queue: SchedulingQueue,
         policy: RuntimePolicy,
         leases: LeaseReconciler,
+        snapshot: framework.Snapshot | None = None,
     ):
         self.client = client
         self.ledger = ledger
         self.usage = usage
-        """What the pods on each node take (kept by the controller): a claim pod goes only where it fits."""
+        self.snapshot = snapshot or framework.Snapshot(usage)
+        """What the filters read (kept by the controller: what the pods on each node take, the volume objects): a
+        claim pod goes only where it fits."""
         self.queue = queue  # claim pods retried on a claim or inventory change; the nodes waiters keep
         self.policy = policy  # the strategy of a claim that names none
         self.leases = leases  # the Leases of an attempt that ended without a binding are released there
@@ -334,16 +338,16 @@ class ClaimPath:
 
     def _inventory_for(self, pod: dict[str, Any], nodes: Mapping[str, dict[str, Any]]) -> list[allocator.Node] | str:
         """The nodes with a GPU inventory that `pod` fits now, or why there are none."""
-        wanted = decision.pod_fit(pod)
-        if isinstance(wanted, str):
-            return wanted
-        tolerations = (pod.get("spec") or {}).get("tolerations") or []
+        attempt = decision.cycle(pod, self.snapshot)
+        if isinstance(attempt, str):
+            return attempt
+        tolerations = attempt.state(TaintToleration.name) or []
         inventory = self._usable_inventory(nodes, tolerations)
         if not inventory:
             return self._no_inventory(nodes, tolerations)
-        inventory, refused = self._fitting(wanted, inventory, nodes)
+        inventory, refused = self._fitting(attempt, inventory, nodes)
         if not inventory:
-            reasons = fit.explain(wanted, refused, nodes, self.usage)
+            reasons = attempt.explain(refused, nodes)
             return f"the pod fits none of the {len(refused)} nodes with a GPU inventory: {reasons}"
         return inventory
 
@@ -447,18 +451,23 @@ class ClaimPath:
         await self.set_claim_status(claim, {"allocations": self.allocations(f"{meta['namespace']}/{meta['name']}")})
 
     def _fitting(
-        self, wanted: fit.Want, inventory: list[allocator.Node], nodes: Mapping[str, dict[str, Any]]
+        self, attempt: framework.Cycle, inventory: list[allocator.Node], nodes: Mapping[str, dict[str, Any]]
     ) -> tuple[list[allocator.Node], list[str]]:
-        """The nodes of `inventory` the pod fits now (scheduler.fit), and the names of the others (their reasons are
-        written only for the message, fit.explain). A pod that asks nothing of a node but a place fits every node
-        whose pod count is not reached: while none is (the common case), that costs one dictionary lookup per node
-        (is its capacity known?) instead of judging it."""
-        if wanted.bare and not self.usage.full and all(self.usage.known(c.name) for c in inventory):
+        """The nodes of `inventory` (each already taking the pod by its own state: `_usable_inventory`) that the
+        pod fits now by the other rules, and the names of the others (their reasons are written only for the
+        message, Cycle.explain). A pod that asks nothing of a node but a place fits every node whose pod count is
+        not reached: while none is (the common case), that costs one dictionary lookup per node (is its capacity
+        known?) instead of judging it."""
+        if (
+            plugins.asks_only_a_place(attempt)
+            and not self.usage.full
+            and all(self.usage.known(c.name) for c in inventory)
+        ):
             return inventory, []
         fitting: list[allocator.Node] = []
         refused: list[str] = []
         for candidate in inventory:
-            if fit.fits(wanted, nodes[candidate.name], self.usage):
+            if attempt.fits(nodes[candidate.name], skip=plugins.NODE_STATE_NAMES):
                 fitting.append(candidate)
             else:
                 refused.append(candidate.name)

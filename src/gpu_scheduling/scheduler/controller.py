@@ -37,7 +37,7 @@ from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound, TransportError
 from gpu_scheduling.kube.informer import Informer
-from gpu_scheduling.scheduler import decision, fit
+from gpu_scheduling.scheduler import decision, fit, framework, volumes
 from gpu_scheduling.scheduler.claims import ClaimPath, Placed
 from gpu_scheduling.scheduler.events import Recorder, now
 from gpu_scheduling.scheduler.gangs import GangPath
@@ -45,6 +45,7 @@ from gpu_scheduling.scheduler.leases import LeaseReconciler
 from gpu_scheduling.scheduler.metrics import Metrics, SchedulerState
 from gpu_scheduling.scheduler.policy import RuntimePolicy
 from gpu_scheduling.scheduler.queue import SchedulingQueue
+from gpu_scheduling.scheduler.volumebinder import Outcome, VolumeBinder
 
 if TYPE_CHECKING:
     from gpu_scheduling.kube.client import Client
@@ -79,6 +80,10 @@ class SchedulerConfig:
     gang_timeout_seconds: float = 300.0
     """A gang with fewer members than its minimum for this long is reported (a GangIncomplete event)."""
 
+    volume_bind_timeout_seconds: float = 600.0
+    """How long a pod's WaitForFirstConsumer claims may take to be bound once its node is chosen (kube-scheduler's
+    bindTimeoutSeconds); then the attempt fails and what it assumed is released."""
+
     isolated_gpus: bool = False
     """gpu-device-plugin gives containers only their own GPUs (NVML): a map pod's CUDA_VISIBLE_DEVICES numbers them
     from 0 (gpu-webhook --isolated-gpus, set from the same chart value)."""
@@ -96,6 +101,14 @@ def _result(bound: bool | None) -> str:
 
 _RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
 """Field selector of the pods that take room on their node: kube-scheduler's own pod informer has the same."""
+
+
+def _lean(obj: dict[str, Any]) -> dict[str, Any]:
+    """A volume object without its managed fields (what the volume informers keep)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
 
 
 def _key(pod: dict[str, Any]) -> str:
@@ -142,6 +155,23 @@ class Scheduler:
             transform=fit.trimmed,
         )
         self.usage = fit.NodeUsage()
+        # The volume objects the volume plugins read (scheduler.volumes), and PreBind's writer of their bindings.
+        self.volume_claims = Informer(
+            client, paths.PERSISTENT_VOLUME_CLAIM.collection(), self._on_volume_claim, name="pvcs", transform=_lean
+        )
+        self.volume_objects = Informer(
+            client, paths.PERSISTENT_VOLUME.collection(), self._on_volume, name="pvs", transform=_lean
+        )
+        self.storage_classes = Informer(
+            client, paths.STORAGE_CLASS.collection(), self._on_storage_class, name="storageclasses", transform=_lean
+        )
+        self.csi_nodes = Informer(
+            client, paths.CSI_NODE.collection(), self._on_storage_class, name="csinodes", transform=_lean
+        )
+        self.volume_cache = volumes.VolumeCache(
+            self.volume_claims.cache, self.volume_objects.cache, self.storage_classes.cache, self.csi_nodes.cache
+        )
+        self.snapshot = framework.Snapshot(self.usage, self.volume_cache)
         self.uids: dict[str, str] = {}  # pod uid -> key, for every cached pod
         self.queue = SchedulingQueue(self.pods.cache, config.retry_seconds, config.max_retry_seconds)
         self.recorder = Recorder(client, config.name, socket.gethostname())
@@ -157,7 +187,10 @@ class Scheduler:
             scheduler_name=config.name,
             sweep_seconds=config.sweep_seconds,
         )
-        self.claim_path = ClaimPath(client, self.ledger, self.usage, self.queue, self.policy, self.leases)
+        self.binder = VolumeBinder(client, self.volume_cache, config.volume_bind_timeout_seconds)
+        self.claim_path = ClaimPath(
+            client, self.ledger, self.usage, self.queue, self.policy, self.leases, self.snapshot
+        )
         self.gangs = GangPath(self, config.gang_timeout_seconds)
         self.leading = False  # the leader's workers run (only then are events and statuses written)
         self._background: set[asyncio.Task[Any]] = set()
@@ -244,6 +277,17 @@ class Scheduler:
         if decision.is_schedulable_pod(pod, self.config.name):
             self.queue.add(key)
 
+    def _on_volume_claim(self, kind: str, pvc: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        self.queue.volume_claim_changed(_key(pvc))
+
+    def _on_volume(self, kind: str, pv: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        self.volume_cache.volume_changed(pv)
+        self.queue.volumes_changed()
+
+    def _on_storage_class(self, kind: str, _obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        """A StorageClass or a CSINode changed: a pod waiting on its claims may now find a volume, or room for one."""
+        self.queue.volumes_changed()
+
     def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "MODIFIED" and decision.same_node(old, node):
             return  # a heartbeat, say: nothing a decision reads changed, so no waiting pod is woken
@@ -268,6 +312,11 @@ class Scheduler:
         # the ledger takes the two in any order.
         await self.nodes.synced.wait()
         tasks += await self.claim_path.watch()
+        volume_informers = (self.volume_claims, self.volume_objects, self.storage_classes, self.csi_nodes)
+        for informer in volume_informers:
+            tasks.append(asyncio.create_task(informer.run(), name=f"{informer.name}-informer"))
+        for informer in volume_informers:
+            await informer.synced.wait()
         tasks.append(asyncio.create_task(self.others.run(), name="other-pods-informer"))
         tasks.append(asyncio.create_task(self.pods.run(), name="pods-informer"))
         await self.others.synced.wait()
@@ -390,7 +439,7 @@ class Scheduler:
         # assumed for it is not counted against it (the watch counts it again if that bind took effect).
         self.usage.unassume(pod["metadata"]["uid"])
         # cluster-scoped: key == node
-        verdict = decision.decide(pod, self.nodes.cache, self.config.isolated_gpus, self.usage, self.maps)
+        verdict = decision.decide(pod, self.nodes.cache, self.config.isolated_gpus, self.snapshot, self.maps)
         if isinstance(verdict, decision.Unschedulable):
             if verdict.node:
                 self.queue.wait_for_room(key, verdict.node)
@@ -464,6 +513,9 @@ class Scheduler:
         }
         if placed is not None:  # the apiserver copies them onto the pod in the same write
             body["metadata"]["annotations"] = placed.annotations
+        volumes_ready = await self._prebind(key, pod, node)
+        if volumes_ready is not True:
+            return volumes_ready
         started = time.monotonic()
         path = paths.pod(meta["namespace"], meta["name"])
         try:
@@ -488,6 +540,24 @@ class Scheduler:
         self.metrics.observe_bind(time.monotonic() - started)
         self._bound(key, pod, node)
         return True
+
+    async def _prebind(self, key: str, pod: dict[str, Any], node: str) -> bool | None:
+        """VolumeBinding's PreBind (scheduler.volumebinder): True when the pod's claims are bound, so the pod may
+        be; None while they are being bound (the pod keeps what it assumed and is tried again when its claims
+        change, or after its backoff); False when they cannot be (said on the pod; what it assumed is released)."""
+        node_object = self.nodes.cache.get(node)
+        if node_object is None:
+            return False
+        outcome = await self.binder.prebind(pod, node_object)
+        if outcome is Outcome.READY:
+            return True
+        self.queue.wait_for_claims(key, self.binder.claims_of(pod))
+        if outcome is Outcome.WAITING:
+            log.info("%s: %s", key, self.binder.message)
+            self.queue.retry(key)
+            return None
+        await self.report_unschedulable(key, pod, self.binder.message)
+        return False
 
     async def _bound_where(self, key: str, path: str, uid: str, node: str) -> bool | None:
         """A bind answered 409: read the pod to learn whether it is ours on `node`."""
@@ -525,6 +595,7 @@ class Scheduler:
     async def report_unschedulable(self, key: str, pod: dict[str, Any], message: str) -> None:
         """Say why the pod waits: its condition and a FailedScheduling event when the reason changed; a repeat of
         the same reason only counts in the event's series (written back with a backoff, events.SeriesTiming)."""
+        self.queue.wait_for_claims(key, self.binder.claims_of(pod))
         if not self.queue.unschedulable(key, message):
             self.recorder.repeated(pod, "Warning", constants.EVENT_FAILED_SCHEDULING, message)
             return

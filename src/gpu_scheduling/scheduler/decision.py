@@ -2,8 +2,8 @@
 
 The scheduler trusts the map (that is its contract) but never binds to a node a kubelet would refuse or that
 the cluster operator has fenced off: unknown, NotReady, cordoned or tainted NoSchedule/NoExecute without a
-matching toleration, or one the pod does not fit as kube-scheduler judges it (scheduler.fit: resources against the
-node's other pods, pod count, host ports, nodeSelector and required node affinity).
+matching toleration, or one the pod does not fit as kube-scheduler judges it (the rules of scheduler.plugins:
+resources against the node's other pods, pod count, host ports, nodeSelector and required node affinity).
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_scheduling import constants, gpumap, podrequest
-from gpu_scheduling.scheduler import fit
+from gpu_scheduling.scheduler import fit, framework, plugins
+from gpu_scheduling.scheduler.plugins import node_ready, node_unschedulable, taint_toleration
+from gpu_scheduling.scheduler.plugins.node_unschedulable import CORDON_TAINT
+from gpu_scheduling.scheduler.plugins.taint_toleration import toleration_matches
 from gpu_scheduling.text import json_type
 
 
@@ -60,41 +63,16 @@ def is_finished(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def toleration_matches(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """Kubernetes' rule: effect empty or equal; key empty with Exists matches all; Equal compares values."""
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    key = toleration.get("key") or ""
-    if not key:
-        return operator == "Exists"
-    if key != taint.get("key"):
-        return False
-    if operator == "Exists":
-        return True
-    return (toleration.get("value") or "") == (taint.get("value") or "")
-
-
 def node_problem(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) -> str | None:
-    """Why a pod with `tolerations` cannot run on `node` now, or None when it can."""
-    name = node["metadata"]["name"]
-    conditions = {c.get("type"): c for c in (node.get("status") or {}).get("conditions") or []}
-    ready = conditions.get("Ready")
-    if ready is None or ready.get("status") != "True":
-        why = f" ({ready.get('reason')})" if ready and ready.get("reason") else ""
-        return f"node {name} is not Ready{why}"
-    spec = node.get("spec") or {}
-    if spec.get("unschedulable") and not any(toleration_matches(t, CORDON_TAINT) for t in tolerations):
-        return f"node {name} is cordoned (spec.unschedulable=true)"
-    for taint in spec.get("taints") or []:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(toleration_matches(t, taint) for t in tolerations):
-            value = f"={taint['value']}" if taint.get("value") else ""
-            return (
-                f"node {name} has taint {taint.get('key')}{value}:{taint.get('effect')} that the pod does not tolerate"
-            )
-    return None
+    """Why a pod with `tolerations` cannot run on `node` now (not Ready, cordoned, or a taint it does not
+    tolerate: plugins.NODE_STATE), or None when it can."""
+    tolerates_cordon = any(toleration_matches(t, CORDON_TAINT) for t in tolerations)
+    refusal = (
+        node_ready.refusal(node)
+        or node_unschedulable.refusal(node, tolerates_cordon)
+        or taint_toleration.refusal(node, tolerations)
+    )
+    return refusal() if refusal is not None else None
 
 
 def node_view(node: dict[str, Any]) -> dict[str, Any]:
@@ -148,16 +126,17 @@ _UNREAD_CONTAINER_FIELDS = frozenset(
 """What no decision reads of a container (its name, env, resources, ports and restartPolicy are read)."""
 
 _UNREAD_POD_SPEC_FIELDS = frozenset(
-    {"volumes", "securityContext", "dnsPolicy", "dnsConfig", "enableServiceLinks", "imagePullSecrets", "hostAliases"}
+    {"securityContext", "dnsPolicy", "dnsConfig", "enableServiceLinks", "imagePullSecrets", "hostAliases"}
 )
-"""What no decision reads of a pod's spec."""
+"""What no decision reads of a pod's spec (of its volumes only the claims are kept: fit.claim_volumes)."""
 
 
 def pod_view(pod: dict[str, Any]) -> dict[str, Any]:
     """What the scheduler keeps of its own pods (its pods informer's transform): the pod without what no decision
-    reads (volumes, images, commands, probes, mounts, security contexts; managed fields; of the status only the phase
-    and the PodScheduled condition), so thousands of waiting pods and every bound one cost as little memory as
-    their decisions allow. Fields it does not know are kept: a reader added later is never silently starved.
+    reads (volumes other than claims, images, commands, probes, mounts, security contexts; managed fields; of the
+    status only the phase and the PodScheduled condition), so thousands of waiting pods and every bound one cost as
+    little memory as their decisions allow. Fields it does not know are kept: a reader added later is never silently
+    starved.
     tests/unit/scheduler/test_decision.py checks every reader answers the same on the view as on the whole pod."""
     out = dict(pod)
     meta = pod.get("metadata")
@@ -166,6 +145,8 @@ def pod_view(pod: dict[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec")
     if isinstance(spec, dict):
         view = {k: v for k, v in spec.items() if k not in _UNREAD_POD_SPEC_FIELDS}
+        if isinstance(spec.get("volumes"), list):
+            view["volumes"] = fit.claim_volumes(spec["volumes"])
         for field in ("initContainers", "containers"):
             listed = spec.get(field)
             if isinstance(listed, list):
@@ -201,18 +182,11 @@ def same_node(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     return unversioned(old) == unversioned(new)
 
 
-CORDON_TAINT: Mapping[str, str] = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-"""A pod that tolerates this taint may go to a cordoned node (kube-scheduler's NodeUnschedulable), as DaemonSet
-pods do."""
-
-
-def pod_fit(pod: Mapping[str, Any]) -> fit.Want | str:
-    """The pod's side of the fit rules, or why it cannot be judged: a required rule gpu-scheduler does not support,
-    or a field that cannot be read."""
-    try:
-        return fit.unsupported(pod) or fit.want(pod)
-    except fit.FitError as exc:
-        return str(exc)
+def cycle(pod: Mapping[str, Any], snap: framework.Snapshot) -> framework.Cycle | str:
+    """The pod's attempt over the profile's rules (its PreFilters run), or why it cannot be judged: a required rule
+    gpu-scheduler does not support, or a field that cannot be read."""
+    prepared = framework.prepare(pod, snap, plugins.PROFILE)
+    return prepared.message if isinstance(prepared, framework.PodRefusal) else prepared
 
 
 def is_claim_pod(pod: Mapping[str, Any]) -> bool:
@@ -224,27 +198,17 @@ def is_claim_pod(pod: Mapping[str, Any]) -> bool:
 
 
 def _tolerations(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    spec = pod.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
-    tolerations = spec.get("tolerations") or []
-    if not isinstance(tolerations, list):
-        raise podrequest.PodRequestError(f"spec.tolerations is {json_type(tolerations)}; expected an array")
-    for i, t in enumerate(tolerations):
-        if not isinstance(t, Mapping):
-            raise podrequest.PodRequestError(f"spec.tolerations[{i}] is {json_type(t)}; expected an object")
-        for field in ("key", "operator", "value", "effect"):
-            if t.get(field) is not None and not isinstance(t[field], str):
-                raise podrequest.PodRequestError(
-                    f"spec.tolerations[{i}].{field} is {json_type(t[field])}; expected a string"
-                )
-    return tolerations
+    try:
+        return taint_toleration.tolerations(pod)
+    except ValueError as exc:
+        raise podrequest.PodRequestError(str(exc)) from None
 
 
 def decide(
     pod: Mapping[str, Any],
     nodes: Mapping[str, Mapping[str, Any]],
     isolated: bool,
-    usage: fit.NodeUsage,
+    usage: fit.NodeUsage | framework.Snapshot,
     maps: gpumap.ParseCache | None = None,
 ) -> Decision:
     """Decide for one schedulable map pod given the current nodes (name -> node) and what their pods take (`usage`).
@@ -269,19 +233,20 @@ def decide(
         missing = podrequest.missing_cuda(pod, entry, isolated)
         if missing:
             return Unschedulable(missing)
-        tolerations = _tolerations(pod)
+        _tolerations(pod)
     except gpumap.PodMapError as exc:
         return Unschedulable(str(exc))
-    wanted = pod_fit(pod)
-    if isinstance(wanted, str):
-        return Unschedulable(f"{wanted} (map entry {entry.index})")
+    snap = usage if isinstance(usage, framework.Snapshot) else framework.Snapshot(usage)
+    attempt = cycle(pod, snap)
+    if isinstance(attempt, str):
+        return Unschedulable(f"{attempt} (map entry {entry.index})")
     node = nodes.get(entry.node)
     if node is None:
         return Unschedulable(
             f"node {entry.node} from map entry {entry.index}={entry.node}:{entry.cuda_visible_devices} does not exist",
             node=entry.node,
         )
-    problem = node_problem(node, tolerations) or fit.problem(wanted, node, usage)
+    problem = attempt.problem(node)
     if problem:
         return Unschedulable(f"{problem} (map entry {entry.index})", node=entry.node)
     return Bind(entry.node, entry)

@@ -1,25 +1,14 @@
-"""Whether a pod fits a node the way kube-scheduler's default filters judge it. Pure: plain pod and node dicts, and
-`NodeUsage`, the running totals of what the pods bound to each node request (kept by the controller from its watches;
-no client here).
+"""What the node rules of scheduler.plugins read, and the running totals they judge against. Pure: plain pod and
+node dicts, no client.
 
-The rules, each as kube-scheduler v1.34's filter plugin of the same name decides (the differential test in
-features/fit compares the two on a real cluster):
+- The pod's side: its requests by kube's formula (`pod_requests`: the sum of its containers and restartable init
+  containers, at least the largest init container's need, pod-level requests where set, plus the overhead), its
+  host ports (`host_ports`), its node selector terms (`check_term`, `term_matches`), Kubernetes quantities.
+- The nodes' side: `NodeUsage`, the running totals kube-scheduler's NodeInfo keeps (pods, requested resources,
+  host ports taken per node), kept by the controller from its watches, and each node's allocatable (`capacity`).
 
-- NodeResourcesFit: the pod's requests (kube's formula: the sum of its containers and restartable init containers,
-  at least the largest init container's need, pod-level requests where set, plus the overhead) fit in the node's
-  allocatable minus what its other pods request; one more pod fits the node's `pods`. A resource the pod does not
-  request is not checked, as there.
-- NodePorts: no host port (protocol, port; IP 0.0.0.0 conflicts with every IP) is taken on the node.
-- NodeAffinity: `spec.nodeSelector` and `requiredDuringSchedulingIgnoredDuringExecution`'s node selector terms
-  (In, NotIn, Exists, DoesNotExist, Gt, Lt; matchFields on metadata.name).
-- NodeUnschedulable and TaintToleration: decision.node_problem (which also refuses a NotReady node, where
-  kube-scheduler relies on the not-ready taint).
-
-Rules a pod can ask for that gpu-scheduler does not judge (`unsupported` names them, and such a pod waits with that
-reason instead of being placed against its wishes): required pod affinity and anti-affinity, topology spread
-constraints with `whenUnsatisfiable: DoNotSchedule`, and Dynamic Resource Allocation claims. Not checked at all:
-volumes (VolumeBinding, VolumeZone, node volume limits) and other pods' anti-affinity towards this one.
-"""
+The rules themselves (NodeResourcesFit, NodePorts, NodeAffinity, ...) are plugins, one file each
+(scheduler.plugins); the differential test in features/fit compares them with kube-scheduler's on a real cluster."""
 
 from __future__ import annotations
 
@@ -27,7 +16,7 @@ import dataclasses
 import math
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -66,7 +55,7 @@ class FitError(ValueError):
     """A field the rules read is not of the shape the API gives it (say which and what was expected)."""
 
 
-def _obj(value: Any, field: str) -> Mapping[str, Any]:
+def obj(value: Any, field: str) -> Mapping[str, Any]:
     """`value` as an object (absent: empty), or FitError naming `field`."""
     if value is None:
         return {}
@@ -75,8 +64,8 @@ def _obj(value: Any, field: str) -> Mapping[str, Any]:
     return value
 
 
-def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _obj(pod.get("spec"), "spec")
+def spec_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj(pod.get("spec"), "spec")
 
 
 def quantity(value: Any, field: str) -> Fraction:
@@ -111,7 +100,7 @@ def _counted(resource: str) -> bool:
 
 def _requests(resources: Any, field: str) -> dict[str, Fraction]:
     """Exact quantities: kube adds them up exactly and rounds the pod's total once."""
-    requests = _obj(_obj(resources, field).get("requests"), f"{field}.requests")
+    requests = obj(obj(resources, field).get("requests"), f"{field}.requests")
     return {str(r): quantity(q, f"{field}.requests.{r}") for r, q in requests.items() if _counted(str(r))}
 
 
@@ -138,7 +127,7 @@ def _sidecar(container: Mapping[str, Any]) -> bool:
 
 def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     """What the pod asks of its node, by kube's formula (component-helpers' PodRequests)."""
-    spec = _spec(pod)
+    spec = spec_of(pod)
     total: dict[str, Fraction] = {}
     for i, c in enumerate(_containers(spec, "containers")):
         _add(total, _requests(c.get("resources"), f"spec.containers[{i}].resources"))
@@ -171,7 +160,7 @@ Port = tuple[str, str, int]
 
 def host_ports(pod: Mapping[str, Any]) -> tuple[Port, ...]:
     """The host ports the pod takes: its containers' and its restartable init containers' (as GetHostPorts)."""
-    spec = _spec(pod)
+    spec = spec_of(pod)
     found: list[Port] = []
     sidecars = [c for c in _containers(spec, "initContainers") if _sidecar(c)]
     for c in [*sidecars, *_containers(spec, "containers")]:
@@ -189,7 +178,7 @@ def host_ports(pod: Mapping[str, Any]) -> tuple[Port, ...]:
     return tuple(found)
 
 
-def _ports_conflict(want: Iterable[Port], taken: Mapping[Port, int]) -> Port | None:
+def ports_conflict(want: Iterable[Port], taken: Mapping[Port, int]) -> Port | None:
     """The first wanted port already taken on the node (HostPortInfo.CheckConflict), or None."""
     if not taken:
         return None
@@ -202,6 +191,53 @@ def _ports_conflict(want: Iterable[Port], taken: Mapping[Port, int]) -> Port | N
     return None
 
 
+# ---- the pod's volume claims ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class PodClaim:
+    """One PersistentVolumeClaim a pod's volume names."""
+
+    name: str
+    ephemeral: bool
+    """Made for the pod by the ephemeral volume controller (`<pod>-<volume>`), from `spec.volumes[].ephemeral`."""
+
+
+def pod_claims(pod: Mapping[str, Any]) -> list[PodClaim]:
+    """The claims of the pod's volumes, in its order. Raises FitError naming a field of the wrong shape."""
+    spec = spec_of(pod)
+    listed = spec.get("volumes") or []
+    if not isinstance(listed, list):
+        raise FitError("spec.volumes is not an array")
+    pod_name = str(obj(pod.get("metadata"), "metadata").get("name") or "")
+    claims = []
+    for i, volume in enumerate(listed):
+        if not isinstance(volume, Mapping):
+            raise FitError(f"spec.volumes[{i}] is not an object")
+        source = volume.get("persistentVolumeClaim")
+        if source is not None:
+            name = source.get("claimName") if isinstance(source, Mapping) else None
+            if not isinstance(name, str) or not name:
+                raise FitError(f"spec.volumes[{i}].persistentVolumeClaim.claimName is not a name")
+            claims.append(PodClaim(name, ephemeral=False))
+        elif volume.get("ephemeral") is not None:
+            claims.append(PodClaim(f"{pod_name}-{volume.get('name')}", ephemeral=True))
+    return claims
+
+
+def claim_volumes(listed: list[Any]) -> list[Any]:
+    """Of a pod's `spec.volumes`, what pod_claims reads (a PersistentVolumeClaim's name, an ephemeral volume's
+    name) and no more: a config map or a host path asks nothing of a node. A volume of another shape is kept as it
+    is, so that the readers refuse the view as they refuse the pod."""
+    kept = []
+    for volume in listed:
+        if not isinstance(volume, dict):
+            kept.append(volume)
+        elif volume.get("persistentVolumeClaim") is not None:  # pod_claims' own order of reading
+            kept.append({k: volume[k] for k in ("name", "persistentVolumeClaim") if k in volume})
+        elif volume.get("ephemeral") is not None:
+            kept.append({"name": volume.get("name"), "ephemeral": {}})
+    return kept
+
+
 # ---- what the pods on a node take -----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Footprint:
@@ -210,6 +246,8 @@ class Footprint:
     node: str
     requests: tuple[tuple[str, int], ...]
     ports: tuple[Port, ...]
+    claims: tuple[str, ...] = ()
+    """The PersistentVolumeClaims of its volumes, as "<namespace>/<name>" (NodeVolumeLimits counts their volumes)."""
 
 
 def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | None:
@@ -225,7 +263,12 @@ def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | No
         requests, ports = pod_requests(pod), host_ports(pod)
     except FitError:
         requests, ports = {}, ()
-    return Footprint(str(node), tuple(sorted(requests.items())), ports)
+    try:
+        namespace = str(obj(pod.get("metadata"), "metadata").get("namespace") or "")
+        claims = tuple(f"{namespace}/{c.name}" for c in pod_claims(pod))
+    except FitError:
+        claims = ()
+    return Footprint(str(node), tuple(sorted(requests.items())), ports, claims)
 
 
 def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
@@ -251,18 +294,26 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
         return [container(c) for c in listed] if isinstance(listed, list) else listed
 
     meta = pod.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
+    view_meta = (
+        {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+        if isinstance(meta, dict)
+        else meta
+    )  # a shape the readers refuse: kept, so they refuse the view too
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         view_spec: Any = spec
     else:
         view_spec = {k: spec[k] for k in ("nodeName", "overhead", "resources") if k in spec}
+        if isinstance(spec.get("volumes"), list):
+            view_spec["volumes"] = claim_volumes(spec["volumes"])
+        elif "volumes" in spec:
+            view_spec["volumes"] = spec["volumes"]
         for field in ("containers", "initContainers"):
             if field in spec:
                 view_spec[field] = containers(spec[field])
     status = pod.get("status")
     return {
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
+        "metadata": view_meta,
         "spec": view_spec,
         "status": {"phase": status.get("phase")} if isinstance(status, dict) else status,
     }
@@ -282,6 +333,7 @@ class NodeUsage:
         self._requested: dict[str, dict[str, int]] = {}
         self._pods: Counter[str] = Counter()
         self._ports: dict[str, Counter[Port]] = {}
+        self._claims: dict[str, Counter[str]] = {}
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -314,6 +366,7 @@ class NodeUsage:
                 del self._pods[before.node]
                 self._requested.pop(before.node, None)
                 self._ports.pop(before.node, None)
+                self._claims.pop(before.node, None)
             else:
                 requested = self._requested[before.node]
                 for r, q in before.requests:
@@ -324,6 +377,12 @@ class NodeUsage:
                     for p in before.ports:
                         if ports[p] <= 0:
                             del ports[p]
+                claims = self._claims.get(before.node)
+                if claims is not None:
+                    claims.subtract(before.claims)
+                    for c in before.claims:
+                        if claims[c] <= 0:
+                            del claims[c]
         if taken is None:
             del self._by_uid[uid]
         else:
@@ -334,6 +393,8 @@ class NodeUsage:
                 requested[r] = requested.get(r, 0) + q
             if taken.ports:
                 self._ports.setdefault(taken.node, Counter()).update(taken.ports)
+            if taken.claims:
+                self._claims.setdefault(taken.node, Counter()).update(taken.claims)
             self._check_full(taken.node)
         if before is not None and (taken is None or taken.node != before.node):
             self._check_full(before.node)
@@ -380,57 +441,22 @@ class NodeUsage:
     def ports(self, node: str) -> Mapping[Port, int]:
         return self._ports.get(node) or {}
 
+    def claims(self, node: str) -> Mapping[str, int]:
+        """The PersistentVolumeClaims the node's pods use ("<namespace>/<name>" -> how many of its pods)."""
+        return self._claims.get(node) or {}
+
 
 def _not_less(now: Footprint, before: Footprint) -> bool:
     has = dict(now.requests)
-    return all(has.get(r, 0) >= q for r, q in before.requests) and set(before.ports) <= set(now.ports)
-
-
-# ---- the pod's side of the rules ------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Want:
-    """What the rules read of the pod, read once per attempt and judged against any number of nodes."""
-
-    requests: Mapping[str, int]
-    ports: tuple[Port, ...]
-    node_selector: Mapping[str, str]
-    terms: tuple[Mapping[str, Any], ...] | None
-    """The required node selector terms (any one must match), or None when the pod has none."""
-
-    @property
-    def bare(self) -> bool:
-        """The pod asks nothing of a node but a place among its pods."""
-        return not (self.requests or self.ports or self.node_selector or self.terms is not None)
-
-
-def want(pod: Mapping[str, Any]) -> Want:
-    """Read the pod's side of the rules. Raises FitError naming the field that cannot be read."""
-    spec = _spec(pod)
-    selector = spec.get("nodeSelector") or {}
-    if not isinstance(selector, Mapping) or not all(isinstance(v, str) for v in selector.values()):
-        raise FitError("spec.nodeSelector is not an object of strings")
-    affinity = _obj(spec.get("affinity"), "spec.affinity")
-    required = _obj(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity").get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
+    return (
+        all(has.get(r, 0) >= q for r, q in before.requests)
+        and set(before.ports) <= set(now.ports)
+        and set(before.claims) <= set(now.claims)
     )
-    terms: tuple[Mapping[str, Any], ...] | None = None
-    if required is not None:
-        listed = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
-        if not isinstance(listed, list) or not all(isinstance(t, Mapping) for t in listed):
-            raise FitError(
-                "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms is not "
-                "an array of objects"
-            )
-        for i, term in enumerate(listed):
-            _check_term(term, f"{_TERMS}[{i}]")
-        terms = tuple(listed)
-    return Want(pod_requests(pod), host_ports(pod), dict(selector), terms)
 
 
-_TERMS = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
-
-
-def _check_term(term: Mapping[str, Any], field: str) -> None:
+# ---- reading the pod's node selector terms ---------------------------------------------------------------
+def check_term(term: Mapping[str, Any], field: str) -> None:
     """A node selector term of the API's shape: arrays of {key: string, operator: string, values: [string]}."""
     for part in ("matchExpressions", "matchFields"):
         exprs = term.get(part) or []
@@ -445,33 +471,8 @@ def _check_term(term: Mapping[str, Any], field: str) -> None:
                 raise FitError(f"{where}.values is not an array of strings")
 
 
-def unsupported(pod: Mapping[str, Any]) -> str | None:
-    """A required rule of the pod that gpu-scheduler does not judge, named with its field; None when it asks for
-    none. Such a pod is not placed: binding it could break the rule."""
-    spec = _spec(pod)
-    affinity = _obj(spec.get("affinity"), "spec.affinity")
-    for kind in ("podAffinity", "podAntiAffinity"):
-        if _obj(affinity.get(kind), f"spec.affinity.{kind}").get("requiredDuringSchedulingIgnoredDuringExecution"):
-            return (
-                f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution is set: gpu-scheduler does not "
-                "judge required pod (anti-)affinity (only the preferred form, which it ignores)"
-            )
-    constraints = spec.get("topologySpreadConstraints") or []
-    if not isinstance(constraints, list):
-        raise FitError("spec.topologySpreadConstraints is not an array")
-    for i, c in enumerate(constraints):
-        if isinstance(c, Mapping) and c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule":
-            return (
-                f"spec.topologySpreadConstraints[{i}] has whenUnsatisfiable DoNotSchedule: gpu-scheduler does not "
-                "judge topology spread (ScheduleAnyway, which it ignores, is accepted)"
-            )
-    if spec.get("resourceClaims"):
-        return "spec.resourceClaims is set: gpu-scheduler does not allocate Dynamic Resource Allocation claims"
-    return None
-
-
 # ---- judging a node -------------------------------------------------------------------------------------------
-def _show(resource: str, value: int) -> str:
+def show(resource: str, value: int) -> str:
     if resource == CPU:
         return f"{value / 1000:g}"
     return str(value)
@@ -491,35 +492,6 @@ def capacity(node: Mapping[str, Any]) -> dict[str, int]:
             except FitError:
                 counted[str(resource)] = 0
     return counted
-
-
-def resources_problem(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> str | None:
-    """NodeResourcesFit: why the pod's requests do not fit what the node has left, or None."""
-    name = node["metadata"]["name"]
-    has = usage.capacity(node)
-    allowed = has.get(PODS, 0)
-    on_node = usage.pods(name)
-    short = []
-    if on_node + 1 > allowed:
-        short.append(f"Too many pods (node {name} has {on_node} of {allowed})")
-    for resource, asked in want.requests.items():
-        capacity = has.get(resource, 0)
-        used = usage.requested(name, resource)
-        if asked > capacity - used:
-            short.append(
-                f"Insufficient {resource} (the pod requests {_show(resource, asked)}; node {name} has "
-                f"{_show(resource, max(0, capacity - used))} of {_show(resource, capacity)} left)"
-            )
-    return ", ".join(sorted(short)) or None
-
-
-def ports_problem(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> str | None:
-    """NodePorts: a wanted host port another pod on the node takes, or None."""
-    clash = _ports_conflict(want.ports, usage.ports(node["metadata"]["name"]))
-    if clash is None:
-        return None
-    ip, protocol, port = clash
-    return f"host port {ip}:{port}/{protocol} is taken on node {node['metadata']['name']}"
 
 
 def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -551,6 +523,13 @@ def _int64(text: Any) -> int | None:
     return value if -_INT64 <= value < _INT64 else None
 
 
+def expressions_match(expressions: Any, labels: Mapping[str, str]) -> bool:
+    """Every label selector expression (In, NotIn, Exists, DoesNotExist) matches `labels`."""
+    return isinstance(expressions, list) and all(
+        isinstance(e, Mapping) and _expression_matches(e, labels) for e in expressions
+    )
+
+
 def term_matches(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     """One node selector term: every expression and field matches; a term with neither matches no node."""
     expressions = term.get("matchExpressions") or []
@@ -563,62 +542,3 @@ def term_matches(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     # The only field a node selector can name is metadata.name (API validation).
     named = {"metadata.name": node["metadata"]["name"]}
     return all(isinstance(f, Mapping) and f.get("key") in named and _expression_matches(f, named) for f in fields)
-
-
-def affinity_problem(want: Want, node: Mapping[str, Any]) -> str | None:
-    """NodeAffinity: why the node's labels (and name) do not match the pod's nodeSelector and required terms."""
-    name = node["metadata"]["name"]
-    labels = node["metadata"].get("labels") or {}
-    for key, value in want.node_selector.items():
-        if labels.get(key) != value:
-            return f"node {name} does not match the pod's nodeSelector ({key}={value})"
-    if want.terms is not None and not any(term_matches(t, node) for t in want.terms):
-        return f"node {name} does not match the pod's required node affinity"
-    return None
-
-
-def problem(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> str | None:
-    """Why a pod that wants `want` does not fit `node` now (the first rule it breaks, in kube-scheduler's filter
-    order after the node's own state), or None when it fits. A claim pod is judged against every GPU node on each
-    attempt, so the common pod that asks nothing of the node costs one comparison per node."""
-    if want.bare:
-        name = node["metadata"]["name"]
-        if usage.pods(name) < usage.capacity(node).get(PODS, 0):
-            return None
-    return affinity_problem(want, node) or ports_problem(want, node, usage) or resources_problem(want, node, usage)
-
-
-def fits(want: Want, node: Mapping[str, Any], usage: NodeUsage) -> bool:
-    """`problem(want, node, usage) is None`, without writing the reason: a claim pod is judged against every GPU
-    node on each attempt, and only the few nodes a message names need their reason written
-    (tests/unit/scheduler/test_fit.py checks that the two agree)."""
-    name = node["metadata"]["name"]
-    has = usage.capacity(node)
-    on_node = usage.pods(name)
-    if on_node + 1 > has.get(PODS, 0):
-        return False
-    if want.bare:
-        return True
-    if affinity_problem(want, node) is not None:  # no text is written for a node that matches
-        return False
-    if want.ports and _ports_conflict(want.ports, usage.ports(name)) is not None:
-        return False
-    return all(asked <= has.get(r, 0) - usage.requested(name, r) for r, asked in want.requests.items())
-
-
-def summary(refusals: Mapping[str, str], limit: int = 3) -> str:
-    """Why no node fits, per node, the first `limit` nodes named."""
-    shown = [refusals[n] for n in sorted(refusals)[:limit]]
-    more = len(refusals) - len(shown)
-    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
-
-
-def explain(
-    want: Want, refused: Collection[str], nodes: Mapping[str, Mapping[str, Any]], usage: NodeUsage, limit: int = 3
-) -> str:
-    """`summary` of the nodes named `refused` (which `fits` refused), writing the reasons of the `limit` it shows
-    and no others."""
-    shown = sorted(refused)[:limit]
-    reasons = {name: problem(want, nodes[name], usage) or "" for name in shown}
-    more = len(refused) - len(shown)
-    return "; ".join(reasons[n] for n in shown) + (f"; and {more} more" if more > 0 else "")

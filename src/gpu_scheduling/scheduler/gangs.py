@@ -384,7 +384,7 @@ class GangPath:
         s = self.s
         pod = member.pod
         uid = pod["metadata"]["uid"]
-        verdict = decision.decide(pod, s.nodes.cache, s.config.isolated_gpus, s.usage, s.maps)
+        verdict = decision.decide(pod, s.nodes.cache, s.config.isolated_gpus, s.snapshot, s.maps)
         if isinstance(verdict, decision.Unschedulable):
             return verdict.message
         if within is not None and verdict.node not in within:

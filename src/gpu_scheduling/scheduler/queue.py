@@ -38,6 +38,8 @@ class SchedulingQueue:
         self._for_room: dict[str, set[str]] = defaultdict(set)  # node name -> map pods waiting for the node
         self._for_gpus: dict[str, set[str]] = defaultdict(set)  # node -> map pods waiting for its GPUs
         self._waits_on: dict[str, str] = {}  # pod key -> the node it waits for (either table)
+        self._for_claims: dict[str, set[str]] = defaultdict(set)  # "<ns>/<pvc>" -> pods waiting on the claim
+        self._claims_of: dict[str, tuple[str, ...]] = {}  # the reverse
         self._claim_pods: dict[str, set[str]] = defaultdict(set)  # "<ns>/<claim>" -> unbound pods naming it
         self._pod_claim: dict[str, str] = {}  # the reverse
         self._unschedulable: set[str] = set()  # pods last found unschedulable (flushed every flush_seconds)
@@ -88,6 +90,16 @@ class SchedulingQueue:
         self._for_gpus[node].add(key)
         self._waits_on[key] = node
 
+    def wait_for_claims(self, key: str, claims: Iterable[str]) -> None:
+        """Pod `key` waits on its PersistentVolumeClaims `claims` ("<namespace>/<name>"): to exist, to be bound,
+        or for a volume to be found for them."""
+        listed = tuple(claims)
+        if not listed:
+            return
+        self._claims_of[key] = listed
+        for claim in listed:
+            self._for_claims[claim].add(key)
+
     def names_claim(self, key: str, claim: str) -> None:
         """Pod `key` names the GpuClaim `claim` ("<namespace>/<name>")."""
         self._claim_pods[claim].add(key)
@@ -107,6 +119,12 @@ class SchedulingQueue:
 
     def unwait(self, key: str) -> None:
         self._unschedulable.discard(key)
+        for claim in self._claims_of.pop(key, ()):
+            waiting = self._for_claims.get(claim)
+            if waiting is not None:
+                waiting.discard(key)
+                if not waiting:
+                    del self._for_claims[claim]
         node = self._waits_on.pop(key, None)
         if node is not None:
             for table in (self._for_room, self._for_gpus):
@@ -148,6 +166,19 @@ class SchedulingQueue:
             for key in list(self._for_gpus.pop(node, ())):
                 self.retry(key)
         self.wake_claim_pods()
+
+    def volume_claim_changed(self, claim: str) -> None:
+        """The PersistentVolumeClaim `claim` appeared, changed or went: the pods waiting on it are tried again."""
+        self.generation += 1
+        for key in list(self._for_claims.get(claim, ())):
+            self.retry(key)
+
+    def volumes_changed(self) -> None:
+        """A PersistentVolume or a StorageClass changed: any pod waiting on a claim may now find a volume."""
+        self.generation += 1
+        self._guesses += 1
+        for key in list(self._claims_of):
+            self.retry(key)
 
     def claim_changed(self, claim: str) -> None:
         """The GpuClaim `claim` appeared or its spec changed: its pods are tried again, their backoff reset."""

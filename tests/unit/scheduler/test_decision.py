@@ -5,7 +5,7 @@ import contextlib
 import pytest
 
 from gpu_scheduling import gpumap, podrequest
-from gpu_scheduling.scheduler import decision, fit
+from gpu_scheduling.scheduler import decision, fit, framework, volumes
 
 TAKE_HOME = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
 
@@ -489,14 +489,28 @@ def test_every_reader_answers_the_same_on_the_pod_view(bound_to, claim):
             "gpu.scheduling/allocated": "node4:0,1",
             "gpu.scheduling/gpu-ids": "0,1",
         }
+    whole["spec"].setdefault("volumes", []).extend(
+        [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": False}},
+            {"name": "config", "configMap": {"name": "settings"}},
+        ]
+    )
     view = decision.pod_view(whole)
     assert decision.pod_view(view) == view
+    claims = volumes.VolumeCache(
+        claims={"default/data": {"metadata": {"name": "data", "namespace": "default"}, "spec": {}}},
+    )
+
+    def prefilters(p):
+        attempt = decision.cycle(p, framework.Snapshot(fit.NodeUsage(), claims))
+        return attempt if isinstance(attempt, str) else [(plugin.name, state) for plugin, state in attempt.active]
+
     for reader in (
         lambda p: decision.is_schedulable_pod(p, "gpu-scheduler"),
         decision.is_gated,
         decision.is_finished,
         decision.is_claim_pod,
-        decision.pod_fit,
+        prefilters,
         lambda p: decide(p, NODES),
         fit.footprint,
         lambda p: fit.footprint(p, "node2"),
@@ -508,5 +522,7 @@ def test_every_reader_answers_the_same_on_the_pod_view(bound_to, claim):
     ):
         assert _answer(reader, view) == _answer(reader, whole)
     assert _scheduling_view(view) == _scheduling_view(decision.pod_view(whole))
-    assert "volumes" not in view["spec"] and "image" not in view["spec"]["containers"][0]
+    kept = {"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": False}}
+    assert view["spec"]["volumes"] == [kept], "of the volumes only the claims are kept"
+    assert "image" not in view["spec"]["containers"][0]
     assert "containerStatuses" not in view["status"] and "managedFields" not in view["metadata"]

@@ -1,5 +1,6 @@
-"""gpu_scheduling.scheduler.fit: kube-scheduler v1.34's NodeResourcesFit, NodePorts and NodeAffinity filters on
-plain pod and node dicts, and NodeUsage, the per-node running totals.
+"""kube-scheduler v1.34's NodeResourcesFit, NodePorts and NodeAffinity filters (scheduler.plugins, judged through
+scheduler.framework's Cycle) on plain pod and node dicts, what they read (scheduler.fit), and NodeUsage, the
+per-node running totals.
 
 Expected values are derived from the Go source of the real thing (k8s.io/kubernetes v1.34.4
 pkg/scheduler/framework/plugins/{noderesources,nodeports,nodeaffinity}, k8s.io/component-helpers v0.34.4
@@ -7,12 +8,13 @@ resource.PodRequests and scheduling/corev1/nodeaffinity, k8s.io/apimachinery res
 fit.py and kube disagreed (pod-level hugepages, rounding per container, Gt/Lt parsing), the test states kube's
 behaviour; those were shown failing before fit.py was fixed.
 A hypothesis state machine checks NodeUsage against totals recomputed from scratch, and a fuzz checks that no
-JSON-shaped pod makes decision.pod_fit or fit.footprint raise.
+JSON-shaped pod makes the PreFilters (decision.cycle) or fit.footprint raise.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import subprocess
 import sys
 from collections import Counter
@@ -23,7 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from gpu_scheduling.scheduler import decision, fit
+from gpu_scheduling.scheduler import decision, fit, framework, plugins, volumes
+from gpu_scheduling.scheduler.plugins import node_affinity
+from gpu_scheduling.scheduler.plugins.node_affinity import NodeAffinity
+from gpu_scheduling.scheduler.plugins.node_ports import NodePorts
+from gpu_scheduling.scheduler.plugins.node_resources import NodeResourcesFit
+from gpu_scheduling.scheduler.plugins.unsupported import unsupported
 
 GPU = "nvidia.com/gpu"
 TERMS_PATH = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
@@ -68,14 +75,75 @@ def node(name="n1", labels=None, allocatable=None):
     }
 
 
-def want(**spec) -> fit.Want:
-    """fit.want of a pod with one empty container and these spec fields."""
-    return fit.want(pod([container()], **spec))
+@dataclasses.dataclass(frozen=True)
+class Want:
+    """What the three node-fit plugins' PreFilters read of a pod."""
+
+    requests: dict[str, int]
+    ports: tuple[fit.Port, ...]
+    node_selector: dict[str, str]
+    terms: tuple[dict[str, Any], ...] | None
 
 
-def wants(requests=None, ports=(), selector=None, terms=None) -> fit.Want:
+def want_of(p) -> Want:
+    """What the plugins read of pod `p` (fit.FitError naming a field they cannot read)."""
+    wanted = node_affinity.read(p)
+    return Want(fit.pod_requests(p), fit.host_ports(p), dict(wanted.node_selector), wanted.terms)
+
+
+def want(**spec) -> Want:
+    """want_of a pod with one empty container and these spec fields."""
+    return want_of(pod([container()], **spec))
+
+
+def cycle_of(w: Want, usage: fit.NodeUsage) -> framework.Cycle:
+    """The framework's attempt for a pod that wants `w`: the plugins in the profile's order, each only when its
+    PreFilter would not skip."""
+    active: list[tuple[framework.Plugin, Any]] = []
+    if w.node_selector or w.terms is not None:
+        active.append((NodeAffinity(), node_affinity.Wanted(w.node_selector, w.terms)))
+    if w.ports:
+        active.append((NodePorts(), w.ports))
+    active.append((NodeResourcesFit(), w.requests))
+    return framework.Cycle({}, framework.Snapshot(usage), tuple(active))
+
+
+def _said(reason: framework.Reason | None) -> str | None:
+    return None if reason is None else reason()
+
+
+def affinity_problem(w: Want, n) -> str | None:
+    return _said(node_affinity.refusal(node_affinity.Wanted(w.node_selector, w.terms), n))
+
+
+def ports_problem(w: Want, n, usage: fit.NodeUsage) -> str | None:
+    return _said(NodePorts().filter(w.ports, n, framework.Snapshot(usage))) if w.ports else None
+
+
+def resources_problem(w: Want, n, usage: fit.NodeUsage) -> str | None:
+    return _said(NodeResourcesFit().filter(w.requests, n, framework.Snapshot(usage)))
+
+
+def problem(w: Want, n, usage: fit.NodeUsage) -> str | None:
+    return cycle_of(w, usage).problem(n)
+
+
+def fits(w: Want, n, usage: fit.NodeUsage) -> bool:
+    return cycle_of(w, usage).fits(n)
+
+
+def explain(w: Want, refused, nodes, usage: fit.NodeUsage, limit: int = 3) -> str:
+    return cycle_of(w, usage).explain(refused, nodes, limit)
+
+
+def pod_fit(p) -> framework.Cycle | str:
+    """The pod's attempt (every PreFilter run), or why it cannot be judged."""
+    return decision.cycle(p, framework.Snapshot(fit.NodeUsage()))
+
+
+def wants(requests=None, ports=(), selector=None, terms=None) -> Want:
     """A Want built directly."""
-    return fit.Want(dict(requests or {}), tuple(ports), dict(selector or {}), terms)
+    return Want(dict(requests or {}), tuple(ports), dict(selector or {}), terms)
 
 
 def usage_with(*footprints: fit.Footprint) -> fit.NodeUsage:
@@ -378,7 +446,7 @@ def test_host_ports_of_a_pod_without_ports():
     ],
 )
 def test_port_conflicts_as_host_port_info(wanted, on_node, conflict):
-    problem = fit.ports_problem(wants(ports=[wanted]), node(), usage_with(taken(ports=[on_node])))
+    problem = ports_problem(wants(ports=[wanted]), node(), usage_with(taken(ports=[on_node])))
     if conflict:
         assert problem == f"host port {wanted[0]}:{wanted[2]}/{wanted[1]} is taken on node n1"
     else:
@@ -387,29 +455,29 @@ def test_port_conflicts_as_host_port_info(wanted, on_node, conflict):
 
 def test_ports_on_another_node_do_not_conflict():
     usage = usage_with(taken("n2", ports=[("0.0.0.0", "TCP", 80)]))
-    assert fit.ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node("n1"), usage) is None
-    assert fit.ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node("n2"), usage) is not None
+    assert ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node("n1"), usage) is None
+    assert ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node("n2"), usage) is not None
 
 
 def test_a_port_stays_taken_while_another_pod_holds_it():
     usage = usage_with(taken(ports=[("0.0.0.0", "TCP", 80)]), taken(ports=[("0.0.0.0", "TCP", 80)]))
     usage.set("other-0", None)
-    assert fit.ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node(), usage) is not None
+    assert ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node(), usage) is not None
     usage.set("other-1", None)
-    assert fit.ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node(), usage) is None
+    assert ports_problem(wants(ports=[("0.0.0.0", "TCP", 80)]), node(), usage) is None
 
 
 # ---- NodeAffinity -----------------------------------------------------------------------------------------------
 def test_node_selector_needs_every_label():
     w = want(nodeSelector={"gpu": "a100", "zone": "z1"})
-    assert fit.affinity_problem(w, node(labels={"gpu": "a100", "zone": "z1", "x": "y"})) is None
-    assert "nodeSelector (zone=z1)" in fit.affinity_problem(w, node(labels={"gpu": "a100", "zone": "z2"}))
-    assert fit.affinity_problem(w, node(labels={"gpu": "a100"})) is not None
-    assert fit.affinity_problem(w, node(labels=None)) is not None
+    assert affinity_problem(w, node(labels={"gpu": "a100", "zone": "z1", "x": "y"})) is None
+    assert "nodeSelector (zone=z1)" in affinity_problem(w, node(labels={"gpu": "a100", "zone": "z2"}))
+    assert affinity_problem(w, node(labels={"gpu": "a100"})) is not None
+    assert affinity_problem(w, node(labels=None)) is not None
 
 
 def test_no_selector_and_no_terms_match_every_node():
-    assert fit.affinity_problem(want(), node(labels=None)) is None
+    assert affinity_problem(want(), node(labels=None)) is None
     assert want().terms is None
 
 
@@ -419,9 +487,9 @@ def test_terms_are_ored():
             {"matchExpressions": [expr("a", "Exists")]}, {"matchExpressions": [expr("b", "Exists")]}
         )
     )
-    assert fit.affinity_problem(w, node(labels={"a": "1"})) is None
-    assert fit.affinity_problem(w, node(labels={"b": "1"})) is None
-    assert fit.affinity_problem(w, node(labels={"c": "1"})) == "node n1 does not match the pod's required node affinity"
+    assert affinity_problem(w, node(labels={"a": "1"})) is None
+    assert affinity_problem(w, node(labels={"b": "1"})) is None
+    assert affinity_problem(w, node(labels={"c": "1"})) == "node n1 does not match the pod's required node affinity"
 
 
 def test_expressions_are_anded():
@@ -433,9 +501,9 @@ def test_expressions_are_anded():
 
 def test_node_selector_and_terms_both_apply():
     w = want(nodeSelector={"a": "1"}, affinity=required_terms({"matchExpressions": [expr("b", "Exists")]}))
-    assert fit.affinity_problem(w, node(labels={"a": "1", "b": ""})) is None
-    assert fit.affinity_problem(w, node(labels={"a": "1"})) is not None
-    assert fit.affinity_problem(w, node(labels={"b": ""})) is not None
+    assert affinity_problem(w, node(labels={"a": "1", "b": ""})) is None
+    assert affinity_problem(w, node(labels={"a": "1"})) is not None
+    assert affinity_problem(w, node(labels={"b": ""})) is not None
 
 
 @pytest.mark.parametrize(
@@ -493,25 +561,25 @@ def test_an_empty_term_matches_nothing():
     assert not fit.term_matches({}, node(labels={"a": "1"}))
     assert not fit.term_matches({"matchExpressions": [], "matchFields": []}, node())
     w = want(affinity=required_terms({}))
-    assert fit.affinity_problem(w, node()) is not None
+    assert affinity_problem(w, node()) is not None
     # An empty term beside a matching one does not spoil it.
     w = want(affinity=required_terms({}, {"matchExpressions": [expr("a", "Exists")]}))
-    assert fit.affinity_problem(w, node(labels={"a": "1"})) is None
+    assert affinity_problem(w, node(labels={"a": "1"})) is None
 
 
 def test_no_terms_at_all_match_no_node():
     # LazyErrorNodeSelector with no terms: Match returns false.
     w = want(affinity=required_terms())
     assert w.terms == ()
-    assert fit.affinity_problem(w, node()) is not None
+    assert affinity_problem(w, node()) is not None
 
 
 # ---- NodeResourcesFit -------------------------------------------------------------------------------------------
 def test_too_many_pods():
     n = node(allocatable={"cpu": "4", "pods": "2"})
-    assert fit.resources_problem(wants(), n, usage_with(taken())) is None
-    assert fit.resources_problem(wants(), n, usage_with(taken(), taken())) == "Too many pods (node n1 has 2 of 2)"
-    assert fit.resources_problem(wants(), node(allocatable={"cpu": "4"}), fit.NodeUsage()).startswith("Too many pods")
+    assert resources_problem(wants(), n, usage_with(taken())) is None
+    assert resources_problem(wants(), n, usage_with(taken(), taken())) == "Too many pods (node n1 has 2 of 2)"
+    assert resources_problem(wants(), node(allocatable={"cpu": "4"}), fit.NodeUsage()).startswith("Too many pods")
 
 
 @pytest.mark.parametrize(
@@ -527,20 +595,20 @@ def test_too_many_pods():
 def test_insufficient_resource(resource, allocatable, used, asked):
     n = node(allocatable={resource: allocatable, "pods": "110"})
     usage = usage_with(taken(requests={resource: used}))
-    assert fit.resources_problem(wants({resource: asked}), n, usage).startswith(f"Insufficient {resource} (")
+    assert resources_problem(wants({resource: asked}), n, usage).startswith(f"Insufficient {resource} (")
     # One unit less is an exact fit.
-    assert fit.resources_problem(wants({resource: asked - 1}), n, usage) is None
+    assert resources_problem(wants({resource: asked - 1}), n, usage) is None
 
 
 def test_insufficient_message_shows_cpu_in_cores():
     usage = usage_with(taken(requests={"cpu": 2500}))
-    assert fit.resources_problem(wants({"cpu": 2000}), node(), usage) == (
+    assert resources_problem(wants({"cpu": 2000}), node(), usage) == (
         "Insufficient cpu (the pod requests 2; node n1 has 1.5 of 4 left)"
     )
 
 
 def test_every_insufficient_resource_is_named():
-    problem = fit.resources_problem(wants({"cpu": 5000, "memory": 17 * 2**30, GPU: 1}), node(), fit.NodeUsage())
+    problem = resources_problem(wants({"cpu": 5000, "memory": 17 * 2**30, GPU: 1}), node(), fit.NodeUsage())
     assert problem.count("Insufficient") == 3
     assert "Insufficient cpu" in problem
     assert "Insufficient memory" in problem
@@ -549,12 +617,12 @@ def test_every_insufficient_resource_is_named():
 
 def test_a_resource_not_requested_is_not_checked_even_when_overcommitted():
     usage = usage_with(taken(requests={"memory": 64 * 2**30, GPU: 9}))
-    assert fit.resources_problem(wants({"cpu": 1000}), node(), usage) is None
-    assert fit.resources_problem(wants({"memory": 1}), node(), usage).startswith("Insufficient memory")
+    assert resources_problem(wants({"cpu": 1000}), node(), usage) is None
+    assert resources_problem(wants({"memory": 1}), node(), usage).startswith("Insufficient memory")
 
 
 def test_a_node_lacking_an_extended_resource_is_insufficient():
-    assert fit.resources_problem(wants({GPU: 1}), node(), fit.NodeUsage()) == (
+    assert resources_problem(wants({GPU: 1}), node(), fit.NodeUsage()) == (
         f"Insufficient {GPU} (the pod requests 1; node n1 has 0 of 0 left)"
     )
 
@@ -562,31 +630,31 @@ def test_a_node_lacking_an_extended_resource_is_insufficient():
 def test_exact_fit():
     n = node(allocatable={"cpu": "4", "memory": "16Gi", GPU: "8", "pods": "110"})
     usage = usage_with(taken(requests={"cpu": 1000, "memory": 2**30, GPU: 3}))
-    assert fit.resources_problem(wants({"cpu": 3000, "memory": 15 * 2**30, GPU: 5}), n, usage) is None
+    assert resources_problem(wants({"cpu": 3000, "memory": 15 * 2**30, GPU: 5}), n, usage) is None
 
 
 def test_usage_on_other_nodes_does_not_count():
     usage = usage_with(taken("n2", requests={"cpu": 4000}))
-    assert fit.resources_problem(wants({"cpu": 4000}), node("n1"), usage) is None
-    assert fit.resources_problem(wants({"cpu": 4000}), node("n2"), usage) is not None
+    assert resources_problem(wants({"cpu": 4000}), node("n1"), usage) is None
+    assert resources_problem(wants({"cpu": 4000}), node("n2"), usage) is not None
 
 
 def test_assumed_pods_count():
     usage = fit.NodeUsage()
     usage.assume("x", taken(requests={"cpu": 3000}))
-    assert fit.resources_problem(wants({"cpu": 2000}), node(), usage) is not None
+    assert resources_problem(wants({"cpu": 2000}), node(), usage) is not None
     usage.unassume("x")
-    assert fit.resources_problem(wants({"cpu": 2000}), node(), usage) is None
+    assert resources_problem(wants({"cpu": 2000}), node(), usage) is None
 
 
 def test_problem_checks_affinity_then_ports_then_resources():
     usage = usage_with(taken(requests={"cpu": 4000}, ports=[("0.0.0.0", "TCP", 80)]))
     w = wants({"cpu": 1000}, [("0.0.0.0", "TCP", 80)], {"a": "1"})
-    assert "nodeSelector" in fit.problem(w, node(), usage)
-    assert "host port" in fit.problem(w, node(labels={"a": "1"}), usage)
+    assert "nodeSelector" in problem(w, node(), usage)
+    assert "host port" in problem(w, node(labels={"a": "1"}), usage)
     w = wants({"cpu": 1000}, [], {"a": "1"})
-    assert fit.problem(w, node(labels={"a": "1"}), usage).startswith("Insufficient cpu")
-    assert fit.problem(w, node(labels={"a": "1"}), fit.NodeUsage()) is None
+    assert problem(w, node(labels={"a": "1"}), usage).startswith("Insufficient cpu")
+    assert problem(w, node(labels={"a": "1"}), fit.NodeUsage()) is None
 
 
 def test_fit_leaves_cordons_and_taints_to_node_problem():
@@ -595,17 +663,13 @@ def test_fit_leaves_cordons_and_taints_to_node_problem():
         "spec": {"unschedulable": True, "taints": [{"key": "k", "effect": "NoSchedule"}]},
     }
     cordoned["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-    assert fit.problem(want(), cordoned, fit.NodeUsage()) is None
+    assert problem(want(), cordoned, fit.NodeUsage()) is None
     assert "cordoned" in decision.node_problem(cordoned, [])
     # Tolerating the cordon taint lets the pod past the cordon, but not past the other taint.
     assert "taint k:NoSchedule" in decision.node_problem(cordoned, [dict(decision.CORDON_TAINT)])
     assert decision.node_problem(cordoned, [dict(decision.CORDON_TAINT), {"key": "k", "operator": "Exists"}]) is None
 
 
-def test_summary_names_the_first_nodes():
-    refusals = {f"n{i}": f"why n{i}" for i in range(5)}
-    assert fit.summary(refusals) == "why n0; why n1; why n2; and 2 more"
-    assert fit.summary({"b": "B", "a": "A"}) == "A; B"
 
 
 # ---- unsupported ------------------------------------------------------------------------------------------------
@@ -613,16 +677,16 @@ def test_summary_names_the_first_nodes():
 def test_required_pod_affinity_is_unsupported(kind):
     term = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
     p = pod([container()], affinity={kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}})
-    assert f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution" in fit.unsupported(p)
-    assert decision.pod_fit(p) == fit.unsupported(p)
+    assert f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution" in unsupported(p)
+    assert pod_fit(p) == unsupported(p)
 
 
 @pytest.mark.parametrize("kind", ["podAffinity", "podAntiAffinity"])
 def test_preferred_pod_affinity_is_accepted(kind):
     term = {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
     p = pod([container()], affinity={kind: {"preferredDuringSchedulingIgnoredDuringExecution": [term]}})
-    assert fit.unsupported(p) is None
-    assert isinstance(decision.pod_fit(p), fit.Want)
+    assert unsupported(p) is None
+    assert isinstance(pod_fit(p), framework.Cycle)
 
 
 def spread(when=None):
@@ -634,25 +698,25 @@ def spread(when=None):
 
 def test_topology_spread_do_not_schedule_is_unsupported():
     p = pod([container()], topologySpreadConstraints=[spread("ScheduleAnyway"), spread("DoNotSchedule")])
-    assert "spec.topologySpreadConstraints[1]" in fit.unsupported(p)
+    assert "spec.topologySpreadConstraints[1]" in unsupported(p)
     p = pod([container()], topologySpreadConstraints=[spread()])
-    assert "spec.topologySpreadConstraints[0]" in fit.unsupported(p)
+    assert "spec.topologySpreadConstraints[0]" in unsupported(p)
 
 
 def test_topology_spread_schedule_anyway_is_accepted():
     p = pod([container()], topologySpreadConstraints=[spread("ScheduleAnyway")])
-    assert fit.unsupported(p) is None
+    assert unsupported(p) is None
 
 
 def test_resource_claims_are_unsupported():
     p = pod([container()], resourceClaims=[{"name": "gpu", "resourceClaimName": "c"}])
-    assert "spec.resourceClaims" in fit.unsupported(p)
-    assert "spec.resourceClaims" in decision.pod_fit(p)
+    assert "spec.resourceClaims" in unsupported(p)
+    assert "spec.resourceClaims" in pod_fit(p)
 
 
 def test_a_plain_pod_asks_for_nothing_unsupported():
-    assert fit.unsupported(pod([container({"cpu": "1"})])) is None
-    assert fit.unsupported(pod([container()], resourceClaims=[], topologySpreadConstraints=[])) is None
+    assert unsupported(pod([container({"cpu": "1"})])) is None
+    assert unsupported(pod([container()], resourceClaims=[], topologySpreadConstraints=[])) is None
 
 
 # ---- want and pod_fit on malformed pods -------------------------------------------------------------------------
@@ -662,11 +726,14 @@ def test_want_reads_the_pod():
         nodeSelector={"a": "1"},
         affinity=required_terms({"matchExpressions": [expr("b", "Exists")]}),
     )
-    w = fit.want(p)
-    assert w == fit.Want(
+    w = want_of(p)
+    assert w == Want(
         {"cpu": 1000}, (("0.0.0.0", "TCP", 80),), {"a": "1"}, ({"matchExpressions": [expr("b", "Exists")]},)
     )
-    assert decision.pod_fit(p) == w
+    attempt = pod_fit(p)
+    assert isinstance(attempt, framework.Cycle)
+    assert attempt.state("NodeAffinity") == node_affinity.Wanted(w.node_selector, w.terms)
+    assert attempt.state("NodePorts") == w.ports and attempt.state("NodeResourcesFit") == w.requests
 
 
 @pytest.mark.parametrize(
@@ -694,8 +761,8 @@ def test_wrong_shapes_raise_fit_error_and_pod_fit_says_why(path, value, field):
     p = base_pod()
     put(p, path, value)
     with pytest.raises(fit.FitError, match=field):
-        fit.want(p)
-    said = decision.pod_fit(p)
+        want_of(p)
+    said = pod_fit(p)
     assert isinstance(said, str)
     assert said
 
@@ -711,16 +778,16 @@ def test_wrong_shapes_of_unsupported_rules_are_reported_by_pod_fit(path, value):
     p = base_pod()
     put(p, path, value)
     with pytest.raises(fit.FitError):
-        fit.unsupported(p)
-    assert isinstance(decision.pod_fit(p), str)
+        unsupported(p)
+    assert isinstance(pod_fit(p), str)
 
 
 @pytest.mark.parametrize("value", [5, True, 1.5])
 def test_a_non_array_ports_field_never_raises(value):
     p = base_pod()
     put(p, ("spec", "containers", 0, "ports"), value)
-    assert isinstance(decision.pod_fit(p), str)
-    assert fit.footprint(p) == fit.Footprint("n1", (), ())
+    assert isinstance(pod_fit(p), str)
+    assert fit.footprint(p) == fit.Footprint("n1", (), (), BASE_POD_CLAIMS)
 
 
 @pytest.mark.parametrize(
@@ -732,11 +799,15 @@ def test_a_non_array_ports_field_never_raises(value):
     ],
 )
 def test_a_malformed_term_is_refused_naming_the_field(term):
-    w = decision.pod_fit(pod([container()], affinity=required_terms(term)))
+    w = pod_fit(pod([container()], affinity=required_terms(term)))
     assert isinstance(w, str) and "nodeSelectorTerms[0]" in w, w
 
 
 # ---- fuzz: no JSON value anywhere makes pod_fit or footprint raise -------------------------------------------------
+BASE_POD_CLAIMS = ("default/data", "default/p-scratch")
+"""The claims of base_pod's volumes, as its footprint names them."""
+
+
 def base_pod() -> dict[str, Any]:
     """A bound pod that reaches every field the rules read."""
     return {
@@ -756,6 +827,10 @@ def base_pod() -> dict[str, Any]:
             "overhead": {"cpu": "10m"},
             "resources": {"requests": {"cpu": "3"}},
             "topologySpreadConstraints": [spread("ScheduleAnyway")],
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {}}},
+            ],
         },
         "status": {"phase": "Pending"},
     }
@@ -802,6 +877,11 @@ FUZZ_PATHS = [
     ("spec", "topologySpreadConstraints"),
     ("spec", "topologySpreadConstraints", 0),
     ("spec", "resourceClaims"),
+    ("spec", "volumes"),
+    ("spec", "volumes", 0),
+    ("spec", "volumes", 0, "persistentVolumeClaim"),
+    ("spec", "volumes", 0, "persistentVolumeClaim", "claimName"),
+    ("spec", "volumes", 1, "ephemeral"),
     ("status",),
     ("status", "phase"),
 ]
@@ -838,6 +918,10 @@ FIELD_NAMES = [
     "memory",
     GPU,
     "hugepages-2Mi",
+    "volumes",
+    "persistentVolumeClaim",
+    "claimName",
+    "ephemeral",
 ]
 LEAVES = (
     st.none()
@@ -857,6 +941,26 @@ JSON = st.recursive(
 )
 
 
+FUZZ_VOLUMES = volumes.VolumeCache(
+    claims={
+        "default/data": {
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {"storageClassName": "wffc", "accessModes": ["ReadWriteOnce"]},
+        },
+        "default/p-scratch": {
+            "metadata": {
+                "name": "p-scratch",
+                "namespace": "default",
+                "ownerReferences": [{"uid": "u", "controller": True}],
+            },
+            "spec": {"storageClassName": "wffc"},
+        },
+    },
+    classes={"wffc": {"metadata": {"name": "wffc"}, "provisioner": "x", "volumeBindingMode": "WaitForFirstConsumer"}},
+)
+"""The claims of base_pod's volumes, unbound, of a WaitForFirstConsumer class: VolumeBinding judges them."""
+
+
 @settings(max_examples=400)
 @given(st.lists(st.tuples(st.sampled_from(FUZZ_PATHS), JSON), min_size=1, max_size=3))
 def test_fuzz_pod_fit_and_footprint_never_raise(changes):
@@ -866,10 +970,10 @@ def test_fuzz_pod_fit_and_footprint_never_raise(changes):
             put(p, path, copy.deepcopy(value))
         except (KeyError, IndexError, TypeError):
             continue  # an earlier change removed the way there
-    said = decision.pod_fit(p)
-    assert isinstance(said, fit.Want) or (isinstance(said, str) and said)
-    if isinstance(said, fit.Want):  # what pod_fit accepts, the rules judge without raising
-        judged = fit.problem(said, node(labels={"k": "1"}), fit.NodeUsage())
+    said = decision.cycle(p, framework.Snapshot(fit.NodeUsage(), FUZZ_VOLUMES))
+    assert isinstance(said, framework.Cycle) or (isinstance(said, str) and said)
+    if isinstance(said, framework.Cycle):  # what the PreFilters accept, the Filters judge without raising
+        judged = said.problem(node(labels={"k": "1"}))
         assert judged is None or isinstance(judged, str)
     f = fit.footprint(p)
     assert f is None or isinstance(f, fit.Footprint)
@@ -901,6 +1005,32 @@ def test_footprint_uses_the_given_node():
     p = pod([container({"cpu": "1"})], node_name="n1")
     assert fit.footprint(p, "n2").node == "n2"
     assert fit.footprint(pod([container({"cpu": "1"})]), "n3") == fit.Footprint("n3", (("cpu", 1000),), ())
+
+
+def test_footprint_counts_the_claims_of_the_pods_volumes():
+    p = base_pod()
+    assert fit.footprint(p).claims == BASE_POD_CLAIMS
+    usage = fit.NodeUsage()
+    usage.set("a", fit.footprint(p))
+    usage.set("b", fit.footprint(p))
+    assert usage.claims("n1") == {"default/data": 2, "default/p-scratch": 2}
+    usage.set("a", None)
+    assert usage.claims("n1") == {"default/data": 1, "default/p-scratch": 1}
+    usage.set("b", None)
+    assert usage.claims("n1") == {}
+    put(p, ("spec", "volumes"), "x")
+    assert fit.footprint(p).claims == (), "volumes that cannot be read count as none"
+
+
+def test_trimmed_keeps_only_the_claims_of_the_volumes():
+    p = base_pod()
+    p["spec"]["volumes"].append({"name": "cfg", "configMap": {"name": "settings"}})
+    view = fit.trimmed(p)
+    assert view["spec"]["volumes"] == [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+        {"name": "scratch", "ephemeral": {}},
+    ]
+    assert fit.footprint(view) == fit.footprint(p)
 
 
 def test_footprint_of_unreadable_resources_is_a_pod_without_requests():
@@ -1037,11 +1167,14 @@ def test_capacity_is_read_again_only_when_the_node_changes():
 
 
 def test_a_bare_pod_is_judged_by_the_pod_count_alone():
-    bare = fit.want(pod([container()]))
-    assert bare.bare and not fit.want(pod([container({"cpu": "1"})])).bare
+    bare = want_of(pod([container()]))
+    attempt = pod_fit(pod([container()]))
+    assert isinstance(attempt, framework.Cycle) and plugins.asks_only_a_place(attempt)
+    asking = pod_fit(pod([container({"cpu": "1"})]))
+    assert isinstance(asking, framework.Cycle) and not plugins.asks_only_a_place(asking)
     n = node(allocatable={"pods": "1"})
-    assert fit.problem(bare, n, fit.NodeUsage()) is None
-    assert fit.problem(bare, n, usage_with(taken())) == "Too many pods (node n1 has 1 of 1)"
+    assert problem(bare, n, fit.NodeUsage()) is None
+    assert problem(bare, n, usage_with(taken())) == "Too many pods (node n1 has 1 of 1)"
 
 
 def test_full_follows_the_pod_count_of_nodes_of_known_capacity():
@@ -1110,12 +1243,12 @@ def test_fits_agrees_with_problem(requests, ports, selector, labels, pods_allowe
     n = node(labels=labels, allocatable={"cpu": "4", "memory": "16Gi", GPU: "8", "pods": str(pods_allowed)})
     usage = usage_with(*(taken(where, req, ports_) for where, req, ports_ in on_node))
     w = wants(requests, ports, selector)
-    assert fit.fits(w, n, usage) == (fit.problem(w, n, usage) is None)
+    assert fits(w, n, usage) == (problem(w, n, usage) is None)
 
 
 def test_explain_writes_the_reasons_of_the_nodes_it_names_only():
     usage = usage_with(*(taken(f"n{i}", {"cpu": 4000}) for i in range(5)))
     nodes = {f"n{i}": node(f"n{i}") for i in range(5)}
-    message = fit.explain(wants({"cpu": 1000}), ["n4", "n3", "n2", "n1", "n0"], nodes, usage)
+    message = explain(wants({"cpu": 1000}), ["n4", "n3", "n2", "n1", "n0"], nodes, usage)
     assert message.startswith("Insufficient cpu (the pod requests 1; node n0 has 0 of 4 left); Insufficient cpu")
     assert message.endswith("node n2 has 0 of 4 left); and 2 more")

@@ -1,0 +1,146 @@
+"""The scheduling framework's filter phases, as kube-scheduler's: each rule a plugin (scheduler.plugins, one file
+each, in one profile list), judged in two steps.
+
+- PreFilter (`Plugin.pre_filter`): read the pod once per attempt. A plugin answers what its Filter needs of the pod,
+  SKIP when the pod asks nothing of it (its Filter is then not run on any node: the common pod costs nothing), or a
+  `PodRefusal` when the pod cannot be placed on any node for this rule (a field it cannot read, a claim that does
+  not exist).
+- Filter (`Plugin.filter`): judge one node. It answers None when the pod fits, or a `Reason`: the verdict, with its
+  words written only when asked (a claim pod is judged against every GPU node, and only the few nodes a message
+  names need theirs). There is no second, verdict-only copy of a rule.
+
+Each plugin also names the cluster changes that can make a pod it refused fit (`Plugin.wakes_on`): what the queue
+must route to such a pod.
+
+`Cycle` is one attempt's state (kube-scheduler's CycleState): the plugins that apply to the pod and what each read
+of it; `prepare` makes one. `Snapshot` is the narrow handle the filters read the cluster through: the room each
+node has left (fit.NodeUsage) and the volume objects (scheduler.volumes.VolumeCache), never the scheduler. Pure: no
+I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+if TYPE_CHECKING:
+    from gpu_scheduling.scheduler.fit import NodeUsage
+    from gpu_scheduling.scheduler.volumes import VolumeCache
+
+Reason = Callable[[], str]
+"""A Filter's refusal of a node: called only when its words are wanted."""
+
+
+class _Skip:
+    def __repr__(self) -> str:
+        return "SKIP"
+
+
+SKIP: Final = _Skip()
+"""What `pre_filter` answers when the pod asks nothing of the plugin: its Filter is not run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PodRefusal:
+    """The pod cannot be placed on any node for this rule now: `message` says why, naming the field or object."""
+
+    message: str
+
+
+# The cluster changes a plugin may name in `wakes_on` (kube-scheduler's ClusterEvent resources).
+NODE: Final = "Node"
+"""A node appeared or changed (labels, taints, allocatable, readiness)."""
+POD_GONE: Final = "PodGone"
+"""A pod left a node or asks less of it: room was made."""
+PVC: Final = "PersistentVolumeClaim"
+PV: Final = "PersistentVolume"
+STORAGE_CLASS: Final = "StorageClass"
+CSI_NODE: Final = "CSINode"
+
+
+class Plugin:
+    """One rule. Subclasses set `name` (kube-scheduler's plugin of the same rule) and `wakes_on`, and implement
+    `pre_filter` and `filter`."""
+
+    name: ClassVar[str]
+    wakes_on: ClassVar[frozenset[str]]
+
+    def pre_filter(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
+        """What `filter` needs of `pod`, SKIP, or a PodRefusal. May raise nothing: what cannot be read is a
+        PodRefusal naming the field."""
+        raise NotImplementedError
+
+    def filter(self, state: Any, node: Mapping[str, Any], snap: Snapshot) -> Reason | None:
+        """None when the pod (as `state`) fits `node` for this rule; else a Reason."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What the filters read of the cluster besides the node they judge."""
+
+    usage: NodeUsage
+    volumes: VolumeCache | None = None
+    """None where no volume objects are watched (unit tests of the node rules): a pod with a claim is refused."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cycle:
+    """One attempt at one pod: the plugins that judge it, in the profile's order, each with what it read."""
+
+    pod: Mapping[str, Any]
+    snap: Snapshot
+    active: tuple[tuple[Plugin, Any], ...]
+
+    def refusal(self, node: Mapping[str, Any], skip: Collection[str] = ()) -> tuple[Plugin, Reason] | None:
+        """The first plugin (not named in `skip`) that refuses `node`, with its reason; None when the pod fits."""
+        for plugin, state in self.active:
+            if plugin.name in skip:
+                continue
+            reason = plugin.filter(state, node, self.snap)
+            if reason is not None:
+                return plugin, reason
+        return None
+
+    def fits(self, node: Mapping[str, Any], skip: Collection[str] = ()) -> bool:
+        return self.refusal(node, skip) is None
+
+    def problem(self, node: Mapping[str, Any], skip: Collection[str] = ()) -> str | None:
+        """Why the pod does not fit `node` (the first rule it breaks, in words), or None."""
+        refused = self.refusal(node, skip)
+        return None if refused is None else refused[1]()
+
+    def applies(self, name: str) -> bool:
+        """Whether the plugin `name` judges this pod (its PreFilter did not skip it)."""
+        return any(plugin.name == name for plugin, _ in self.active)
+
+    def state(self, name: str) -> Any:
+        """What plugin `name` read of the pod (None when it does not judge it)."""
+        return next((state for plugin, state in self.active if plugin.name == name), None)
+
+    def explain(self, refused: Collection[str], nodes: Mapping[str, Mapping[str, Any]], limit: int = 3) -> str:
+        """Why the pod fits none of the nodes named `refused`: the reasons of the first `limit`, and how many
+        more (the others' words are never written)."""
+        shown = sorted(refused)[:limit]
+        reasons = [self.problem(nodes[name]) or "" for name in shown]
+        more = len(refused) - len(shown)
+        return "; ".join(reasons) + (f"; and {more} more" if more > 0 else "")
+
+
+def prepare(pod: Mapping[str, Any], snap: Snapshot, profile: Sequence[Plugin]) -> Cycle | PodRefusal:
+    """Run every plugin's PreFilter on `pod`: the cycle, or the first plugin's refusal of the pod."""
+    active: list[tuple[Plugin, Any]] = []
+    for plugin in profile:
+        state = plugin.pre_filter(pod, snap)
+        if isinstance(state, PodRefusal):
+            return state
+        if state is not SKIP:
+            active.append((plugin, state))
+    return Cycle(pod, snap, tuple(active))
+
+
+def wakes(profile: Iterable[Plugin], names: Iterable[str]) -> frozenset[str]:
+    """The cluster changes that can make a pod refused by the plugins `names` fit."""
+    wanted = set(names)
+    return frozenset(event for plugin in profile if plugin.name in wanted for event in plugin.wakes_on)
