@@ -670,8 +670,6 @@ def test_fit_leaves_cordons_and_taints_to_node_problem():
     assert decision.node_problem(cordoned, [dict(decision.CORDON_TAINT), {"key": "k", "operator": "Exists"}]) is None
 
 
-
-
 # ---- unsupported ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["podAffinity", "podAntiAffinity"])
 def test_required_pod_affinity_is_unsupported(kind):
