@@ -11,6 +11,7 @@ from gpu_scheduling.scheduler.plugins.node_ports import NodePorts
 from gpu_scheduling.scheduler.plugins.node_ready import NodeReady
 from gpu_scheduling.scheduler.plugins.node_resources import NodeResourcesFit
 from gpu_scheduling.scheduler.plugins.node_unschedulable import NodeUnschedulable
+from gpu_scheduling.scheduler.plugins.node_volume_limits import NodeVolumeLimits
 from gpu_scheduling.scheduler.plugins.taint_toleration import TaintToleration
 from gpu_scheduling.scheduler.plugins.unsupported import Unsupported
 from gpu_scheduling.scheduler.plugins.volume_binding import VolumeBinding
@@ -25,6 +26,7 @@ PROFILE: tuple[Plugin, ...] = (
     NodeAffinity(),
     NodePorts(),
     NodeResourcesFit(),
+    NodeVolumeLimits(),
     VolumeBinding(),
     VolumeZone(),
 )
