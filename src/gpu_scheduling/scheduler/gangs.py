@@ -38,6 +38,7 @@ from gpu_scheduling.claims import gangs, objects, priority
 from gpu_scheduling.claims.ledger import Hold
 from gpu_scheduling.scheduler import decision, fit
 from gpu_scheduling.scheduler.claims import Placed
+from gpu_scheduling.scheduler.volumebinder import Outcome
 
 if TYPE_CHECKING:
     from gpu_scheduling.scheduler.controller import Scheduler
@@ -431,6 +432,8 @@ class GangPath:
             for p in placements:
                 s.queue.retry(p.member.key)
             return "error"
+        if not await self._volumes_ready(gang, placements):
+            return "error"
         outcomes = await asyncio.gather(
             *(s.bind(p.member.key, p.member.pod, p.hold.node, p.placed) for p in placements)
         )
@@ -454,6 +457,32 @@ class GangPath:
             self.book.complete.add(gang)
             return "scheduled"
         return "error"
+
+    async def _volumes_ready(self, gang: str, placements: list[Placement]) -> bool:
+        """VolumeBinding's PreBind for the whole gang (scheduler.volumebinder): no member is bound until the claims
+        of every member are. While some are being bound, every member keeps what it assumed and is tried again when
+        its claims change (the next attempt finds them assumed and retries the same placement); if some cannot be,
+        no member is bound and the gang holds nothing."""
+        s = self.s
+        outcomes = []
+        for p in placements:
+            node = s.nodes.cache.get(p.hold.node)
+            outcomes.append(Outcome.FAILED if node is None else await s.binder.prebind(p.member.pod, node))
+        if all(o is Outcome.READY for o in outcomes):
+            return True
+        message = s.binder.message
+        for p in placements:
+            s.queue.wait_for_claims(p.member.key, s.binder.claims_of(p.member.pod))
+            s.queue.retry(p.member.key)
+        if Outcome.FAILED in outcomes:
+            for p in placements:
+                self._abandon(p)
+            await self._waits(
+                {p.member.key: p.member.pod for p in placements}, f"gang {gang.partition('/')[2]}: {message}"
+            )
+        else:
+            log.info("gang %s: %s; no member is bound before every member's claims are", gang, message)
+        return False
 
     def _abandon(self, placement: Placement) -> None:
         """The attempt for this member is over without a binding: it holds nothing."""
