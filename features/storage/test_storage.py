@@ -4,10 +4,11 @@ images/kind-node/default-storage.yaml; online, from kindest/node's own). A claim
 host-path volume on the node of its first pod; what one pod writes there a second pod reads back, and deleting the
 claim has the provisioner's helper pod remove the directory before the volume goes.
 
-The pods run the check image with a shell command instead of its program, under the default kube-scheduler:
-a claim of a WaitForFirstConsumer class is provisioned on the node that kube-scheduler's volume binding picks
-(gpu-scheduler does not bind volumes), and a pod without the map or the gpu-scheduler is none of the webhook's
-business. The scenario's namespace takes whatever a failed step left (pods, the claim, hence its volume) with it.
+The pods run the check image with a shell command instead of its program. Under the default kube-scheduler, a
+claim of a WaitForFirstConsumer class is provisioned on the node that kube-scheduler's volume binding picks; under
+gpu-scheduler, on the node gpu-scheduler picks (its VolumeBinding writes the claim's selected-node, the real
+provisioner makes the volume there, and the pod is bound once the claim is). The scenario's namespace takes
+whatever a failed step left (pods, the claim, hence its volume) with it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,17 @@ from typing import Any
 import pytest
 from pytest_bdd import given, scenarios, then, when
 
-from features.support import CHECK_IMAGE, HOSTNAME_LABEL, World, containers, get_pod, step
+from features.support import (
+    CHECK_IMAGE,
+    HOSTNAME_LABEL,
+    World,
+    containers,
+    get_pod,
+    pod_body,
+    running_on,
+    statefulset_body,
+    step,
+)
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import NotFound
 from harness.wait import wait_for
@@ -203,3 +214,137 @@ def volume_deleted(world: World, volumes: dict[str, str], claim: str) -> None:
     assert any(f"Volume {volume} has been deleted" in log for log in logs), (
         f"no provisioner log says {volume} has been deleted"
     )
+
+
+# ---- under gpu-scheduler -------------------------------------------------------------------------------------------
+
+
+def _writes_uid(spec: dict[str, Any], claim_volume: str, file: str) -> None:
+    """Make the pod spec's first container write its uid to `file` on the volume `claim_volume`, then stay."""
+    container = spec["containers"][0]
+    container["command"] = ["sh", "-c", f'printf %s "$POD_UID" > {_MOUNT}/{file} && exec sleep 3600']
+    container.pop("args", None)
+    container["env"] = [
+        *container.get("env", []),
+        {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    ]
+    container["volumeMounts"] = [{"name": claim_volume, "mountPath": _MOUNT}]
+
+
+@when(
+    step(
+        'the gpu-scheduler StatefulSet "{name:q}" mapped "{gpu_map:q}" with a volume "{volume:q}" of {size}, its pod '
+        'writing its uid to "{file:q}", is created'
+    )
+)
+def volume_statefulset(world: World, name: str, gpu_map: str, volume: str, size: str, file: str) -> None:
+    body = statefulset_body(name, 1, gpu_map)
+    _writes_uid(body["spec"]["template"]["spec"], volume, file)
+    body["spec"]["volumeClaimTemplates"] = [
+        {
+            "metadata": {"name": volume},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}},
+        }
+    ]
+    world.api.create(paths.statefulsets(world.namespace), body)
+
+
+def _bound_pinned(world: World, claim: str, storage_class: str, node: str) -> None:
+    """The claim is Bound to a volume of `storage_class` pinned to `node`, the node gpu-scheduler chose for it."""
+    pvc = world.api.get(paths.persistent_volume_claim(world.namespace, claim))
+    assert pvc["status"].get("phase") == "Bound", pvc["status"]
+    assert (pvc["metadata"].get("annotations") or {}).get("volume.kubernetes.io/selected-node") == node, pvc["metadata"]
+    volume = world.api.get(paths.persistent_volume(pvc["spec"]["volumeName"]))
+    assert volume["spec"]["storageClassName"] == storage_class, volume["spec"]
+    terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}]}], terms
+
+
+@then(
+    step(
+        'the pod "{pod:q}" runs on {node} with its claim "{claim:q}" Bound to a volume of "{storage_class:q}" '
+        "pinned to {pinned}"
+    )
+)
+def runs_with_volume(world: World, pod: str, node: str, claim: str, storage_class: str, pinned: str) -> None:
+    wait_for(f"{pod} running on {node}", lambda: running_on(world, pod, node), timeout=_POD_TIMEOUT, interval=0.5)
+    _bound_pinned(world, claim, storage_class, pinned)
+
+
+@pytest.fixture
+def first_run() -> dict[str, dict[str, Any]]:
+    """Each recreated pod as it was on its first run: name -> pod."""
+    return {}
+
+
+def _claim_pod(name: str, claim: str, pvc: str, file: str) -> dict[str, Any]:
+    body = pod_body(name, gpu_map=None, claim=claim)
+    _writes_uid(body["spec"], "data", file)
+    body["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": pvc}}]
+    return body
+
+
+@when(
+    step(
+        'the pod "{name:q}" naming the GpuClaim "{claim:q}" with the claim "{pvc:q}" writing its uid to "{file:q}" '
+        "is created"
+    )
+)
+def claim_pod_with_volume(
+    world: World, bodies: dict[str, dict[str, Any]], name: str, claim: str, pvc: str, file: str
+) -> None:
+    bodies[name] = _claim_pod(name, claim, pvc, file)
+    world.api.create(paths.pods(world.namespace), bodies[name])
+
+
+@pytest.fixture
+def bodies() -> dict[str, dict[str, Any]]:
+    """The bodies the scenario created its pods from: name -> pod body."""
+    return {}
+
+
+def _running(world: World, name: str) -> dict[str, Any] | None:
+    pod = get_pod(world, name)
+    return pod if pod["spec"].get("nodeName") and pod["status"].get("phase") == "Running" else None
+
+
+@then(
+    step('the pod "{name:q}" runs with its claim "{pvc:q}" Bound to a volume of "{storage_class:q}" pinned to its node')
+)
+def claim_pod_runs(world: World, first_run: dict[str, dict[str, Any]], name: str, pvc: str, storage_class: str) -> None:
+    pod = wait_for(f"{name} running", lambda: _running(world, name), timeout=_POD_TIMEOUT, interval=0.5)
+    first_run[name] = pod
+    _bound_pinned(world, pvc, storage_class, pod["spec"]["nodeName"])
+
+
+@when(step('the pod "{name:q}" is deleted and created again'))
+def recreate(world: World, bodies: dict[str, dict[str, Any]], name: str) -> None:
+    world.api.delete(paths.pod(world.namespace, name), gracePeriodSeconds="0")
+
+    def gone() -> bool | None:
+        try:
+            get_pod(world, name)
+        except NotFound:
+            return True
+        return None
+
+    wait_for(f"{name} deleted", gone, timeout=_DELETE_TIMEOUT, interval=0.5)
+    world.api.create(paths.pods(world.namespace), bodies[name])
+
+
+@then(step('the pod "{name:q}" runs again on the node of its first run'))
+def runs_again(world: World, first_run: dict[str, dict[str, Any]], name: str) -> None:
+    node = first_run[name]["spec"]["nodeName"]
+    pod = wait_for(
+        f"{name} running on {node}", lambda: running_on(world, name, node), timeout=_POD_TIMEOUT, interval=0.5
+    )
+    assert pod["metadata"]["uid"] != first_run[name]["metadata"]["uid"], "the pod was not created again"
+
+
+@then(step('the pod "{reader:q}" printed the uid of the pod "{writer:q}" of its first run'))
+def read_back_first(world: World, first_run: dict[str, dict[str, Any]], reader: str, writer: str) -> None:
+    read = get_pod(world, reader)
+    assert read["spec"]["nodeName"] == first_run[writer]["spec"]["nodeName"], read["spec"]
+    log = world.api.text(paths.pod_log(world.namespace, reader), container=reader)
+    # The recreated pod wrote its own uid over the first one's: either is the claim's, both were on its node.
+    assert log in (first_run[writer]["metadata"]["uid"], get_pod(world, writer)["metadata"]["uid"]), log

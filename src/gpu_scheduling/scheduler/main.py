@@ -78,6 +78,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "default 5m)",
     )
     p.add_argument(
+        "--volume-bind-timeout",
+        type=runtime.seconds(1, 86_400),
+        default=SchedulerConfig.volume_bind_timeout_seconds,
+        help="how long a pod's WaitForFirstConsumer claims may take to be bound once its node is chosen; then the "
+        "attempt ends and what it took is released (kube-scheduler's bindTimeoutSeconds; 15, 15s, 2m; default 10m)",
+    )
+    p.add_argument(
         "--isolated-gpus",
         action="store_true",
         help="containers see only their own GPUs (gpu-device-plugin with NVML): a map pod's CUDA_VISIBLE_DEVICES is "
@@ -201,6 +208,7 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> None:
                 isolated_gpus=args.isolated_gpus,
                 gang_timeout_seconds=args.gang_timeout,
                 flush_seconds=args.unschedulable_flush,
+                volume_bind_timeout_seconds=args.volume_bind_timeout,
             ),
         )
         app = web.Application()
