@@ -235,12 +235,15 @@ class Scheduler:
         """A pod of another scheduler, bound: count what it takes on its node."""
         taken = None if kind == "DELETED" else fit.footprint(pod)
         self.claim_path.room_made(self.usage.set(pod["metadata"]["uid"], taken))
+        if taken is None:
+            self._claims_freed(pod)
 
     def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         key = _key(pod)
         uid = pod["metadata"]["uid"]
         if kind == "DELETED" or decision.is_finished(pod):
             self.claim_path.room_made(self.usage.set(uid, None))
+            self._claims_freed(pod)
             self.queue.forget(key)
             if self.uids.get(uid) == key:
                 del self.uids[uid]
@@ -276,6 +279,11 @@ class Scheduler:
             return
         if decision.is_schedulable_pod(pod, self.config.name):
             self.queue.add(key)
+
+    def _claims_freed(self, pod: dict[str, Any]) -> None:
+        """A pod left its node: a pod waiting on one of its claims (a ReadWriteOncePod claim it used) may go now."""
+        for claim in self.binder.claims_of(pod):
+            self.queue.volume_claim_changed(claim)
 
     def _on_volume_claim(self, kind: str, pvc: dict[str, Any], _old: dict[str, Any] | None) -> None:
         self.queue.volume_claim_changed(_key(pvc))

@@ -334,6 +334,7 @@ class NodeUsage:
         self._pods: Counter[str] = Counter()
         self._ports: dict[str, Counter[Port]] = {}
         self._claims: dict[str, Counter[str]] = {}
+        self._claim_users: Counter[str] = Counter()  # claim -> how many counted pods use it, on any node
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -360,6 +361,13 @@ class NodeUsage:
         before = self._by_uid.get(uid)
         if before == taken:
             return None
+        if before is not None and before.claims:
+            self._claim_users.subtract(before.claims)
+            for c in before.claims:
+                if self._claim_users[c] <= 0:
+                    del self._claim_users[c]
+        if taken is not None and taken.claims:
+            self._claim_users.update(taken.claims)
         if before is not None:
             self._pods[before.node] -= 1
             if not self._pods[before.node]:
@@ -440,6 +448,13 @@ class NodeUsage:
 
     def ports(self, node: str) -> Mapping[Port, int]:
         return self._ports.get(node) or {}
+
+    def claim_users(self, claim: str, besides: str | None = None) -> int:
+        """How many counted pods (bound, or assumed bound) use the PersistentVolumeClaim `claim`, on any node; the
+        pod of uid `besides` not counted."""
+        users = self._claim_users.get(claim, 0)
+        own = self._by_uid.get(besides) if besides is not None else None
+        return users - (1 if own is not None and claim in own.claims else 0)
 
     def claims(self, node: str) -> Mapping[str, int]:
         """The PersistentVolumeClaims the node's pods use ("<namespace>/<name>" -> how many of its pods)."""

@@ -15,6 +15,7 @@ from gpu_scheduling.scheduler.plugins.node_volume_limits import NodeVolumeLimits
 from gpu_scheduling.scheduler.plugins.taint_toleration import TaintToleration
 from gpu_scheduling.scheduler.plugins.unsupported import Unsupported
 from gpu_scheduling.scheduler.plugins.volume_binding import VolumeBinding
+from gpu_scheduling.scheduler.plugins.volume_restrictions import VolumeRestrictions
 from gpu_scheduling.scheduler.plugins.volume_zone import VolumeZone
 
 NODE_STATE: tuple[Plugin, ...] = (NodeReady(), NodeUnschedulable(), TaintToleration())
@@ -26,6 +27,7 @@ PROFILE: tuple[Plugin, ...] = (
     NodeAffinity(),
     NodePorts(),
     NodeResourcesFit(),
+    VolumeRestrictions(),
     NodeVolumeLimits(),
     VolumeBinding(),
     VolumeZone(),

@@ -1,4 +1,5 @@
-"""plugins/node_volume_limits.py: kube-scheduler's NodeVolumeLimits (CSI) on plain data, through the profile
+"""plugins/node_volume_limits.py and volume_restrictions.py: kube-scheduler's NodeVolumeLimits (CSI) and
+VolumeRestrictions (ReadWriteOncePod) on plain data, through the profile
 (framework.prepare with plugins.PROFILE) as the scheduler runs it."""
 
 from __future__ import annotations
@@ -99,3 +100,40 @@ def test_an_unbound_claim_counts_under_its_class_provisioner():
 def test_the_plugin_skips_a_pod_without_claims():
     attempt = framework.prepare(pod(), framework.Snapshot(fit.NodeUsage(), cache(1)), plugins.PROFILE)
     assert isinstance(attempt, framework.Cycle) and not attempt.applies("NodeVolumeLimits")
+
+
+# ---- VolumeRestrictions (plugins/volume_restrictions.py) --------------------------------------------------------
+def rwop_cache() -> volumes.VolumeCache:
+    claims = {
+        "ns/solo": {
+            "metadata": {"name": "solo", "namespace": "ns", "annotations": {volumes.BIND_COMPLETED: "yes"}},
+            "spec": {"volumeName": "pv0", "accessModes": ["ReadWriteOncePod"]},
+        },
+        "ns/shared": {
+            "metadata": {"name": "shared", "namespace": "ns", "annotations": {volumes.BIND_COMPLETED: "yes"}},
+            "spec": {"volumeName": "pv1", "accessModes": ["ReadWriteOnce"]},
+        },
+    }
+    return volumes.VolumeCache(claims, {"pv0": csi_volume("pv0"), "pv1": csi_volume("pv1")})
+
+
+def refusal_of(p: dict[str, Any], usage: fit.NodeUsage) -> str | None:
+    attempt = framework.prepare(p, framework.Snapshot(usage, rwop_cache()), plugins.PROFILE)
+    return attempt.message if isinstance(attempt, framework.PodRefusal) else None
+
+
+def test_a_read_write_once_pod_claim_in_use_elsewhere_refuses_the_pod():
+    user = pod("solo", bound_to="n2")
+    usage = usage_with(user)
+    said = refusal_of(pod("solo"), usage)
+    assert said is not None and 'persistentvolumeclaim "solo" is ReadWriteOncePod' in said, said
+    usage.set("other-0", None)
+    assert refusal_of(pod("solo"), usage) is None, "the user is gone: the claim is free"
+
+
+def test_a_read_write_once_claim_may_be_shared_and_the_pod_does_not_block_itself():
+    usage = usage_with(pod("shared", bound_to="n2"))
+    assert refusal_of(pod("shared"), usage) is None
+    me = pod("solo")
+    usage.assume("u", fit.footprint(me, "n1"))  # this pod's own earlier attempt, assumed
+    assert refusal_of(me, usage) is None
