@@ -31,7 +31,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.claims import gangs, objects, priority
@@ -41,7 +41,18 @@ from gpu_scheduling.scheduler.claims import Placed
 from gpu_scheduling.scheduler.volumebinder import Outcome
 
 if TYPE_CHECKING:
-    from gpu_scheduling.scheduler.controller import Scheduler
+    from collections.abc import Coroutine
+
+    from gpu_scheduling import gpumap as gpumap_module
+    from gpu_scheduling.claims.ledger import Ledger
+    from gpu_scheduling.kube.informer import Informer
+    from gpu_scheduling.scheduler import fit as fit_module
+    from gpu_scheduling.scheduler import framework
+    from gpu_scheduling.scheduler.claims import ClaimPath
+    from gpu_scheduling.scheduler.events import Recorder
+    from gpu_scheduling.scheduler.metrics import Metrics
+    from gpu_scheduling.scheduler.queue import SchedulingQueue
+    from gpu_scheduling.scheduler.volumebinder import VolumeBinder
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +73,33 @@ class Placement:
     placed: Placed | None  # claim members: what their bind and claim status need
 
 
+class Host(Protocol):
+    """What the gang path reads and calls of the scheduler that runs it (scheduler.controller.Scheduler is one):
+    named here, so that this module imports nothing of the controller."""
+
+    config: Any
+    pods: Informer
+    nodes: Informer
+    ledger: Ledger
+    usage: fit_module.NodeUsage
+    snapshot: framework.Snapshot
+    maps: gpumap_module.ParseCache
+    queue: SchedulingQueue
+    claim_path: ClaimPath
+    binder: VolumeBinder
+    metrics: Metrics
+    recorder: Recorder
+    leading: bool
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+    async def bind(self, key: str, pod: dict[str, Any], node: str, placed: Placed | None = None) -> bool | None: ...
+
+    async def report_unschedulable(self, key: str, pod: dict[str, Any], message: str) -> None: ...
+
+
 class GangPath:
-    def __init__(self, scheduler: Scheduler, timeout_seconds: float):
+    def __init__(self, scheduler: Host, timeout_seconds: float):
         self.s = scheduler
         self.timeout = timeout_seconds
         self.book = gangs.Book()
