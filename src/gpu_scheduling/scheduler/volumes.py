@@ -76,26 +76,44 @@ def node_affinity_matches(pv: Mapping[str, Any], node: Mapping[str, Any]) -> boo
 
 
 def topology_allows(storage_class: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """The class's `allowedTopologies` admit the node (none admits every node): any term whose every
-    matchLabelExpressions key has one of its values on the node."""
+    """The class's `allowedTopologies` admit the node (none admits every node): any term with matchLabelExpressions
+    whose every key has one of its values on the node."""
     terms = storage_class.get("allowedTopologies") or []
     if not terms:
         return True
     labels = node["metadata"].get("labels") or {}
     return any(
-        all(labels.get(e.get("key")) in (e.get("values") or []) for e in (t.get("matchLabelExpressions") or []))
+        bool(t.get("matchLabelExpressions"))  # a term without expressions selects no node (kube)
+        and all(labels.get(e.get("key")) in (e.get("values") or []) for e in t["matchLabelExpressions"])
         for t in terms
         if isinstance(t, Mapping)
     )
 
 
+_GA_LABEL = {
+    "failure-domain.beta.kubernetes.io/zone": "topology.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region": "topology.kubernetes.io/region",
+}
+"""The GA label a node may carry in place of a volume's beta label."""
+
+
 def zone_conflict(pv: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
     """VolumeZone: the zone or region label of the volume that the node's does not match (a label value may list
-    several zones, joined by "__"), or None."""
+    several zones, joined by "__"; one that lists an empty zone is ignored), or None. A node with no zone or region
+    label at all (a single-zone cluster) matches any volume, and a volume's beta label is compared with the node's
+    GA label where the node has no beta one (kube-scheduler's VolumeZone)."""
     pv_labels = (pv.get("metadata") or {}).get("labels") or {}
     node_labels = node["metadata"].get("labels") or {}
+    if not any(key in node_labels for key in ZONE_LABELS):
+        return None
     for key in ZONE_LABELS:
-        if key in pv_labels and node_labels.get(key) not in str(pv_labels[key]).split("__"):
+        if key not in pv_labels:
+            continue
+        zones = {zone.strip() for zone in str(pv_labels[key]).split("__")}
+        if "" in zones:
+            continue
+        have = node_labels[key] if key in node_labels else node_labels.get(_GA_LABEL.get(key, key))
+        if have not in zones:
             return f"{key}={pv_labels[key]}"
     return None
 
@@ -156,49 +174,52 @@ class VolumeCache:
         self, pvc: Mapping[str, Any], node: Mapping[str, Any], exclude: frozenset[str] = frozenset()
     ) -> dict[str, Any] | None:
         """The available PersistentVolume the unbound claim `pvc` can be bound to on `node` (kube's
-        FindMatchingVolume): one already reserved for the claim (its claimRef names it) whose node affinity admits
-        the node; else the smallest Available volume of the claim's class, not taken or assumed, with room for its
-        request, every access mode it asks, its volume mode, the labels of its selector, and a node affinity that
-        admits the node, and not one of `exclude` (chosen for the pod's other claims). None when there is none."""
+        FindMatchingVolume), among the volumes of the claim's class that are not `exclude` (chosen for the pod's
+        other claims), not taken or assumed by another claim, not being deleted, and with room for its request, its
+        volume mode and its volume attributes class: one already reserved for the claim (its claimRef names it) if
+        its node affinity admits the node, and none if it does not (the PersistentVolume controller binds the two
+        whatever is chosen here); else the smallest Available one with every access mode the claim asks, the labels
+        of its selector, and a node affinity that admits the node. None when there is none."""
         meta = pvc.get("metadata") or {}
         spec = pvc.get("spec") or {}
         key = claim_key(str(meta.get("namespace")), str(meta.get("name")))
         wanted_class = spec.get("storageClassName") or ""
         modes = set(spec.get("accessModes") or [])
         mode = spec.get("volumeMode") or "Filesystem"
+        attributes = spec.get("volumeAttributesClassName") or ""
         asked = requested_storage(pvc)
         selector = spec.get("selector") or {}
         best: dict[str, Any] | None = None
         for pv in self.volumes.values():
             pv_meta = pv.get("metadata") or {}
             pv_spec = pv.get("spec") or {}
-            ref = pv_spec.get("claimRef")
-            if ref and claim_key(str(ref.get("namespace")), str(ref.get("name"))) == key:
-                if (not ref.get("uid") or ref.get("uid") == meta.get("uid")) and node_affinity_matches(pv, node):
-                    return pv
+            if (pv_spec.get("storageClassName") or "") != wanted_class or pv_meta.get("name") in exclude:
                 continue
+            ref = pv_spec.get("claimRef") or {}
+            ours = bool(ref) and claim_key(str(ref.get("namespace")), str(ref.get("name"))) == key
+            ours = ours and (not ref.get("uid") or ref.get("uid") == meta.get("uid"))
             assumed = self._assumed.get(str(pv_meta.get("name")))
+            if (ref and not ours) or (assumed is not None and assumed != key):
+                continue
             if (
-                pv_meta.get("name") in exclude
-                or ref
-                or (assumed is not None and assumed != key)
+                _capacity(pv) < asked
+                or (pv_spec.get("volumeMode") or "Filesystem") != mode
+                or (pv_spec.get("volumeAttributesClassName") or "") != attributes
                 or pv_meta.get("deletionTimestamp")
             ):
                 continue
+            if ours:
+                return pv if node_affinity_matches(pv, node) else None
             if (pv.get("status") or {}).get("phase") != "Available":
                 continue
-            if (pv_spec.get("storageClassName") or "") != wanted_class:
-                continue
-            if (pv_spec.get("volumeMode") or "Filesystem") != mode or not modes <= set(
-                pv_spec.get("accessModes") or []
-            ):
+            if not modes <= set(pv_spec.get("accessModes") or []):
                 continue
             labels = pv_meta.get("labels") or {}
             if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
                 continue
             if not fit.expressions_match(selector.get("matchExpressions") or [], labels):
                 continue
-            if _capacity(pv) < asked or not node_affinity_matches(pv, node):
+            if not node_affinity_matches(pv, node):
                 continue
             if best is None or _capacity(pv) < _capacity(best):
                 best = pv
