@@ -72,8 +72,10 @@ class VolumeBinder:
             return Outcome.READY
         chosen: set[str] = set()
         pending = []
-        for key in keys:
-            pvc = self.cache.claims.get(key)
+        found = [(key, self.cache.claims.get(key)) for key in keys]
+        # Smallest request first: the order plugins/volume_binding.py matched them in, so both pick the same volumes.
+        found.sort(key=lambda kp: volumes.requested_storage(kp[1]) if kp[1] is not None else -1)
+        for key, pvc in found:
             if pvc is None:
                 return self._failed(uid, f"persistentvolumeclaim {key} is gone")
             if volumes.is_bound(pvc):

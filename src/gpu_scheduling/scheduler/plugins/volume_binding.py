@@ -110,7 +110,8 @@ def refusal(state: Claims, node: Mapping[str, Any], cache: volumes.VolumeCache) 
                 f'(persistentvolumeclaim "{claim}"): volume node affinity conflict'
             )
     chosen: set[str] = set()
-    for pvc, storage_class in state.unbound:
+    # Smallest request first, as kube-scheduler matches them (volumebinder writes them in the same order).
+    for pvc, storage_class in sorted(state.unbound, key=lambda claim: volumes.requested_storage(claim[0])):
         claim = pvc["metadata"]["name"]
         selected = ((pvc["metadata"].get("annotations")) or {}).get(volumes.SELECTED_NODE)
         if selected:
