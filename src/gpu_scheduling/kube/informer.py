@@ -97,8 +97,11 @@ class Informer:
             for item in page.get("items") or []:
                 fresh[key_of(item)] = self._compact(self.transform(item))
             self._rv = page["metadata"]["resourceVersion"]
-        old = self.cache
-        self.cache = fresh
+        old = dict(self.cache)
+        # In place, never a new dict: readers are handed `cache` once, at construction (the scheduler's volume
+        # cache, its queue, its Lease reconciler), and must see every list, the first one included.
+        self.cache.clear()
+        self.cache.update(fresh)
         # Deliver the difference so handlers see deletions that happened while we were not watching.
         for key, obj in old.items():
             if key not in fresh:
