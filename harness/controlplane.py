@@ -230,11 +230,13 @@ class ControlPlane:
                 f"--authorization-kubeconfig={self.kubeconfig}",
                 # nodelifecycle lifts the not-ready taint that admission puts on every new node, as in a real cluster;
                 # job creates the pods of the Indexed Jobs the workload scenarios place (features/placement);
-                # persistentvolume-binder binds a claim to the volume a scheduler reserved or had provisioned, and
-                # ephemeral-volume makes a pod's ephemeral claims (features/volumes).
+                # persistentvolume-binder binds a claim to the volume a scheduler reserved or had provisioned,
+                # ephemeral-volume makes a pod's ephemeral claims, and the two protection controllers lift the
+                # finalizers the apiserver puts on claims and volumes, so that they (and a namespace holding
+                # them) can be deleted (features/volumes).
                 (
                     "--controllers=serviceaccount,serviceaccount-token,statefulset,job,namespace,garbagecollector,"
-                    "nodelifecycle,persistentvolume-binder,ephemeral-volume"
+                    "nodelifecycle,persistentvolume-binder,ephemeral-volume,pvc-protection,pv-protection"
                 ),
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={self.ca.cert_path}",

@@ -10,15 +10,13 @@ of each field after the client's user agent, `gpu-scheduler/<identity>` for the 
 Python's urllib for these steps.
 
 StorageClasses and PersistentVolumes are cluster-scoped, so the `volume_objects` fixture deletes the ones a scenario
-made when it ends. The claims go with the scenario's namespace; but the apiserver's StorageObjectInUseProtection
-admission puts the `kubernetes.io/pvc-protection` and `kubernetes.io/pv-protection` finalizers on every claim and
-volume, and the controllers that lift them are not run in this tier, so the fixture takes them off first (else the
-namespace and the volumes would stay Terminating for the rest of the session).
+made when it ends: its pods first, then its claims (the real pvc-protection and pv-protection controllers run in
+this tier and keep a claim while a pod uses it, and a volume while a claim is bound to it), then the volumes and
+classes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Iterator
 from typing import Any
@@ -54,30 +52,30 @@ class VolumeObjects:
     volumes: list[str] = dataclasses.field(default_factory=list)
 
 
-def _unprotect(world: World, path: str) -> None:
-    """Take the storage-protection finalizers off the object at `path` (nothing lifts them in this tier)."""
-    with contextlib.suppress(NotFound):
-        world.api.patch(path, {"metadata": {"finalizers": None}})
-
-
 @pytest.fixture
 def volume_objects(world: World) -> Iterator[VolumeObjects]:
     made = VolumeObjects()
     yield made
-    # Before the `world` fixture's teardown (this fixture depends on it): the claims first, so that the
-    # PersistentVolume controller does not bind one again to a volume about to go.
+    # Before the `world` fixture's teardown (this fixture depends on it): the pods, which keep their claims, then the
+    # claims, so that the PersistentVolume controller does not bind one again to a volume about to go.
     errors: list[str] = []
+    pods = [p["metadata"]["name"] for p in world.api.pods(world.namespace)]
+    for pod in pods:
+        world.api.delete(paths.pod(world.namespace, pod), gracePeriodSeconds="0")
+    wait_for(
+        "the scenario's pods deleted",
+        lambda: not any(_exists(world, paths.pod(world.namespace, p)) for p in pods),
+        timeout=_TIMEOUT,
+    )
     claims = [c["metadata"]["name"] for c in world.api.get(paths.persistent_volume_claims(world.namespace))["items"]]
     for claim in claims:
         path = paths.persistent_volume_claim(world.namespace, claim)
         try:
-            _unprotect(world, path)
             world.api.delete(path)
         except ApiError as exc:
             errors.append(f"{path}: {exc}")
     for name in made.volumes:
         try:
-            _unprotect(world, paths.persistent_volume(name))
             world.api.delete(paths.persistent_volume(name))
         except ApiError as exc:
             errors.append(f"persistentvolume {name}: {exc}")
