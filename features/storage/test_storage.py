@@ -256,8 +256,10 @@ def _bound_pinned(world: World, claim: str, storage_class: str, node: str) -> No
     assert (pvc["metadata"].get("annotations") or {}).get("volume.kubernetes.io/selected-node") == node, pvc["metadata"]
     volume = world.api.get(paths.persistent_volume(pvc["spec"]["volumeName"]))
     assert volume["spec"]["storageClassName"] == storage_class, volume["spec"]
+    # local-path pins the volume by the node's hostname label, as the first scenario reads it.
+    hostname = world.api.get(paths.node(node))["metadata"]["labels"][HOSTNAME_LABEL]
     terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}]}], terms
+    assert terms == [{"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}]}], terms
 
 
 @then(
