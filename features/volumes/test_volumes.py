@@ -24,7 +24,16 @@ from typing import Any
 import pytest
 from pytest_bdd import given, scenarios, then, when
 
-from features.support import HOSTNAME_LABEL, World, get_pod, leases_of, pod_body, running_on, step
+from features.support import (
+    HOSTNAME_LABEL,
+    World,
+    gang_member_body,
+    get_pod,
+    leases_of,
+    pod_body,
+    running_on,
+    step,
+)
 from gpu_scheduling import constants
 from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import paths
@@ -271,6 +280,27 @@ def provision(world: World, volume_objects: VolumeObjects, name: str, size: str,
 def create_claim_pod_with_volume(world: World, name: str, gpu_claim: str, claim: str) -> None:
     body = _mounting(pod_body(name, gpu_map=None, claim=gpu_claim), claim)
     world.api.create(paths.pods(world.namespace), body)
+
+
+@when(
+    step(
+        'the member "{name:q}" of a gang of {size:d} naming the GpuClaim "{gpu_claim:q}" and mounting the claim '
+        '"{claim:q}" is created'
+    )
+)
+def create_gang_member_with_volume(world: World, name: str, size: int, gpu_claim: str, claim: str) -> None:
+    world.api.create(paths.pods(world.namespace), _mounting(gang_member_body(name, gpu_claim, size), claim))
+
+
+@then(step('the pods "{first:q}" and "{second:q}" run on {node}, each holding the Leases of the GPUs it was allocated'))
+def members_run(world: World, first: str, second: str, node: str) -> None:
+    for name in (first, second):
+        pod = wait_for(f"pod {name} Running on {node}", lambda n=name: running_on(world, n, node), timeout=_TIMEOUT)
+        gpus = (pod["metadata"].get("annotations") or {}).get(constants.GPU_IDS_ANNOTATION, "")
+        expected = sorted(objects.lease_name(node, int(gpu)) for gpu in gpus.split(",") if gpu)
+        assert expected, f"{name} was bound without an allocation: {pod['metadata'].get('annotations')}"
+        held = leases_of(world.api, pod["metadata"]["uid"])
+        assert held == expected, f"{name} holds the Leases {held}, it was allocated {expected}"
 
 
 @when(step('the pod "{name:q}" mounting the claim "{claim:q}" is created with the map "{gpu_map:q}"'))

@@ -68,3 +68,20 @@ Feature: A pod's PersistentVolumeClaims are bound as kube-scheduler's VolumeBind
     When the PersistentVolume "shared-pv" of 1Gi of the StorageClass "immediate" on node1 is made for the claim "shared"
     Then the PersistentVolumeClaim "shared" is bound to the PersistentVolume "shared-pv"
     And the pod "infer-0" runs on node1 holding the Leases of the GPUs of its GpuClaim "infer"
+
+  Scenario: A gang's members are bound only once every member's claim is: one member's claim bound is not enough
+    Given the StorageClass "gang-node3" of the provisioner "example.com/provisioner" binding WaitForFirstConsumer, its allowedTopologies admitting only node3
+    And the PersistentVolumeClaim "g-a" of 1Gi of the StorageClass "gang-node3" is created
+    And the PersistentVolumeClaim "g-b" of 1Gi of the StorageClass "gang-node3" is created
+    And the GpuClaim "g" asking for 1 GPUs for the gang "g" is created
+    When the member "g-0" of a gang of 2 naming the GpuClaim "g" and mounting the claim "g-a" is created
+    And the member "g-1" of a gang of 2 naming the GpuClaim "g" and mounting the claim "g-b" is created
+    Then gpu-scheduler selects node3 for the PersistentVolumeClaim "g-a"
+    And gpu-scheduler selects node3 for the PersistentVolumeClaim "g-b"
+    When the provisioner makes the PersistentVolume "g-a-pv" of 1Gi for the claim "g-a" on the node selected for it
+    Then the PersistentVolumeClaim "g-a" is bound to the PersistentVolume "g-a-pv"
+    And for 5 seconds the pod "g-0" stays unbound
+    And for 1 seconds the pod "g-1" stays unbound
+    When the provisioner makes the PersistentVolume "g-b-pv" of 1Gi for the claim "g-b" on the node selected for it
+    Then the pods "g-0" and "g-1" run on node3, each holding the Leases of the GPUs it was allocated
+    And every pod was bound exactly once
