@@ -67,12 +67,22 @@ def _capacity(pv: Mapping[str, Any]) -> int:
 
 
 def node_affinity_matches(pv: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """The volume's `spec.nodeAffinity.required` admits the node (no affinity admits every node)."""
+    """The volume's `spec.nodeAffinity.required` admits the node (no affinity admits every node): any term whose
+    matchExpressions all hold on the node's labels."""
     required = (((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required")) or None
     if not required:
         return True
     terms = required.get("nodeSelectorTerms") or []
-    return any(isinstance(t, Mapping) and fit.term_matches(t, node) for t in terms)
+    # kube's CheckNodeAffinity (component-helpers storage/volume) judges a Node made of the labels alone, and a
+    # node with no name has no fields to match: a term's matchFields are not looked at (a term of matchFields only
+    # admits every node); a term with neither still admits none.
+    labels = node["metadata"].get("labels") or {}
+    return any(
+        isinstance(t, Mapping)
+        and bool(t.get("matchExpressions") or t.get("matchFields"))
+        and fit.expressions_match(t.get("matchExpressions") or [], labels)
+        for t in terms
+    )
 
 
 def topology_allows(storage_class: Mapping[str, Any], node: Mapping[str, Any]) -> bool:

@@ -465,6 +465,19 @@ def test_node_affinity_matches_reads_the_volumes_required_terms():
     assert not volumes.node_affinity_matches(volume("v", terms=[]), n)  # no term: no node
 
 
+def test_a_volumes_node_affinity_is_judged_on_the_nodes_labels_alone():
+    # kube's CheckNodeAffinity matches the terms to a Node made of the labels only: with no name there are no
+    # fields, so matchFields are not looked at (a term of matchFields only admits every node).
+    n = node("n1", {ZONE: "a"})
+    name_is = {"key": "metadata.name", "operator": "In", "values": ["n2"]}
+    assert volumes.node_affinity_matches(volume("v", terms=[{"matchFields": [name_is]}]), n)
+    with_zone = {"matchExpressions": [expr(ZONE, "In", "a")], "matchFields": [name_is]}
+    assert volumes.node_affinity_matches(volume("v", terms=[with_zone]), n)
+    other_zone = {"matchExpressions": [expr(ZONE, "In", "b")], "matchFields": [name_is]}
+    assert not volumes.node_affinity_matches(volume("v", terms=[other_zone]), n)
+    assert not volumes.node_affinity_matches(volume("v", terms=[{"matchExpressions": [], "matchFields": []}]), n)
+
+
 # ---- VolumeBinding Filter: unbound claims, selected-node --------------------------------------------------------
 def test_an_unbound_claim_being_provisioned_fits_only_its_selected_node():
     vc = cache([claim("data", cls="csi", selected_node="n1")])
