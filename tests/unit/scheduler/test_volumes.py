@@ -490,10 +490,29 @@ def test_an_unbound_claim_being_provisioned_fits_only_its_selected_node():
 
 def test_a_selected_node_wins_over_a_static_volume_elsewhere():
     # A volume that fits n2 does not make n2 fit: the claim is being provisioned on n1.
-    vc = cache([claim("data", selected_node="n1")], [volume("pv-2", terms=[term(HOSTNAME, "In", "n2")])])
+    pvs = [volume("pv-2", cls="csi", terms=[term(HOSTNAME, "In", "n2")])]
+    vc = cache([claim("data", cls="csi", selected_node="n1")], pvs)
     c = cycle(pod(pvc_volume("data")), vc)
     assert verdict(c, node("n2")) is not None
     assert verdict(c, node("n1")) is None
+
+
+def test_a_claim_being_provisioned_on_the_node_still_needs_its_class_to_provision_there():
+    # kube's FindPodVolumes puts a claim whose selected-node is this node among the claims to provision
+    # (checkVolumeProvisions): a class with no provisioner, or allowedTopologies that exclude the node, refuse it;
+    # no static volume is looked for.
+    classes = (
+        *DEFAULT_CLASSES,
+        storage_class("zoned", provisioner="csi.example.com", topologies=[topology((ZONE, ["a"]))]),
+    )
+    pvs = [volume("local-n1", terms=[term(HOSTNAME, "In", "n1")])]
+    for cls, n in (("local", node("n1")), ("zoned", node("n1", {ZONE: "b"}))):
+        c = cycle(pod(pvc_volume("data")), cache([claim("data", cls=cls, selected_node="n1")], pvs, classes))
+        said = verdict(c, n)
+        assert said is not None and said[0] == "VolumeBinding", cls
+        assert 'persistentvolumeclaim "data" is being provisioned on node n1, but' in said[1], said
+    c = cycle(pod(pvc_volume("data")), cache([claim("data", cls="zoned", selected_node="n1")], pvs, classes))
+    assert verdict(c, node("n1", {ZONE: "a"})) is None
 
 
 # ---- VolumeBinding Filter: static volumes -----------------------------------------------------------------------

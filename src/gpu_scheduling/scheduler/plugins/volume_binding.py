@@ -117,21 +117,28 @@ def refusal(state: Claims, node: Mapping[str, Any], cache: volumes.VolumeCache) 
         if selected:
             if selected != name:
                 return lambda: f'persistentvolumeclaim "{claim}" is being provisioned on node {selected}, not {name}'
-            continue
-        match = cache.matching_volume(pvc, node, frozenset(chosen))
-        if match is not None:
-            chosen.add(match["metadata"]["name"])
-            continue
+            # Not yet fitting: kube's FindPodVolumes checks a claim being provisioned on this very node as one to
+            # provision (checkVolumeProvisions): its class must still provision here.
+        else:
+            match = cache.matching_volume(pvc, node, frozenset(chosen))
+            if match is not None:
+                chosen.add(match["metadata"]["name"])
+                continue
         provisioner = storage_class.get("provisioner") or ""
         class_name = storage_class["metadata"]["name"]
+        why = f'persistentvolumeclaim "{claim}" is being provisioned on node {name}, but' if selected else ""
         if provisioner in ("", volumes.NO_PROVISIONER):
             return lambda: (
-                f'node {name} has no available persistentvolume for persistentvolumeclaim "{claim}" (storageclass '
-                f"{class_name} provisions none)"
+                f"{why} storageclass {class_name} provisions none"
+                if why
+                else f'node {name} has no available persistentvolume for persistentvolumeclaim "{claim}" '
+                f"(storageclass {class_name} provisions none)"
             )
         if not volumes.topology_allows(storage_class, node):
             return lambda: (
-                f'node {name} has no available persistentvolume for persistentvolumeclaim "{claim}", and the '
+                f"{why} the allowedTopologies of storageclass {class_name} exclude it"
+                if why
+                else f'node {name} has no available persistentvolume for persistentvolumeclaim "{claim}", and the '
                 f"allowedTopologies of storageclass {class_name} exclude it"
             )
     return None
