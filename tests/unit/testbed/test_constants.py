@@ -382,6 +382,21 @@ def test_scheduler_rbac_is_least_privilege():
         ("gpuschedulingpolicies", "list"),
         ("gpuschedulingpolicies", "watch"),
         ("gpuschedulingpolicies/status", "patch"),
+        # Volumes (scheduler/volumebinder.py): read, and a claim's selected-node or a volume's claimRef patched.
+        ("persistentvolumeclaims", "get"),
+        ("persistentvolumeclaims", "list"),
+        ("persistentvolumeclaims", "watch"),
+        ("persistentvolumeclaims", "patch"),
+        ("persistentvolumes", "get"),
+        ("persistentvolumes", "list"),
+        ("persistentvolumes", "watch"),
+        ("persistentvolumes", "patch"),
+        ("storageclasses", "get"),
+        ("storageclasses", "list"),
+        ("storageclasses", "watch"),
+        ("csinodes", "get"),
+        ("csinodes", "list"),
+        ("csinodes", "watch"),
     }
     # The policy's status: the one policy the scheduler reads, no other.
     (status_rule,) = [r for r in role["rules"] if "gpuschedulingpolicies/status" in r["resources"]]
