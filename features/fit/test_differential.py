@@ -15,9 +15,34 @@ the gpu-webhook leaves one: the round's map puts copy i (the index its name ends
 has that entry's CUDA_VISIBLE_DEVICES. gpu-scheduler's verdict is what the scheduler would do with the copy as the
 apiserver stored it (defaults and admission applied), its pinning taken out again and its schedulerName gpu-scheduler:
 its pods informer's view of it (decision.pod_view), queued only if decision.is_schedulable_pod, then decision.decide
-over the scheduler's node cache (every Node the API lists, as decision.node_view) and the NodeUsage its other-pods
-informer builds (the same field selector, fit.trimmed, fit.footprint). Bound to the copy's node: it fits; the
-Unschedulable message is the reason.
+over the scheduler's node cache (every Node the API lists, as decision.node_view) and a framework.Snapshot of the
+NodeUsage its other-pods informer builds (the same field selector, fit.trimmed, fit.footprint) and a VolumeCache of
+every claim, volume, StorageClass and CSINode the API lists at the probe's time. Bound to the copy's node: it fits;
+the Unschedulable message is the reason.
+
+Then the volume batches (VOLUME_BATCHES of VOLUME_ROUNDS_PER_BATCH rounds): fresh kwok nodes with their hostname
+label, most with a zone label (topology.kubernetes.io/zone), room for any probe, no taint. Four StorageClasses, made
+once: Immediate; WaitForFirstConsumer with a provisioner (one that never runs) and no topology limit; the same with
+allowedTopologies (zone a, or zone c on some hosts); WaitForFirstConsumer with kubernetes.io/no-provisioner. In a
+round every copy (one per node, pinned as above, asking nothing but its volumes) has claims of its own, made for it
+and never shared: the first of each kind in turn, more at random. Bound: pre-bound by the test (the claim's
+volumeName, the volume's claimRef), the binding completed by the plane's PersistentVolume controller. Immediate:
+bound by that controller to the one volume its selector picks, if that one fits it, else left unbound. Unbound of a
+WaitForFirstConsumer class: its selector picks only the static volumes made for its copy, so that no two copies
+compete for a volume. Unbound with a selected-node (its copy's node, or another), as a scheduler leaves a claim it
+had provisioned (with another claim beside it, whose write shows kube-scheduler's choice). The static volumes are
+drawn at random: node affinity (none, a hostname, zones, two terms, a node name as matchFields), zone labels (none,
+the node's zone or another, two zones, the beta label), size and access modes that fit the claim or not; some
+ReadWriteOncePod claims are used by a pod bound to the sync node. Before the copies come, the test waits until the
+controller has every volume Available and has bound the claims it is to bind (a claim still unbound after half a
+second gets a new annotation: the controller's two workers race on a volume's status, and the loser would wait for its
+15 s resync).
+
+kube-scheduler's verdict on a copy with claims: bound; or, as no provisioner runs, it may choose the node and wait
+in PreBind, and its choice is read where it is written: the selected-node of a claim that had none (dynamic
+provisioning), the claimRef of a volume that had none naming one of the copy's claims (static binding); else
+PodScheduled False, Unschedulable. The copies are deleted with their round (kube-scheduler gives up a PreBind wait
+within a second of its pod's deletion; what it still holds then is nothing a later copy asks for).
 
 A difference is allowed only where gpu-scheduler refuses the pod as asking for a rule it does not support
 (required pod anti-affinity, DoNotSchedule topology spread); anything else fails with a table of the cases. Where
@@ -25,21 +50,33 @@ both refuse, the reasons are compared too: both judge the node's own state first
 affinity, then host ports, then resources, stopping at the first rule the node breaks (resources: every shortage
 listed). One exception kube has: NodeAffinity's PreFilter, before every filter, refuses a node that no term's
 metadata.name matchFields admits ("pod affinity terms conflict"); there the node must break the affinity for
-gpu-scheduler too, whatever rule it names first.
+gpu-scheduler too, whatever rule it names first. Where both refuse a copy with claims, the test asks no more:
+kube-scheduler's message counts nodes per reason ("node(s) didn't find available persistent volumes to bind" stands
+for a missing static volume, a class without a provisioner, allowedTopologies and a selected node alike), and its
+volume plugins refuse in an order of their own (a ReadWriteOncePod claim in use in Filter, after an unbound
+Immediate claim in VolumeBinding's PreFilter; gpu-scheduler in PreFilter).
 
 Agreement means something only where the cases put every rule to the test both ways: for each rule (each resource,
-the pod count, host ports, nodeSelector, required node affinity, taints, cordons) at least MIN_EACH_WAY cases where
-both refuse for it and MIN_EACH_WAY where both let the pod on a node although the rule was in play (rules_in_play
-says when).
+the pod count, host ports, nodeSelector, required node affinity, taints, cordons; VOLUME_RULES: a bound claim's
+volume's node affinity, a static volume for a WaitForFirstConsumer claim, allowedTopologies, a class without a
+provisioner, an Immediate claim bound, a selected node, VolumeZone, ReadWriteOncePod) at least MIN_EACH_WAY cases
+where both refuse for it and MIN_EACH_WAY where both let the pod on a node although the rule was in play
+(rules_in_play, volume_rules_in_play say when). A volume rule counts as refused where gpu-scheduler's reason names it
+and kube-scheduler's message says the same; the summary counts the refusals where kube-scheduler names another.
 
 Before a batch's first probe, kube-scheduler is shown to have every node write of the batch: a label is put on a
-sync node last and a pod that needs it is bound (node events reach it in resourceVersion order). The suite takes
-about 50 s on 2 cores; its summary goes to build/fit-differential.json.
+sync node last and a pod that needs it is bound (node events reach it in resourceVersion order). Likewise before a
+volume round's copies, for its claims and volumes: a volume of the no-provisioner class is made last and a claim
+only it can take, used by a pod pinned to the sync node; kube-scheduler reserves that volume only once it sees both,
+and its claim and volume informers deliver in resourceVersion order (the StorageClasses are shown once, the same way:
+a claim's selected-node is written only once its class is seen). The suite takes about 90 s on a busy 2-core machine
+(about 40 s of it the volume batches); its summary goes to build/fit-differential.json.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import copy
 import dataclasses
 import functools
@@ -48,15 +85,17 @@ import pathlib
 import random
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
 from gpu_scheduling import constants, gpumap
 from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.informer import key_of
 from gpu_scheduling.kube.sync import SyncClient
-from gpu_scheduling.scheduler import decision, fit
+from gpu_scheduling.scheduler import decision, fit, framework, volumes
+from gpu_scheduling.scheduler.plugins import node_affinity, unsupported
 from harness.components import start_kube_scheduler
 from harness.controlplane import ControlPlane, create_namespace, node_body, node_ready
 from harness.processes import Process
@@ -85,6 +124,23 @@ MAP_GPUS = "0"
 OTHER_PODS = f"spec.schedulerName!={GPU_SCHEDULER},spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 """The field selector of the scheduler's other-pods informer (scheduler.controller): what its NodeUsage counts."""
 
+VOLUME_BATCHES = 2
+VOLUME_ROUNDS_PER_BATCH = 8
+ZONE = "topology.kubernetes.io/zone"
+BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
+HOSTNAME = "kubernetes.io/hostname"
+ROUND_LABEL = "fit-differential/round"
+COPY_LABEL = "fit-differential/copy"
+"""On a static volume of a WaitForFirstConsumer class: the probe copy whose claims' selector picks it."""
+CLAIM_LABEL = "fit-differential/claim"
+"""On a static volume of the Immediate class: the one claim whose selector picks it."""
+USER_LABEL = "fit-differential/user"
+NUDGE_ANNOTATION = "fit-differential/nudge"
+PROVISIONER = "example.com/fit-differential"
+"""A provisioner that never runs: kube-scheduler's verdict on a claim to provision is its selected-node."""
+IMMEDIATE, WFFC, TOPOLOGY, LOCAL = "fd-immediate", "fd-wffc", "fd-topology", "fd-local"
+RWO, RWOP, RWX, ROX = "ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany", "ReadOnlyMany"
+
 FITS, REFUSED, GATED = "fits", "does not fit", "gated"
 
 
@@ -100,7 +156,11 @@ class Plane:
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    cp = ControlPlane(tmp_path_factory.mktemp("fit-differential")).start()
+    # The PersistentVolume controller binds a claim with four writes: its client's default limit (20 a second) would
+    # make a round wait seconds for its claims.
+    limits = ["--kube-api-qps=500", "--kube-api-burst=1000"]
+    cp = ControlPlane(tmp_path_factory.mktemp("fit-differential"), extra_args={"kube-controller-manager": limits})
+    cp.start()
     scheduler = None
     try:
         if not (cp.bin / "kube-scheduler").exists():
@@ -421,12 +481,357 @@ def summarize(spec: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+# ---- random volumes --------------------------------------------------------------------------------------------
+
+
+def storage_classes() -> list[dict[str, Any]]:
+    """The StorageClasses of the volume batches, made once: Immediate; WaitForFirstConsumer with
+    `kubernetes.io/no-provisioner`; with a provisioner and allowedTopologies (zone a, or zone c on some hosts); with
+    a provisioner and no topology limit, last (the class sync waits for it)."""
+
+    def storage_class(name: str, mode: str, provisioner: str, topologies: list[Any] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": provisioner,
+            "volumeBindingMode": mode,
+            "reclaimPolicy": "Retain",
+        }
+        if topologies:
+            body["allowedTopologies"] = topologies
+        return body
+
+    hosts = [f"v{b}-n{i}" for b in range(VOLUME_BATCHES) for i in range(0, NODES_PER_BATCH, 3)]
+    return [
+        storage_class(IMMEDIATE, "Immediate", PROVISIONER),
+        storage_class(LOCAL, volumes.WAIT_FOR_FIRST_CONSUMER, volumes.NO_PROVISIONER),
+        storage_class(
+            TOPOLOGY,
+            volumes.WAIT_FOR_FIRST_CONSUMER,
+            PROVISIONER,
+            [
+                {"matchLabelExpressions": [{"key": ZONE, "values": ["a"]}]},
+                {"matchLabelExpressions": [{"key": ZONE, "values": ["c"]}, {"key": HOSTNAME, "values": hosts}]},
+            ],
+        ),
+        storage_class(WFFC, volumes.WAIT_FOR_FIRST_CONSUMER, PROVISIONER),
+    ]
+
+
+def volume_node_spec(rng: random.Random, name: str, batch: int) -> dict[str, Any]:
+    """A node of a volume batch: its hostname label, most with a zone label, room for every probe (the node rules
+    are the node batches' part)."""
+    labels = {BATCH_LABEL: f"v{batch}"}
+    if rng.random() < 0.85:
+        labels[ZONE] = rng.choice("abc")
+    body = node_body(name, labels=labels)
+    resources = {"cpu": "16", "memory": "32Gi", "pods": "110"}
+    body["status"] = {"allocatable": dict(resources), "capacity": dict(resources)}
+    body["spec"] = {}
+    return body
+
+
+CLAIM_KINDS = ("bound", IMMEDIATE, WFFC, TOPOLOGY, LOCAL, "selected")
+
+
+def volume_recipe(rng: random.Random, first: str) -> list[dict[str, Any]]:
+    """What claims a probe copy has: the first of kind `first`, maybe more of any kind; of each, how it is to be had
+    (bound to a volume made for it, or unbound of a class), its size and access modes."""
+    kinds = [first, *rng.choices(CLAIM_KINDS[:-1], weights=(3, 2, 2, 2, 2), k=rng.choice((0, 0, 0, 1, 1, 2)))]
+    if first == "selected" and WFFC not in kinds:
+        kinds.append(WFFC)  # kube-scheduler writes nothing for a claim already annotated: this one shows its choice
+    return [
+        {
+            "kind": kind,
+            "mi": 1024 * rng.choice((1, 2, 5, 10)),
+            "modes": rng.choices(([RWO], [RWOP], [RWX], [RWO, ROX]), weights=(5, 3, 1, 1))[0],
+        }
+        for kind in kinds
+    ]
+
+
+def pv_body(
+    name: str,
+    batch: int,
+    round_id: str,
+    mi: int,
+    modes: list[str],
+    storage_class: str,
+    labels: dict[str, str] | None = None,
+    affinity: list[dict[str, Any]] | None = None,
+    claim: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "capacity": {"storage": f"{mi}Mi"},
+        "accessModes": modes,
+        "storageClassName": storage_class,
+        "persistentVolumeReclaimPolicy": "Retain",
+        "hostPath": {"path": f"/tmp/fit-differential/{name}"},
+    }
+    if affinity:
+        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": affinity}}
+    if claim:
+        spec["claimRef"] = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": NAMESPACE, "name": claim}
+    meta = {"name": name, "labels": {BATCH_LABEL: f"v{batch}", ROUND_LABEL: round_id, **(labels or {})}}
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta, "spec": spec}
+
+
+def claim_body(
+    name: str,
+    batch: int,
+    round_id: str,
+    mi: int,
+    modes: list[str],
+    storage_class: str,
+    selector: dict[str, str] | None = None,
+    volume: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": modes,
+        "resources": {"requests": {"storage": f"{mi}Mi"}},
+        "storageClassName": storage_class,
+    }
+    if selector:
+        spec["selector"] = {"matchLabels": selector}
+    if volume:
+        spec["volumeName"] = volume
+    meta = {"name": name, "labels": {BATCH_LABEL: f"v{batch}", ROUND_LABEL: round_id}}
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
+
+
+def pv_affinity(
+    rng: random.Random, node: str, zone: str | None, names: list[str], anywhere: float = 0.2
+) -> list[dict[str, Any]] | None:
+    """A static volume's required node affinity for a copy on `node`: none (with chance `anywhere`), its hostname
+    or another's, a node's name as matchFields, its zone or another, or either of two terms."""
+
+    def term(key: str, values: list[str]) -> dict[str, Any]:
+        return {"matchExpressions": [{"key": key, "operator": "In", "values": values}]}
+
+    other = rng.choice([n for n in names if n != node])
+    if rng.random() < anywhere:
+        return None
+    roll = rng.uniform(0.2, 1)
+    if roll < 0.32:
+        return [term(HOSTNAME, [node])]
+    if roll < 0.44:  # a node's name as a field (kube-scheduler matches a volume's terms to the node's labels only)
+        return [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [rng.choice((node, other))]}]}]
+    if roll < 0.55:
+        return [term(HOSTNAME, [other])]
+    if roll < 0.75:
+        return [term(ZONE, sorted({zone or rng.choice("abc"), rng.choice("abc")}))]
+    if roll < 0.9:
+        return [term(ZONE, [rng.choice([z for z in "abc" if z != zone])])]
+    return [term(HOSTNAME, [other]), term(ZONE, [rng.choice("abc")])]
+
+
+def pv_zone_labels(rng: random.Random, zone: str | None, unzoned: float = 0.45) -> dict[str, str]:
+    """A static volume's zone label (VolumeZone): none (with chance `unzoned`), the copy's node's zone or another,
+    two zones ("__"), or the beta label."""
+    here = zone or rng.choice("abc")
+    if rng.random() < unzoned:
+        return {}
+    roll = rng.uniform(0.45, 1)
+    if roll < 0.7:
+        return {ZONE: here}
+    if roll < 0.85:
+        return {ZONE: rng.choice([z for z in "abc" if z != here])}
+    if roll < 0.93:
+        return {ZONE: "__".join(sorted(rng.sample("abc", 2)))}
+    return {BETA_ZONE: rng.choice("abc")}
+
+
+def _pv_modes(rng: random.Random, modes: list[str], fitting: bool) -> list[str]:
+    """A static volume's access modes: every mode the claim asks (maybe one more; ReadWriteOncePod goes alone), or
+    not."""
+    if fitting:
+        return modes + ([RWX] if not {RWX, RWOP} & set(modes) and rng.random() < 0.3 else [])
+    return [ROX] if modes != [ROX] else [RWO]
+
+
+def _pv_size(rng: random.Random, mi: int, fitting: bool) -> int:
+    """A static volume's size (Mi) for a claim of `mi`: room for it, or not."""
+    return mi + 1024 * rng.choice((0, 0, 1, 5)) if fitting else mi // 2
+
+
+@dataclasses.dataclass
+class CopyVolumes:
+    """The volume objects of one probe copy (its own claims, and the static volumes made for them)."""
+
+    claims: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    volumes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    used: list[str] = dataclasses.field(default_factory=list)
+    """Its ReadWriteOncePod claims that another pod, bound, uses."""
+    bound: list[str] = dataclasses.field(default_factory=list)
+    """Its claims the PersistentVolume controller binds before the probe (pre-bound, or Immediate with a match)."""
+
+
+def copy_volumes(
+    rng: random.Random,
+    batch: int,
+    round_id: str,
+    i: int,
+    node: str,
+    zone: str | None,
+    names: list[str],
+    recipe: list[dict[str, Any]],
+) -> CopyVolumes:
+    """Copy i's own claims after `recipe`, for a copy pinned to `node` (in `zone`), with static volumes that fit them
+    or not at random (node affinity, zone labels, size, access modes). A claim to be bound is pre-bound (its
+    volumeName, the volume's claimRef); an Immediate claim's selector picks only its own volume, an unbound
+    WaitForFirstConsumer claim's only the volumes of its copy, so that no two copies can take the same volume."""
+    out = CopyVolumes()
+    copy_id = f"{round_id}-{i}"
+    for j, want in enumerate(recipe):
+        claim, kind, mi, modes = f"c{round_id}-{i}-{j}", want["kind"], want["mi"], want["modes"]
+        pv_modes = functools.partial(_pv_modes, rng, modes)
+        pv_size = functools.partial(_pv_size, rng, mi)
+
+        if kind == "bound":
+            pv = f"pv{round_id}-{i}-{j}"
+            storage_class = rng.choice(("", LOCAL, WFFC, IMMEDIATE))
+            labels, affinity = pv_zone_labels(rng, zone, 0.3), pv_affinity(rng, node, zone, names, 0.35)
+            out.volumes.append(
+                pv_body(pv, batch, round_id, pv_size(True), pv_modes(True), storage_class, labels, affinity, claim)
+            )
+            out.claims.append(claim_body(claim, batch, round_id, mi, modes, storage_class, volume=pv))
+            out.bound.append(claim)
+        elif kind == IMMEDIATE:
+            if rng.random() < 0.7:
+                size_fits, modes_fit = rng.random() < 0.9, rng.random() < 0.9
+                labels = {CLAIM_LABEL: claim, **pv_zone_labels(rng, zone)}
+                out.volumes.append(
+                    pv_body(
+                        f"pv{round_id}-{i}-{j}",
+                        batch,
+                        round_id,
+                        pv_size(size_fits),
+                        pv_modes(modes_fit),
+                        IMMEDIATE,
+                        labels,
+                        pv_affinity(rng, node, zone, names, 0.35),
+                    )
+                )
+                if size_fits and modes_fit:
+                    out.bound.append(claim)
+            selector = {CLAIM_LABEL: claim}
+            out.claims.append(claim_body(claim, batch, round_id, mi, modes, IMMEDIATE, selector))
+        elif kind == "selected":
+            # Unbound, annotated as a scheduler leaves a claim it chose a node for (this copy's node, or another);
+            # its selector picks no volume, so that the PersistentVolume controller binds it to none.
+            storage_class = rng.choice((LOCAL, TOPOLOGY, WFFC, WFFC))
+            body = claim_body(claim, batch, round_id, mi, modes, storage_class, {COPY_LABEL: "none"})
+            selected = node if rng.random() < 0.8 else rng.choice([n for n in names if n != node])
+            body["metadata"]["annotations"] = {volumes.SELECTED_NODE: selected}
+            out.claims.append(body)
+        else:
+            for k in range(rng.choice({WFFC: (0, 1, 1, 2), TOPOLOGY: (0, 1, 1), LOCAL: (0, 1, 2, 2)}[kind])):
+                fitting = rng.random() < 0.9
+                out.volumes.append(
+                    pv_body(
+                        f"pv{round_id}-{i}-{j}-{k}",
+                        batch,
+                        round_id,
+                        pv_size(fitting),
+                        pv_modes(fitting or rng.random() < 0.5),
+                        kind,
+                        {COPY_LABEL: copy_id, **pv_zone_labels(rng, zone)},
+                        pv_affinity(rng, node, zone, names),
+                    )
+                )
+            out.claims.append(claim_body(claim, batch, round_id, mi, modes, kind, {COPY_LABEL: copy_id}))
+        if RWOP in modes and rng.random() < 0.3:
+            out.used.append(claim)
+    return out
+
+
+def user_pod(name: str, claim: str, round_id: str) -> dict[str, Any]:
+    """A pod bound to the sync node (another scheduler's) that uses `claim`."""
+    spec = {
+        "nodeName": SYNC_NODE,
+        "schedulerName": OTHER_SCHEDULER,
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [container("main", {})],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {USER_LABEL: round_id}},
+        "spec": spec,
+    }
+
+
+def volume_probe(claims: list[str]) -> dict[str, Any]:
+    """A probe copy's spec (unpinned): nothing but its claims."""
+    return {
+        "schedulerName": KUBE_SCHEDULER,
+        "containers": [container("main", {})],
+        "volumes": [{"name": f"v{j}", "persistentVolumeClaim": {"claimName": c}} for j, c in enumerate(claims)],
+    }
+
+
+def summarize_claims(claims: list[str], cache: volumes.VolumeCache, used: set[str]) -> str:
+    """A short line of a copy's claims as the API had them: class, access modes, size; bound: the volume's node
+    affinity and zone labels; unbound: how many static volumes its selector picks."""
+    parts = []
+    for name in claims:
+        pvc = cache.claim(NAMESPACE, name) or {}
+        spec = pvc.get("spec") or {}
+        text = (
+            f"{spec.get('storageClassName') or '-'}/{'+'.join(spec.get('accessModes') or [])}/"
+            f"{volumes.requested_storage(pvc) // 2**20}Mi"
+        )
+        if volumes.is_bound(pvc):
+            pv = cache.volume(str(spec["volumeName"])) or {}
+            required = ((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}
+            affinity = [
+                ",".join(
+                    f"{e['key'].split('/')[-1]}={'|'.join(e['values'])}"
+                    for e in [*t.get("matchExpressions", []), *t.get("matchFields", [])]
+                )
+                for t in required.get("nodeSelectorTerms") or []
+            ]
+            zones = [
+                f"{k.split('/')[-1]}={v}"
+                for k, v in (pv["metadata"].get("labels") or {}).items()
+                if k in volumes.ZONE_LABELS
+            ]
+            text += f" bound[{' or '.join(affinity) or 'any node'}{' ' + ','.join(zones) if zones else ''}]"
+        elif volumes.SELECTED_NODE in (pvc["metadata"].get("annotations") or {}):
+            text += f" unbound, selected-node {pvc['metadata']['annotations'][volumes.SELECTED_NODE]}"
+        else:
+            text += f" unbound, {sum(_candidate(pv, pvc) for pv in cache.volumes.values())} static"
+        if name in used:
+            text += " in use"
+        parts.append(text)
+    return "claims " + "; ".join(parts)
+
+
+def _candidate(pv: Mapping[str, Any], pvc: Mapping[str, Any]) -> bool:
+    """`pv` is an Available volume the unbound claim `pvc` could be bound to on some node: of its class, with its
+    selector's labels, room for it and its access modes."""
+    spec, pv_spec = pvc.get("spec") or {}, pv.get("spec") or {}
+    labels = (pv.get("metadata") or {}).get("labels") or {}
+    wanted = ((spec.get("selector") or {}).get("matchLabels")) or {}
+    return (
+        (pv.get("status") or {}).get("phase") == "Available"
+        and not pv_spec.get("claimRef")
+        and (pv_spec.get("storageClassName") or "") == (spec.get("storageClassName") or "")
+        and all(labels.get(k) == v for k, v in wanted.items())
+        and volumes.requested_storage(pvc)
+        <= fit.amount(fit.MEMORY, (pv_spec.get("capacity") or {})["storage"], "storage")
+        and set(spec.get("accessModes") or []) <= set(pv_spec.get("accessModes") or [])
+    )
+
+
 # ---- the two verdicts ------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
 class Case:
-    batch: int
+    batch: int | str
     round: int
     node: str
     probe: str
@@ -438,7 +843,11 @@ class Case:
     affinity_refused: bool = False
     """The node breaks the pod's nodeSelector or required node affinity (whatever rule gpu-scheduler names first)."""
     rules: frozenset[str] = frozenset()
-    """The rules the case puts to the test (`rules_in_play`)."""
+    """The rules the case puts to the test (`rules_in_play`, `volume_rules_in_play`)."""
+    claim_rules: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """Of a volume case: the volume rules in play for each of the copy's claims."""
+    volume: bool = False
+    """A case of a volume batch: where both refuse, which rule each names is not compared."""
 
     @property
     def differs(self) -> bool:
@@ -446,7 +855,7 @@ class Case:
 
     @property
     def reasons_differ(self) -> bool:
-        if self.kube != REFUSED or self.gpu != REFUSED or self.unsupported:
+        if self.kube != REFUSED or self.gpu != REFUSED or self.unsupported or self.volume:
             return False
         ours, theirs = gpu_categories(self.gpu_reason), kube_categories(self.kube_message)
         if theirs == {"affinity conflict"}:
@@ -467,6 +876,35 @@ def kube_verdict(pod: dict[str, Any]) -> tuple[str, str] | None:
             if condition.get("reason") == "SchedulingGated":
                 return GATED, condition.get("message", "")
     return None
+
+
+def kube_volume_verdict(
+    pod: dict[str, Any],
+    node: str,
+    copy_claims: list[str],
+    claims: Mapping[str, dict[str, Any]],
+    pvs: list[dict[str, Any]],
+    claimed: set[str],
+    selected: set[str],
+) -> tuple[str, str] | None:
+    """kube-scheduler's verdict on a probe copy with claims, pinned to `node`, where it is decided: bound; or, for a
+    copy that waits in PreBind for its claims (no provisioner runs), the write that shows the node was chosen: the
+    selected-node of a claim that had none at the probe's time (`selected` had one: dynamic provisioning), or the
+    claimRef of a volume that had none before (`claimed` had one) naming one of its claims (static binding); else
+    its PodScheduled condition."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return FITS, ""
+    for name in copy_claims:
+        if name in selected:
+            continue
+        annotations = ((claims.get(name) or {}).get("metadata") or {}).get("annotations") or {}
+        if annotations.get(volumes.SELECTED_NODE) == node:
+            return FITS, f"PreBind: selected-node on {name}"
+    for pv in pvs:
+        ref = (pv.get("spec") or {}).get("claimRef") or {}
+        if pv["metadata"]["name"] not in claimed and ref.get("name") in copy_claims:
+            return FITS, f"PreBind: {pv['metadata']['name']} reserved for {ref['name']}"
+    return kube_verdict(pod)
 
 
 _KUBE_REASONS = {
@@ -515,7 +953,41 @@ RULES = (
     "taint",
     "cordon",
 )
-"""Every rule of the fit the cases must put to the test both ways."""
+"""Every node rule of the fit the cases must put to the test both ways."""
+
+PV_AFFINITY = "bound volume's node affinity"
+WFFC_STATIC = "WaitForFirstConsumer static volume"
+WFFC_TOPOLOGY = "provisioning allowedTopologies"
+NO_PROVISIONER = "no-provisioner class"
+IMMEDIATE_UNBOUND = "Immediate claim bound"
+VOLUME_ZONE = "volume zone"
+RWOP_IN_USE = "ReadWriteOncePod"
+SELECTED = "selected-node"
+VOLUME_RULES = (
+    PV_AFFINITY,
+    WFFC_STATIC,
+    WFFC_TOPOLOGY,
+    NO_PROVISIONER,
+    IMMEDIATE_UNBOUND,
+    SELECTED,
+    VOLUME_ZONE,
+    RWOP_IN_USE,
+)
+"""Every volume rule the volume cases must put to the test both ways: VolumeBinding (a bound claim's volume's node
+affinity; an unbound WaitForFirstConsumer claim's static volume, its class's allowedTopologies, a class with no
+provisioner; an Immediate claim must be bound; a claim being provisioned on a selected node), VolumeZone,
+VolumeRestrictions (ReadWriteOncePod)."""
+KUBE_VOLUME_REASONS = {
+    PV_AFFINITY: "node(s) didn't match PersistentVolume's node affinity",
+    WFFC_STATIC: "node(s) didn't find available persistent volumes to bind",
+    WFFC_TOPOLOGY: "node(s) didn't find available persistent volumes to bind",
+    NO_PROVISIONER: "node(s) didn't find available persistent volumes to bind",
+    IMMEDIATE_UNBOUND: "pod has unbound immediate PersistentVolumeClaims",
+    SELECTED: "node(s) didn't find available persistent volumes to bind",
+    VOLUME_ZONE: "node(s) had no available volume zone",
+    RWOP_IN_USE: "ReadWriteOncePod access mode already in-use by another pod",
+}
+"""What kube-scheduler's message says of a node refused for each volume rule."""
 
 
 def rules_in_play(spec: dict[str, Any], node: dict[str, Any], usage: fit.NodeUsage) -> frozenset[str]:
@@ -540,6 +1012,70 @@ def rules_in_play(spec: dict[str, Any], node: dict[str, Any], usage: fit.NodeUsa
     return frozenset(rules)
 
 
+def volume_rules_in_play(
+    claims: list[str], node: Mapping[str, Any], cache: volumes.VolumeCache
+) -> dict[str, frozenset[str]]:
+    """The volume rules a fit of a copy with `claims` on `node` has to pass, per claim, from the objects as the API
+    had them at the probe's time: a ReadWriteOncePod claim's; an Immediate class's claim must be bound; a bound
+    claim's volume's node affinity, and its zone labels where the node has a zone; an unbound WaitForFirstConsumer
+    claim's static volumes (where some volume could take it on some node), its class's allowedTopologies, its
+    class's lack of a provisioner."""
+    zoned = any(k in (node["metadata"].get("labels") or {}) for k in volumes.ZONE_LABELS)
+    found = {}
+    for name in claims:
+        pvc = cache.claim(NAMESPACE, name) or {}
+        spec = pvc.get("spec") or {}
+        class_name = spec.get("storageClassName") or ""
+        storage_class = cache.storage_class(class_name) if class_name else None
+        rules = {RWOP_IN_USE} if RWOP in (spec.get("accessModes") or []) else set()
+        wffc = (storage_class or {}).get("volumeBindingMode") == volumes.WAIT_FOR_FIRST_CONSUMER
+        if storage_class is not None and not wffc:
+            rules.add(IMMEDIATE_UNBOUND)
+        if volumes.is_bound(pvc):
+            pv = cache.volume(str(spec["volumeName"])) or {}
+            if ((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required"):
+                rules.add(PV_AFFINITY)
+            if zoned and any(k in (pv["metadata"].get("labels") or {}) for k in volumes.ZONE_LABELS):
+                rules.add(VOLUME_ZONE)
+        elif volumes.SELECTED_NODE in (pvc["metadata"].get("annotations") or {}):
+            rules.add(SELECTED)
+        elif storage_class is not None and wffc:
+            if any(_candidate(pv, pvc) for pv in cache.volumes.values()):
+                rules.add(WFFC_STATIC)
+            if storage_class.get("allowedTopologies"):
+                rules.add(WFFC_TOPOLOGY)
+            if storage_class.get("provisioner") in ("", volumes.NO_PROVISIONER):
+                rules.add(NO_PROVISIONER)
+        found[name] = frozenset(rules)
+    return found
+
+
+def volume_refused_for(reason: str, claim_rules: Mapping[str, frozenset[str]]) -> set[str]:
+    """The volume rules a refusal gpu-scheduler explains with `reason` names (an unbound claim with no volume on
+    the node: its class's reason, and the static volume where the claim had some elsewhere)."""
+    claim = re.search(r'persistentvolumeclaim "([^"]+)"', reason)
+    in_play = claim_rules.get(claim.group(1), frozenset()) if claim else frozenset()
+    for text, rule in (
+        ("the node affinity of persistentvolume", PV_AFFINITY),
+        ("is not in the zone of persistentvolume", VOLUME_ZONE),
+        ("pod has unbound immediate PersistentVolumeClaims", IMMEDIATE_UNBOUND),
+        ("is ReadWriteOncePod and another pod uses it", RWOP_IN_USE),
+        ("is being provisioned on node", SELECTED),
+    ):
+        if text in reason:
+            return {rule}
+    if "has no available persistentvolume" in reason:
+        found = (
+            {NO_PROVISIONER}
+            if "provisions none" in reason
+            else {WFFC_TOPOLOGY}
+            if "allowedTopologies" in reason
+            else set()
+        )
+        return found | ({WFFC_STATIC} & in_play)
+    return set()
+
+
 def refused_for(reason: str) -> set[str]:
     """The rules (of RULES) a refusal gpu-scheduler explains with `reason` names: the nodeSelector told apart from
     required terms; within resources, every shortage."""
@@ -560,27 +1096,30 @@ def gpu_verdict(
     pod: dict[str, Any],
     node: str,
     nodes: dict[str, dict[str, Any]],
-    usage: fit.NodeUsage,
+    snap: framework.Snapshot,
     maps: gpumap.ParseCache,
 ) -> tuple[str, str, bool]:
     """gpu-scheduler's verdict on map pod `pod` (as its pods informer keeps it) for `node`, its entry's node, and the
     reason, as the scheduler reaches them: its pod watch queues the pod only if it is schedulable, and an attempt
-    is decision.decide over the node cache and the NodeUsage. Also whether the refusal is for a rule it does not
-    support."""
+    is decision.decide over the node cache and the snapshot (the NodeUsage, the volume objects). Also whether the
+    refusal is for a rule it does not support."""
     if not decision.is_schedulable_pod(pod, GPU_SCHEDULER):
         return (GATED, "scheduling gates", False) if decision.is_gated(pod) else ("never tried", "", False)
-    verdict = decision.decide(pod, nodes, False, usage, maps)
+    verdict = decision.decide(pod, nodes, False, snap, maps)
     if isinstance(verdict, decision.Bind):
         return (FITS, "", False) if verdict.node == node else (f"bound to {verdict.node}", "", False)
     reason = re.sub(r" \(map entry \d+\)$", "", verdict.message)
-    unsupported = fit.unsupported(pod)
-    return REFUSED, reason, unsupported is not None and reason == unsupported
+    why = unsupported.unsupported(pod)
+    return REFUSED, reason, why is not None and reason == why
 
 
 def breaks_affinity(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     """The node breaks the pod's nodeSelector or required node affinity."""
-    wanted = decision.pod_fit(pod)
-    return not isinstance(wanted, str) and fit.affinity_problem(wanted, node) is not None
+    try:
+        wanted = node_affinity.read(pod)
+    except fit.FitError:
+        return False
+    return node_affinity.refusal(wanted, node) is not None
 
 
 # ---- the run ---------------------------------------------------------------------------------------------------
@@ -595,7 +1134,7 @@ def _delete_labelled(api: SyncClient, label: str, value: str) -> None:
     wait_for(f"pods {label}={value} deleted", lambda: not _labelled(api, label, value) or None, timeout=30)
 
 
-def _sync_node_cache(api: SyncClient, batch: int) -> None:
+def _sync_node_cache(api: SyncClient, batch: int | str) -> None:
     """Make sure kube-scheduler's node cache has every node write of the batch so far: label the sync node last and
     wait until kube-scheduler binds a pod that needs that label (its node informer delivers node events in
     resourceVersion order, so the label's arrival means every earlier node write has arrived)."""
@@ -613,9 +1152,7 @@ def _sync_node_cache(api: SyncClient, batch: int) -> None:
     _delete_labelled(api, PROBE_LABEL, name)
 
 
-def _create_batch(api: SyncClient, rng: random.Random, batch: int) -> list[str]:
-    names = [f"d{batch}-n{i}" for i in range(NODES_PER_BATCH)]
-    bodies = [node_spec(rng, name, batch) for name in names]
+def _create_nodes(api: SyncClient, bodies: list[dict[str, Any]]) -> None:
     for body in bodies:
         api.create(paths.NODES, body)
 
@@ -626,6 +1163,12 @@ def _create_batch(api: SyncClient, rng: random.Random, batch: int) -> list[str]:
 
     for body in bodies:
         wait_for(f"node {body['metadata']['name']} Ready", functools.partial(settled, body), timeout=90)
+
+
+def _create_batch(api: SyncClient, rng: random.Random, batch: int) -> list[str]:
+    names = [f"d{batch}-n{i}" for i in range(NODES_PER_BATCH)]
+    bodies = [node_spec(rng, name, batch) for name in names]
+    _create_nodes(api, bodies)
     for name, body in zip(names, bodies, strict=True):
         pods = int(body["status"]["allocatable"]["pods"])
         count = rng.choice((0, 0, 0, 1, 1, 1, 2, 2, pods)) if rng.random() < 0.85 else rng.choice((0, 1, pods + 1))
@@ -633,6 +1176,124 @@ def _create_batch(api: SyncClient, rng: random.Random, batch: int) -> list[str]:
             api.create(paths.pods(NAMESPACE), existing_pod(rng, f"{name}-e{i}", name))
     _sync_node_cache(api, batch)
     return names
+
+
+def _create_volume_batch(api: SyncClient, rng: random.Random, batch: int) -> dict[str, str | None]:
+    """The batch's nodes (name -> zone)."""
+    bodies = [volume_node_spec(rng, f"v{batch}-n{i}", batch) for i in range(NODES_PER_BATCH)]
+    _create_nodes(api, bodies)
+    _sync_node_cache(api, f"v{batch}")
+    return {b["metadata"]["name"]: b["metadata"]["labels"].get(ZONE) for b in bodies}
+
+
+def _delete_volumes(api: SyncClient, selector: str) -> None:
+    """Delete the claims, then the volumes, that `selector` picks (the protection controllers let them go once no
+    pod uses them)."""
+    api.delete(paths.persistent_volume_claims(NAMESPACE), labelSelector=selector)
+    api.delete(paths.PERSISTENT_VOLUMES, labelSelector=selector)
+
+
+def _sync_storage_classes(api: SyncClient) -> None:
+    """Make sure kube-scheduler has every StorageClass: one WaitForFirstConsumer claim of the class made last, and a
+    pod that uses it; kube-scheduler writes the claim's selected-node only once it sees the class (else the claim
+    is an unbound Immediate one to it), and its class informer delivers them in order. The claim's selector picks
+    no volume (the PersistentVolume controller binds a claim with a selected-node to any volume it matches)."""
+    name = "sync-classes"
+    body = claim_body(name, -1, name, 1024, [RWO], WFFC, {COPY_LABEL: "none"})
+    api.create(paths.persistent_volume_claims(NAMESPACE), body)
+    spec = pinned(volume_probe([name]), SYNC_NODE)
+    api.create(paths.pods(NAMESPACE), {"metadata": {"name": name, "labels": {PROBE_LABEL: name}}, "spec": spec})
+    path = paths.persistent_volume_claim(NAMESPACE, name)
+    wait_for(
+        "kube-scheduler to see the StorageClasses",
+        lambda: (api.get(path)["metadata"].get("annotations") or {}).get(volumes.SELECTED_NODE) == SYNC_NODE,
+        timeout=ROUND_TIMEOUT,
+    )
+    _delete_labelled(api, PROBE_LABEL, name)
+    _delete_volumes(api, f"{ROUND_LABEL}={name}")
+
+
+def _create_all(api: SyncClient, path: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Create `bodies` in collection `path`, a few at a time (each request is a connection of its own): the objects
+    as the apiserver stored them, in order."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        stored = list(pool.map(lambda body: api.create(path, body), bodies))
+    return [obj for obj in stored if obj is not None]
+
+
+def _round_claims(api: SyncClient, round_id: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = api.get(
+        paths.persistent_volume_claims(NAMESPACE), labelSelector=f"{ROUND_LABEL}={round_id}"
+    )["items"]
+    return items
+
+
+def _round_volumes(api: SyncClient, round_id: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = api.get(paths.PERSISTENT_VOLUMES, labelSelector=f"{ROUND_LABEL}={round_id}")["items"]
+    return items
+
+
+def _settle_volumes(api: SyncClient, round_id: str, bound: set[str] | None = None) -> None:
+    """Wait until the PersistentVolume controller has every static volume of the round (each Available, or Bound),
+    and (`bound`) has bound those claims. A volume made before its claim is bound at once; but the controller's two
+    workers race on the volume's status, and the loser waits for the next resync (15 s): a claim still unbound after
+    half a second gets a new annotation (again every half second), an update that has the controller take it
+    again."""
+    started = time.monotonic()
+    nudged = [0]
+
+    def settled() -> bool:
+        if bound:
+            claims = _round_claims(api, round_id)
+            waiting = [c for c in claims if c["metadata"]["name"] in bound and c["status"].get("phase") != "Bound"]
+            if waiting and time.monotonic() - started > 0.5 * (nudged[0] + 1):
+                nudged[0] += 1
+                for pvc in waiting:
+                    nudge = {"metadata": {"annotations": {NUDGE_ANNOTATION: str(nudged[0])}}}
+                    api.patch(paths.persistent_volume_claim(NAMESPACE, pvc["metadata"]["name"]), nudge)
+            if waiting:
+                return False
+        phases = [(pv.get("status") or {}).get("phase") for pv in _round_volumes(api, round_id)]
+        return all(phase in ("Available", "Bound") for phase in phases)
+
+    wait_for(f"the claims and volumes of round {round_id} settled", settled, timeout=ROUND_TIMEOUT, interval=0.1)
+
+
+def _sync_volume_cache(api: SyncClient, batch: int, round_id: str) -> None:
+    """Make sure kube-scheduler's claim and volume informers have every write of the round so far (each delivers in
+    resourceVersion order): an Available static volume of a WaitForFirstConsumer class with no provisioner is made
+    last, then a claim whose selector picks only it, and a pod that uses the claim; kube-scheduler reserves the
+    volume for the claim (its claimRef) only once it sees the claim and the volume Available (else: the claim "not
+    found", no volume "to bind", and a retry on their event)."""
+    name = f"sync-{round_id}"
+    labels = {COPY_LABEL: name}
+    api.create(paths.PERSISTENT_VOLUMES, pv_body(name, batch, name, 1024, [RWO], LOCAL, labels))
+    _settle_volumes(api, name)
+    body = claim_body(name, batch, name, 1024, [RWO], LOCAL, labels)
+    api.create(paths.persistent_volume_claims(NAMESPACE), body)
+    spec = pinned(volume_probe([name]), SYNC_NODE)
+    api.create(paths.pods(NAMESPACE), {"metadata": {"name": name, "labels": {PROBE_LABEL: name}}, "spec": spec})
+    wait_for(
+        "kube-scheduler to see the round's claims and volumes",
+        lambda: (api.get(paths.persistent_volume(name))["spec"].get("claimRef") or {}).get("name") == name,
+        timeout=ROUND_TIMEOUT,
+        interval=0.1,
+    )
+    _delete_labelled(api, PROBE_LABEL, name)
+
+
+def _volume_cache(api: SyncClient) -> volumes.VolumeCache:
+    """The scheduler's volume informers' caches: every claim, volume, StorageClass and CSINode the API lists."""
+
+    def listed(path: str) -> dict[str, dict[str, Any]]:
+        return {key_of(item): item for item in api.get(path)["items"]}
+
+    return volumes.VolumeCache(
+        listed(paths.PERSISTENT_VOLUME_CLAIM.collection()),
+        listed(paths.PERSISTENT_VOLUMES),
+        listed(paths.STORAGE_CLASSES),
+        listed(paths.CSI_NODE.collection()),
+    )
 
 
 def _node_cache(api: SyncClient) -> dict[str, dict[str, Any]]:
@@ -658,6 +1319,7 @@ def _run_round(api: SyncClient, rng: random.Random, batch: int, rnd: int, names:
     nodes = _node_cache(api)
     spec = probe_spec(rng, {name: nodes[name]["metadata"].get("labels") or {} for name in names})
     usage = _usage(api)
+    snap = framework.Snapshot(usage, volumes.VolumeCache())  # no volume objects in a node batch
     maps = gpumap.ParseCache()
     mapped = seeing_gpus(spec)
     created: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -696,13 +1358,115 @@ def _run_round(api: SyncClient, rng: random.Random, batch: int, rnd: int, names:
         judged["spec"]["schedulerName"] = GPU_SCHEDULER
         judged = decision.pod_view(judged)
         kube, message = verdicts[pod_name]
-        gpu, reason, unsupported = gpu_verdict(judged, node_name, nodes, usage, maps)
+        gpu, reason, unsupported = gpu_verdict(judged, node_name, nodes, snap, maps)
         node = nodes[node_name]
         affinity, rules = breaks_affinity(judged, node), rules_in_play(spec, node, usage)
         cases.append(Case(batch, rnd, node_name, summary, kube, message, gpu, reason, unsupported, affinity, rules))
     # Ordering: kube-scheduler's one pod informer delivers events in resourceVersion order, so when it pops a probe
     # of the next round its cache already has every earlier pod creation and deletion (these copies gone).
     _delete_labelled(api, PROBE_LABEL, round_id)
+    return cases
+
+
+def _run_volume_round(
+    api: SyncClient, rng: random.Random, batch: int, rnd: int, zones: dict[str, str | None]
+) -> list[Case]:
+    """One probe copy per node of a volume batch, each with claims of its own (the first of each kind in turn, more
+    at random), the static volumes made for them, and a pod that uses some of its ReadWriteOncePod claims."""
+    round_id = f"v{batch}-{rnd}"
+    names = list(zones)
+    plans = [
+        copy_volumes(
+            rng,
+            batch,
+            round_id,
+            i,
+            name,
+            zones[name],
+            names,
+            volume_recipe(rng, CLAIM_KINDS[(i + rnd) % len(CLAIM_KINDS)]),
+        )
+        for i, name in enumerate(names)
+    ]
+    _create_all(api, paths.PERSISTENT_VOLUMES, [pv for plan in plans for pv in plan.volumes])
+    _settle_volumes(api, round_id)
+    # The claims to be bound first: the PersistentVolume controller takes claims one at a time, and writes for the
+    # others too (events, provisioning annotations) that no scheduler reads.
+    claims = [pvc for plan in plans for pvc in plan.claims]
+    bound = {claim for plan in plans for claim in plan.bound}
+    claims.sort(key=lambda pvc: pvc["metadata"]["name"] not in bound)
+    _create_all(api, paths.persistent_volume_claims(NAMESPACE), claims)
+    users = [
+        user_pod(f"u{round_id}-{i}-{j}", c, round_id) for i, plan in enumerate(plans) for j, c in enumerate(plan.used)
+    ]
+    _create_all(api, paths.pods(NAMESPACE), users)
+    _settle_volumes(api, round_id, bound)
+    _sync_volume_cache(api, batch, round_id)
+
+    nodes = _node_cache(api)
+    usage = _usage(api)
+    cache = _volume_cache(api)
+    claimed = {name for name, pv in cache.volumes.items() if (pv.get("spec") or {}).get("claimRef")}
+    selected = {
+        pvc["metadata"]["name"]
+        for pvc in cache.claims.values()
+        if volumes.SELECTED_NODE in (pvc["metadata"].get("annotations") or {})
+    }
+    snap = framework.Snapshot(usage, cache)
+    maps = gpumap.ParseCache()
+    bodies = [
+        {
+            "metadata": {
+                "name": f"q{batch}-{rnd}-{i}",
+                "labels": {PROBE_LABEL: round_id, "app": "probe"},
+                "annotations": {constants.MAP_ANNOTATION: round_map(names)},
+            },
+            "spec": pinned(seeing_gpus(volume_probe([pvc["metadata"]["name"] for pvc in plan.claims])), name),
+        }
+        for i, (name, plan) in enumerate(zip(names, plans, strict=True))
+    ]
+    created: dict[str, tuple[str, dict[str, Any], list[str], set[str]]] = {}
+    stored_copies = _create_all(api, paths.pods(NAMESPACE), bodies)
+    for name, plan, stored in zip(names, plans, stored_copies, strict=True):
+        own = [pvc["metadata"]["name"] for pvc in plan.claims]
+        created[stored["metadata"]["name"]] = (name, stored, own, set(plan.used))
+
+    def decided() -> dict[str, tuple[str, str]] | None:
+        pods = {p["metadata"]["name"]: p for p in _labelled(api, PROBE_LABEL, round_id)}
+        claims = {c["metadata"]["name"]: c for c in _round_claims(api, round_id)}
+        pvs = _round_volumes(api, round_id)
+        verdicts = {}
+        for pod_name, (node_name, _, copy_claims, _) in created.items():
+            pod = pods.get(pod_name)
+            verdict = (
+                None
+                if pod is None
+                else kube_volume_verdict(pod, node_name, copy_claims, claims, pvs, claimed, selected)
+            )
+            if verdict is None:
+                return None
+            verdicts[pod_name] = verdict
+        return verdicts
+
+    verdicts = wait_for(f"kube-scheduler's verdicts on round {round_id}", decided, timeout=ROUND_TIMEOUT, interval=0.1)
+    cases = []
+    for pod_name, (node_name, stored, copy_claims, used) in created.items():
+        judged = copy.deepcopy(stored)
+        judged["spec"].pop("affinity", None)  # the pinning taken out again
+        judged["spec"]["schedulerName"] = GPU_SCHEDULER
+        judged = decision.pod_view(judged)
+        kube, message = verdicts[pod_name]
+        gpu, reason, unsupported = gpu_verdict(judged, node_name, nodes, snap, maps)
+        node = nodes[node_name]
+        claim_rules = volume_rules_in_play(copy_claims, node, cache)
+        rules = rules_in_play(judged["spec"], node, usage).union(*claim_rules.values())
+        probe = f"zone {zones[node_name] or '-'}; " + summarize_claims(copy_claims, cache, used)
+        case = Case(f"v{batch}", rnd, node_name, probe, kube, message, gpu, reason, unsupported, False, rules)
+        cases.append(dataclasses.replace(case, claim_rules=claim_rules, volume=True))
+    # The copies that wait in PreBind give up once they are gone (kube-scheduler polls their claims every second);
+    # they hold nothing a later copy asks for (their claims are their own, the nodes have room for every probe).
+    _delete_labelled(api, PROBE_LABEL, round_id)
+    _delete_labelled(api, USER_LABEL, round_id)
     return cases
 
 
@@ -722,6 +1486,24 @@ def _unsupported_rule(reason: str) -> str:
     return "pod anti-affinity" if "podAntiAffinity" in reason else "topology spread" if "topology" in reason else reason
 
 
+def _refusals(cases: list[Case]) -> tuple[collections.Counter[str], collections.Counter[str]]:
+    """Per rule, the cases where both refuse for it: a node rule when both name the same (`refused_for`); a volume
+    rule when gpu-scheduler names it (`volume_refused_for`) and kube-scheduler's message says it. Also, per volume
+    rule, the cases where both refuse, gpu-scheduler for that rule, kube-scheduler for another (not a difference:
+    where both refuse, a volume case needs no more)."""
+    refused: collections.Counter[str] = collections.Counter()
+    otherwise: collections.Counter[str] = collections.Counter()
+    for c in cases:
+        if c.kube != REFUSED or c.gpu != REFUSED or c.unsupported:
+            continue
+        if c.volume:
+            for rule in volume_refused_for(c.gpu_reason, c.claim_rules):
+                (refused if KUBE_VOLUME_REASONS[rule] in c.kube_message else otherwise)[rule] += 1
+        elif gpu_categories(c.gpu_reason) == kube_categories(c.kube_message):
+            refused.update(refused_for(c.gpu_reason))
+    return refused, otherwise
+
+
 def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
     api = plane.api
     rng = random.Random(SEED)
@@ -736,26 +1518,32 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
         api.delete(paths.pods(NAMESPACE), gracePeriodSeconds="0")
         for name in names:
             api.delete(paths.node(name))
+    node_seconds = time.monotonic() - started
+    for body in storage_classes():
+        api.create(paths.STORAGE_CLASSES, body)
+    _sync_storage_classes(api)
+    for batch in range(VOLUME_BATCHES):
+        zones = _create_volume_batch(api, rng, batch)
+        for rnd in range(VOLUME_ROUNDS_PER_BATCH):
+            cases += _run_volume_round(api, rng, batch, rnd, zones)
+        assert plane.scheduler.running, plane.scheduler.tail()
+        api.delete(paths.pods(NAMESPACE), gracePeriodSeconds="0")
+        _delete_volumes(api, f"{BATCH_LABEL}=v{batch}")
+        for name in zones:
+            api.delete(paths.node(name))
     elapsed = time.monotonic() - started
 
     differing = [c for c in cases if c.differs]
     wrong = [c for c in differing if not (c.unsupported and c.gpu == REFUSED)]
     wrong_reasons = [c for c in cases if c.reasons_differ]
-    # Each rule both ways: cases where both refuse for it (the same reasons), and cases where both let the pod on
-    # although the rule was in play.
-    refused = collections.Counter(
-        rule
-        for c in cases
-        if c.kube == REFUSED
-        and c.gpu == REFUSED
-        and not c.unsupported
-        and gpu_categories(c.gpu_reason) == kube_categories(c.kube_message)
-        for rule in refused_for(c.gpu_reason)
-    )
+    # Each rule both ways: cases where both refuse for it, and cases where both let the pod on although the rule was
+    # in play.
+    refused, otherwise = _refusals(cases)
     passed = collections.Counter(rule for c in cases if c.kube == FITS and c.gpu == FITS for rule in c.rules)
-    by_rule = {rule: {"fits": passed[rule], "refused": refused[rule]} for rule in RULES}
+    by_rule = {rule: {"fits": passed[rule], "refused": refused[rule]} for rule in (*RULES, *VOLUME_RULES)}
     fits = sum(c.kube == FITS for c in cases)
     gated = sum(c.kube == GATED for c in cases)
+    volume_cases = [c for c in cases if c.volume]
     by_reason = collections.Counter(
         f"unsupported: {_unsupported_rule(c.gpu_reason)}" if c.unsupported else "wrong" for c in differing
     )
@@ -764,26 +1552,33 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
         "seed": SEED,
         "batches": BATCHES,
         "rounds_per_batch": ROUNDS_PER_BATCH,
+        "volume_batches": VOLUME_BATCHES,
+        "volume_rounds_per_batch": VOLUME_ROUNDS_PER_BATCH,
         "nodes_per_batch": NODES_PER_BATCH,
         "cases": len(cases),
+        "volume_cases": len(volume_cases),
         "agreements": len(cases) - len(differing),
         "differences": len(differing),
         "differences_by_reason": dict(by_reason),
         "wrong_verdicts": len(wrong),
         "wrong_reasons": len(wrong_reasons),
         "fits": fits,
+        "volume_fits": sum(c.kube == FITS for c in volume_cases),
+        "volume_fits_decided_in_prebind": sum(c.kube_message.startswith("PreBind") for c in volume_cases),
         "gated": gated,
         "unsupported": sum(c.unsupported for c in cases),
         "rules": by_rule,
+        "volume_refusals_kube_names_otherwise": dict(otherwise),
         "seconds": round(elapsed, 1),
+        "volume_seconds": round(elapsed - node_seconds, 1),
     }
     SUMMARY.parent.mkdir(parents=True, exist_ok=True)
     SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
     shown = ", ".join(f"{rule} {n['fits']}/{n['refused']}" for rule, n in by_rule.items())
     print(
-        f"\nfit differential: {len(cases)} cases, {summary['agreements']} agree, {len(differing)} differ "
-        f"({dict(by_reason)}), {len(wrong_reasons)} with other reasons; {fits} fit, {gated} "
-        f"gated; by rule (fits/refused) {shown}; {elapsed:.0f}s"
+        f"\nfit differential: {len(cases)} cases ({len(volume_cases)} with volumes), {summary['agreements']} agree, "
+        f"{len(differing)} differ ({dict(by_reason)}), {len(wrong_reasons)} with other reasons; {fits} fit, {gated} "
+        f"gated; by rule (fits/refused) {shown}; {elapsed:.0f}s ({elapsed - node_seconds:.0f}s with volumes)"
     )
 
     assert not wrong, f"{len(wrong)} case(s) where gpu-scheduler and kube-scheduler disagree:\n" + _table(wrong)
