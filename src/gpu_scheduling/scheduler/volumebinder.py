@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, TransportError
-from gpu_scheduling.scheduler import fit, volumes
+from gpu_scheduling.scheduler import volumes
 
 if TYPE_CHECKING:
     from gpu_scheduling.kube.client import Client
@@ -54,12 +54,7 @@ class VolumeBinder:
 
     def claims_of(self, pod: Mapping[str, Any]) -> list[str]:
         """The keys ("<namespace>/<name>") of the pod's claims (none when its volumes cannot be read)."""
-        try:
-            listed = volumes.pod_claims(pod)
-        except fit.FitError:
-            return []
-        namespace = str(pod["metadata"].get("namespace") or "")
-        return [volumes.claim_key(namespace, c.name) for c in listed]
+        return volumes.claim_keys(pod) or []
 
     def forget(self, uid: str) -> None:
         self._since.pop(uid, None)

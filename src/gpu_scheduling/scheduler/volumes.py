@@ -44,6 +44,17 @@ PodClaim = fit.PodClaim
 pod_claims = fit.pod_claims
 
 
+def claim_keys(pod: Mapping[str, Any]) -> list[str] | None:
+    """The keys ("<namespace>/<name>") of the pod's claims, in its order; None when its volumes cannot be read
+    (VolumeBinding refuses such a pod, naming the field: the other volume rules then have nothing to judge)."""
+    try:
+        listed = pod_claims(pod)
+    except fit.FitError:
+        return None
+    namespace = str(fit.obj(pod.get("metadata"), "metadata").get("namespace") or "")  # an object: pod_claims read it
+    return [claim_key(namespace, c.name) for c in listed]
+
+
 def is_bound(pvc: Mapping[str, Any]) -> bool:
     """The PersistentVolume controller has bound the claim to its volume."""
     return bool((pvc.get("spec") or {}).get("volumeName")) and BIND_COMPLETED in (

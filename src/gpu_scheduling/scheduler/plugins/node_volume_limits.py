@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpu_scheduling.scheduler import fit, framework, volumes
+from gpu_scheduling.scheduler import framework, volumes
 from gpu_scheduling.scheduler.framework import Reason, Snapshot
 
 
@@ -23,14 +23,9 @@ class NodeVolumeLimits(framework.Plugin):
     wakes_on = frozenset({framework.POD_GONE, framework.PVC, framework.PV, framework.CSI_NODE})
 
     def pre_filter(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
-        if snap.volumes is None:
+        keys = volumes.claim_keys(pod)
+        if snap.volumes is None or keys is None:
             return framework.SKIP  # VolumeBinding refuses the pod
-        try:
-            listed = volumes.pod_claims(pod)
-        except fit.FitError:
-            return framework.SKIP  # VolumeBinding refuses the pod, naming the field
-        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
-        keys = [volumes.claim_key(namespace, c.name) for c in listed]
         return _by_driver(keys, snap.volumes) or framework.SKIP
 
     def filter(self, state: dict[str, set[str]], node: Mapping[str, Any], snap: Snapshot) -> Reason | None:

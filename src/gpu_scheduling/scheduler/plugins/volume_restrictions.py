@@ -19,22 +19,18 @@ class VolumeRestrictions(framework.Plugin):
     wakes_on = frozenset({framework.POD_GONE, framework.PVC})
 
     def pre_filter(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
-        if snap.volumes is None:
+        keys = volumes.claim_keys(pod)
+        if snap.volumes is None or keys is None:
             return framework.SKIP  # VolumeBinding refuses the pod
-        try:
-            listed = volumes.pod_claims(pod)
-        except fit.FitError:
-            return framework.SKIP  # VolumeBinding refuses the pod, naming the field
-        meta = pod.get("metadata") or {}
-        namespace = str(meta.get("namespace") or "")
-        for claim in listed:
-            pvc = snap.volumes.claim(namespace, claim.name)
+        for key in keys:
+            pvc = snap.volumes.claims.get(key)
             if pvc is None or READ_WRITE_ONCE_POD not in ((pvc.get("spec") or {}).get("accessModes") or []):
                 continue
-            if snap.usage.claim_users(volumes.claim_key(namespace, claim.name), besides=meta.get("uid")):
+            if snap.usage.claim_users(key, besides=fit.obj(pod.get("metadata"), "metadata").get("uid")):
+                name = key.partition("/")[2]
                 return PodRefusal(
-                    f'persistentvolumeclaim "{claim.name}" is ReadWriteOncePod and another pod uses it (node has pod '
-                    "using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode)"
+                    f'persistentvolumeclaim "{name}" is ReadWriteOncePod and another pod uses it (node has pod using '
+                    "PersistentVolumeClaim with the same name and ReadWriteOncePod access mode)"
                 )
         return framework.SKIP  # nothing to judge per node
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_scheduling.scheduler import fit, framework, volumes
+from gpu_scheduling.scheduler import framework, volumes
 from gpu_scheduling.scheduler.framework import Reason, Snapshot
 
 
@@ -15,16 +15,12 @@ class VolumeZone(framework.Plugin):
     wakes_on = frozenset({framework.PVC, framework.PV, framework.NODE})
 
     def pre_filter(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
-        if snap.volumes is None:
+        keys = volumes.claim_keys(pod)
+        if snap.volumes is None or keys is None:
             return framework.SKIP  # VolumeBinding refuses the pod
-        try:
-            listed = volumes.pod_claims(pod)
-        except fit.FitError:
-            return framework.SKIP  # VolumeBinding refuses the pod, naming the field
-        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
         zoned = []
-        for claim in listed:
-            pvc = snap.volumes.claim(namespace, claim.name)
+        for key in keys:
+            pvc = snap.volumes.claims.get(key)
             if pvc is None or not volumes.is_bound(pvc):
                 continue
             pv = snap.volumes.volume(str(pvc["spec"]["volumeName"]))
