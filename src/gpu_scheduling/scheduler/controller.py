@@ -103,14 +103,6 @@ _RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
 """Field selector of the pods that take room on their node: kube-scheduler's own pod informer has the same."""
 
 
-def _lean(obj: dict[str, Any]) -> dict[str, Any]:
-    """A volume object without its managed fields (what the volume informers keep)."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
-        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    return obj
-
-
 def _key(pod: dict[str, Any]) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
@@ -155,19 +147,16 @@ class Scheduler:
             transform=fit.trimmed,
         )
         self.usage = fit.NodeUsage()
-        # The volume objects the volume plugins read (scheduler.volumes), and PreBind's writer of their bindings.
+        # The volume objects the volume plugins read (scheduler.volumes), kept as the informers' default keeps
+        # objects (without their managed fields), and PreBind's writer of their bindings.
         self.volume_claims = Informer(
-            client, paths.PERSISTENT_VOLUME_CLAIM.collection(), self._on_volume_claim, name="pvcs", transform=_lean
+            client, paths.PERSISTENT_VOLUME_CLAIM.collection(), self._on_volume_claim, name="pvcs"
         )
-        self.volume_objects = Informer(
-            client, paths.PERSISTENT_VOLUME.collection(), self._on_volume, name="pvs", transform=_lean
-        )
+        self.volume_objects = Informer(client, paths.PERSISTENT_VOLUME.collection(), self._on_volume, name="pvs")
         self.storage_classes = Informer(
-            client, paths.STORAGE_CLASS.collection(), self._on_storage_class, name="storageclasses", transform=_lean
+            client, paths.STORAGE_CLASS.collection(), self._on_storage_class, name="storageclasses"
         )
-        self.csi_nodes = Informer(
-            client, paths.CSI_NODE.collection(), self._on_storage_class, name="csinodes", transform=_lean
-        )
+        self.csi_nodes = Informer(client, paths.CSI_NODE.collection(), self._on_storage_class, name="csinodes")
         self.volume_cache = volumes.VolumeCache(
             self.volume_claims.cache, self.volume_objects.cache, self.storage_classes.cache, self.csi_nodes.cache
         )

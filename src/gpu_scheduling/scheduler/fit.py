@@ -361,11 +361,8 @@ class NodeUsage:
         before = self._by_uid.get(uid)
         if before == taken:
             return None
-        if before is not None and before.claims:
-            self._claim_users.subtract(before.claims)
-            for c in before.claims:
-                if self._claim_users[c] <= 0:
-                    del self._claim_users[c]
+        if before is not None:
+            _discount(self._claim_users, before.claims)
         if taken is not None and taken.claims:
             self._claim_users.update(taken.claims)
         if before is not None:
@@ -379,18 +376,8 @@ class NodeUsage:
                 requested = self._requested[before.node]
                 for r, q in before.requests:
                     requested[r] -= q
-                ports = self._ports.get(before.node)
-                if ports is not None:
-                    ports.subtract(before.ports)
-                    for p in before.ports:
-                        if ports[p] <= 0:
-                            del ports[p]
-                claims = self._claims.get(before.node)
-                if claims is not None:
-                    claims.subtract(before.claims)
-                    for c in before.claims:
-                        if claims[c] <= 0:
-                            del claims[c]
+                _discount(self._ports.get(before.node), before.ports)
+                _discount(self._claims.get(before.node), before.claims)
         if taken is None:
             del self._by_uid[uid]
         else:
@@ -459,6 +446,16 @@ class NodeUsage:
     def claims(self, node: str) -> Mapping[str, int]:
         """The PersistentVolumeClaims the node's pods use ("<namespace>/<name>" -> how many of its pods)."""
         return self._claims.get(node) or {}
+
+
+def _discount(counts: Counter[Any] | None, items: Iterable[Any]) -> None:
+    """Take `items` out of `counts` (if any), dropping what reaches zero."""
+    if counts is None:
+        return
+    for item in items:
+        counts[item] -= 1
+        if counts[item] <= 0:
+            del counts[item]
 
 
 def _not_less(now: Footprint, before: Footprint) -> bool:
