@@ -16,8 +16,6 @@ from typing import Any
 from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.scheduler import fit, framework, plugins
 from gpu_scheduling.scheduler.plugins import node_ready, node_unschedulable, taint_toleration
-from gpu_scheduling.scheduler.plugins.node_unschedulable import CORDON_TAINT
-from gpu_scheduling.scheduler.plugins.taint_toleration import toleration_matches
 from gpu_scheduling.text import json_type
 
 
@@ -66,10 +64,9 @@ def is_finished(pod: Mapping[str, Any]) -> bool:
 def node_problem(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) -> str | None:
     """Why a pod with `tolerations` cannot run on `node` now (not Ready, cordoned, or a taint it does not
     tolerate: plugins.NODE_STATE), or None when it can."""
-    tolerates_cordon = any(toleration_matches(t, CORDON_TAINT) for t in tolerations)
     refusal = (
         node_ready.refusal(node)
-        or node_unschedulable.refusal(node, tolerates_cordon)
+        or node_unschedulable.refusal(node, node_unschedulable.tolerates_cordon(tolerations))
         or taint_toleration.refusal(node, tolerations)
     )
     return refusal() if refusal is not None else None

@@ -6,6 +6,7 @@ import pytest
 
 from gpu_scheduling import gpumap, podrequest
 from gpu_scheduling.scheduler import decision, fit, framework, volumes
+from gpu_scheduling.scheduler.plugins import node_unschedulable
 
 TAKE_HOME = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
 
@@ -401,7 +402,7 @@ def _kubelet_node(ready: str = "True", heartbeat: str = "2026-11-27T04:00:00Z") 
 def test_every_reader_answers_the_same_on_the_node_view(ready):
     whole = _kubelet_node(ready)
     view = decision.node_view(whole)
-    for tolerations in ([], [{"key": "gpu", "operator": "Exists"}], [dict(decision.CORDON_TAINT)]):
+    for tolerations in ([], [{"key": "gpu", "operator": "Exists"}], [dict(node_unschedulable.CORDON_TAINT)]):
         assert decision.node_problem(view, tolerations) == decision.node_problem(whole, tolerations)
     assert fit.capacity(view) == fit.capacity(whole)
     for term in (

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from gpu_scheduling.scheduler import decision, fit, framework, plugins, volumes
-from gpu_scheduling.scheduler.plugins import node_affinity
+from gpu_scheduling.scheduler.plugins import node_affinity, node_unschedulable
 from gpu_scheduling.scheduler.plugins.node_affinity import NodeAffinity
 from gpu_scheduling.scheduler.plugins.node_ports import NodePorts
 from gpu_scheduling.scheduler.plugins.node_resources import NodeResourcesFit
@@ -666,8 +666,11 @@ def test_fit_leaves_cordons_and_taints_to_node_problem():
     assert problem(want(), cordoned, fit.NodeUsage()) is None
     assert "cordoned" in decision.node_problem(cordoned, [])
     # Tolerating the cordon taint lets the pod past the cordon, but not past the other taint.
-    assert "taint k:NoSchedule" in decision.node_problem(cordoned, [dict(decision.CORDON_TAINT)])
-    assert decision.node_problem(cordoned, [dict(decision.CORDON_TAINT), {"key": "k", "operator": "Exists"}]) is None
+    assert "taint k:NoSchedule" in decision.node_problem(cordoned, [dict(node_unschedulable.CORDON_TAINT)])
+    assert (
+        decision.node_problem(cordoned, [dict(node_unschedulable.CORDON_TAINT), {"key": "k", "operator": "Exists"}])
+        is None
+    )
 
 
 # ---- unsupported ------------------------------------------------------------------------------------------------

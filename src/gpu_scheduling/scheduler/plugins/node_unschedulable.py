@@ -23,14 +23,18 @@ class NodeUnschedulable(framework.Plugin):
             listed = tolerations(pod)
         except ValueError:
             return framework.SKIP  # TaintToleration refuses the pod, naming the field
-        return any(toleration_matches(t, CORDON_TAINT) for t in listed)
+        return tolerates_cordon(listed)
 
     def filter(self, state: Any, node: Mapping[str, Any], snap: Snapshot) -> Reason | None:
-        return refusal(node, tolerates_cordon=state)
+        return refusal(node, tolerated=state)
 
 
-def refusal(node: Mapping[str, Any], tolerates_cordon: bool) -> Reason | None:
-    if not (node.get("spec") or {}).get("unschedulable") or tolerates_cordon:
+def tolerates_cordon(tolerations: list[Mapping[str, Any]]) -> bool:
+    return any(toleration_matches(t, CORDON_TAINT) for t in tolerations)
+
+
+def refusal(node: Mapping[str, Any], tolerated: bool) -> Reason | None:
+    if not (node.get("spec") or {}).get("unschedulable") or tolerated:
         return None
     name = node["metadata"]["name"]
     return lambda: f"node {name} is cordoned (spec.unschedulable=true)"
