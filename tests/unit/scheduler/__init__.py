@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpu_scheduling.scheduler.queue import SchedulingQueue
 
 
 def queued_pod(key: str, priority: int = 0, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
@@ -12,3 +17,17 @@ def queued_pod(key: str, priority: int = 0, created: str = "2026-01-01T00:00:00Z
         "metadata": {"namespace": namespace, "name": name, "creationTimestamp": created},
         "spec": {"priority": priority},
     }
+
+
+async def drain(queue: SchedulingQueue) -> list[str]:
+    """The keys the workers would take now, in order (each done at once)."""
+    out = []
+    while len(queue.work):
+        key = await queue.work.get()
+        queue.work.done(key)
+        out.append(key)
+    return out
+
+
+def run_async(scenario: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    asyncio.run(scenario())

@@ -5,26 +5,11 @@ and the nodes it kept come back to lower priorities."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.claims.priority import Waiter
 from gpu_scheduling.scheduler.queue import SchedulingQueue
-from tests.unit.scheduler import queued_pod
-
-
-async def _drain(queue: SchedulingQueue) -> list[str]:
-    """The keys the workers would take now, in order (each done at once)."""
-    out = []
-    while len(queue.work):
-        key = await queue.work.get()
-        queue.work.done(key)
-        out.append(key)
-    return out
-
-
-def _run(test: Any) -> None:
-    asyncio.run(test())
+from tests.unit.scheduler import drain, queued_pod, run_async
 
 
 def test_a_map_pod_is_tried_again_when_its_node_has_room_and_not_on_another_nodes_change() -> None:
@@ -34,13 +19,13 @@ def test_a_map_pod_is_tried_again_when_its_node_has_room_and_not_on_another_node
         q.wait_for_gpus("ns/b", "node2")
         q.room_made("node2")  # room, not GPUs: b waits for GPUs
         q.room_made("node3")
-        assert await _drain(q) == []
+        assert await drain(q) == []
         q.room_made("node1")
-        assert await _drain(q) == ["ns/a"]
+        assert await drain(q) == ["ns/a"]
         q.room_made("node1")  # tried once: it waits for nothing until its attempt says so again
-        assert await _drain(q) == []
+        assert await drain(q) == []
 
-    _run(scenario)
+    run_async(scenario)
 
 
 def test_freed_gpus_wake_the_map_pods_waiting_for_that_node_and_the_waiting_claim_pods() -> None:
@@ -53,14 +38,14 @@ def test_freed_gpus_wake_the_map_pods_waiting_for_that_node_and_the_waiting_clai
         q.unschedulable("ns/claimer", "busy")
         q.names_claim("ns/placing", "ns/train")  # names a claim but was not found unschedulable: not woken
         q.ledger_changed(ledger)  # nothing freed: nothing woken
-        assert await _drain(q) == []
+        assert await drain(q) == []
         assert ledger.assume(Hold("u1", "ns/x", "node1", (0,))) == []
         ledger.forget("u1")
         q.ledger_changed(ledger)
-        assert sorted(await _drain(q)) == ["ns/claimer", "ns/on1"]
+        assert sorted(await drain(q)) == ["ns/claimer", "ns/on1"]
         assert ledger.freed == set(), "the freed nodes are taken, so the next change does not wake them again"
 
-    _run(scenario)
+    run_async(scenario)
 
 
 def test_waiting_claim_pods_are_retried_in_the_order_they_are_served_and_again_when_it_changes() -> None:
@@ -75,16 +60,16 @@ def test_waiting_claim_pods_are_retried_in_the_order_they_are_served_and_again_w
             q.names_claim(key, f"{key}-claim")
             q.unschedulable(key, "busy")
         q.wake_claim_pods()
-        assert await _drain(q) == ["ns/new-high", "ns/mid", "ns/old-low"]
+        assert await drain(q) == ["ns/new-high", "ns/mid", "ns/old-low"]
         for key in pods:
             q.unschedulable(key, "busy")
         q.set_order("FIFO")
         assert q.order == "FIFO"
-        assert await _drain(q) == ["ns/old-low", "ns/mid", "ns/new-high"]
+        assert await drain(q) == ["ns/old-low", "ns/mid", "ns/new-high"]
         q.set_order("FIFO")  # no change: nobody is woken
-        assert await _drain(q) == []
+        assert await drain(q) == []
 
-    _run(scenario)
+    run_async(scenario)
 
 
 def test_a_retry_waits_for_the_pods_backoff() -> None:
@@ -92,13 +77,13 @@ def test_a_retry_waits_for_the_pods_backoff() -> None:
         q = SchedulingQueue({}, 0.05, 1.0)
         q.attempted("ns/a")
         q.retry("ns/a")
-        assert await _drain(q) == [], "tried just now: the retry waits for its backoff"
+        assert await drain(q) == [], "tried just now: the retry waits for its backoff"
         await asyncio.sleep(0.1)
-        assert await _drain(q) == ["ns/a"]
+        assert await drain(q) == ["ns/a"]
         q.claim_changed("ns/none")  # a claim no pod names
-        assert await _drain(q) == []
+        assert await drain(q) == []
 
-    _run(scenario)
+    run_async(scenario)
 
 
 def test_a_message_is_news_once_and_again_after_it_could_not_be_said() -> None:
@@ -124,20 +109,20 @@ def test_forgetting_a_waiter_frees_its_nodes_for_lower_priorities_and_wakes_them
         q.wait_for_room("ns/high", "node1")
         q.forget("ns/high")  # bound, say
         assert dict(q.reserved_for(0)) == {}
-        assert await _drain(q) == ["ns/low"], "the pod the node was kept from is tried again"
+        assert await drain(q) == ["ns/low"], "the pod the node was kept from is tried again"
         q.room_made("node1")
-        assert await _drain(q) == [], "a forgotten pod waits for nothing"
+        assert await drain(q) == [], "a forgotten pod waits for nothing"
         q.forget("ns/low")
         q.wake_claim_pods()
-        assert await _drain(q) == []
+        assert await drain(q) == []
         for key in ("ns/a", "ns/b"):  # equals keep nothing from each other
             q.names_claim(key, f"{key}-claim")
             q.unschedulable(key, "busy")
             q.reserve(Waiter(key, 0, "", frozenset({"node1"})))
         q.forget("ns/a")
-        assert await _drain(q) == [], "b was kept out of nothing by a: a backlog's deletions wake nobody"
+        assert await drain(q) == [], "b was kept out of nothing by a: a backlog's deletions wake nobody"
 
-    _run(scenario)
+    run_async(scenario)
 
 
 def test_the_flush_retries_only_the_pods_tried_before_the_latest_change_that_could_help() -> None:
@@ -151,20 +136,20 @@ def test_the_flush_retries_only_the_pods_tried_before_the_latest_change_that_cou
             q.names_claim(key, f"{key}-claim")
             q.attempted(key)
             q.unschedulable(key, "busy")
-        assert q.flush() == 0 and await _drain(q) == [], "nothing changed since both were tried"
+        assert q.flush() == 0 and await drain(q) == [], "nothing changed since both were tried"
         generation = q.generation
         q.claim_changed("ns/a-claim")  # a claim's change wakes exactly its pods: nothing for the flush
         assert q.generation > generation, "a gang refused before it is decided again"
-        assert sorted(await _drain(q)) == ["ns/a"]
+        assert sorted(await drain(q)) == ["ns/a"]
         q.attempted("ns/a")
         q.unschedulable("ns/a", "busy")
-        assert q.flush() == 0 and await _drain(q) == [], "b could not be helped by a's claim"
+        assert q.flush() == 0 and await drain(q) == [], "b could not be helped by a's claim"
         q.room_made("node1")  # helps map pods of node1 only, but its wake-up is routed by a guess
-        assert q.flush() == 2 and sorted(await _drain(q)) == ["ns/a", "ns/b"]
+        assert q.flush() == 2 and sorted(await drain(q)) == ["ns/a", "ns/b"]
         q.attempted("ns/a")
         q.unschedulable("ns/a", "busy")
-        assert q.flush() == 1 and await _drain(q) == ["ns/b"], "a was tried after the change; b was not"
+        assert q.flush() == 1 and await drain(q) == ["ns/b"], "a was tried after the change; b was not"
         q.forget("ns/b")
         assert q.flush() == 0
 
-    _run(scenario)
+    run_async(scenario)

@@ -30,7 +30,6 @@ each miss up to two criteria (so that every criterion is met and missed in many 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +39,7 @@ from hypothesis import strategies as st
 
 from gpu_scheduling.scheduler import fit, framework, plugins, volumes
 from gpu_scheduling.scheduler.queue import SchedulingQueue
+from tests.unit.scheduler import drain, run_async
 
 NS = "team"
 ZONE = "topology.kubernetes.io/zone"
@@ -875,19 +875,6 @@ def test_volume_zone_skips_a_pod_without_a_zoned_bound_volume(claims, pvs):
 
 
 # ---- the scheduling queue's claim waits -------------------------------------------------------------------------
-async def _drain(queue: SchedulingQueue) -> list[str]:
-    out = []
-    while len(queue.work):
-        key = await queue.work.get()
-        queue.work.done(key)
-        out.append(key)
-    return out
-
-
-def _run(scenario: Any) -> None:
-    asyncio.run(scenario())
-
-
 def test_a_pod_waiting_on_claims_is_retried_when_one_of_its_claims_changes_and_not_another():
     async def scenario() -> None:
         q = SchedulingQueue({}, 1.0, 10.0)
@@ -895,13 +882,13 @@ def test_a_pod_waiting_on_claims_is_retried_when_one_of_its_claims_changes_and_n
         q.wait_for_claims("team/q", ["team/other"])
         q.volume_claim_changed("team/unrelated")
         q.volume_claim_changed("other/data")  # another namespace's claim of that name
-        assert await _drain(q) == []
+        assert await drain(q) == []
         q.volume_claim_changed("team/logs")
-        assert await _drain(q) == ["team/p"]
+        assert await drain(q) == ["team/p"]
         q.volume_claim_changed("team/other")
-        assert await _drain(q) == ["team/q"]
+        assert await drain(q) == ["team/q"]
 
-    _run(scenario)
+    run_async(scenario)
 
 
 def test_pods_sharing_a_claim_are_all_retried_on_its_change():
@@ -910,9 +897,9 @@ def test_pods_sharing_a_claim_are_all_retried_on_its_change():
         q.wait_for_claims("team/p", ["team/shared"])
         q.wait_for_claims("team/q", ["team/shared", "team/own"])
         q.volume_claim_changed("team/shared")
-        assert sorted(await _drain(q)) == ["team/p", "team/q"]
+        assert sorted(await drain(q)) == ["team/p", "team/q"]
 
-    _run(scenario)
+    run_async(scenario)
 
 
 def test_volumes_changed_retries_every_claim_waiter_and_no_other_pod():
@@ -923,9 +910,9 @@ def test_volumes_changed_retries_every_claim_waiter_and_no_other_pod():
         q.wait_for_room("team/r", "n1")
         q.wait_for_claims("team/none", [])  # waits on nothing: never woken by a volume
         q.volumes_changed()
-        assert sorted(await _drain(q)) == ["team/p", "team/q"]
+        assert sorted(await drain(q)) == ["team/p", "team/q"]
 
-    _run(scenario)
+    run_async(scenario)
 
 
 def test_unwait_and_forget_drop_the_claim_waits():
@@ -939,15 +926,15 @@ def test_unwait_and_forget_drop_the_claim_waits():
         assert q._claims_of == {"team/q": ("team/shared",)}
         assert dict(q._for_claims) == {"team/shared": {"team/q"}}
         q.volume_claim_changed("team/data")
-        assert await _drain(q) == []
+        assert await drain(q) == []
         q.volume_claim_changed("team/shared")
-        assert await _drain(q) == ["team/q"]
+        assert await drain(q) == ["team/q"]
         q.unwait("team/q")
         assert q._claims_of == {} and dict(q._for_claims) == {}
         q.volumes_changed()
-        assert await _drain(q) == []
+        assert await drain(q) == []
 
-    _run(scenario)
+    run_async(scenario)
 
 
 def test_an_attempt_ends_the_claim_wait_until_it_says_so_again():
@@ -956,12 +943,12 @@ def test_an_attempt_ends_the_claim_wait_until_it_says_so_again():
         q.wait_for_claims("team/p", ["team/data"])
         q.attempted("team/p")
         q.volume_claim_changed("team/data")
-        assert await _drain(q) == []
+        assert await drain(q) == []
         q.wait_for_claims("team/p", ["team/data"])
         q.volume_claim_changed("team/data")
-        assert await _drain(q) == ["team/p"]
+        assert await drain(q) == ["team/p"]
 
-    _run(scenario)
+    run_async(scenario)
 
 
 def test_a_claim_change_moves_the_generation_so_a_refused_gang_looks_again():
