@@ -44,6 +44,17 @@ provisioning), the claimRef of a volume that had none naming one of the copy's c
 PodScheduled False, Unschedulable. The copies are deleted with their round (kube-scheduler gives up a PreBind wait
 within a second of its pod's deletion; what it still holds then is nothing a later copy asks for).
 
+Last the CSI batch (NodeVolumeLimits, CSI_ROUNDS rounds): the nodes of one more volume batch, each with the CSINode
+CSI_NODES names (none; no drivers; CSI_DRIVER listed with no count; a count of 0 to 3 for CSI_DRIVER or OTHER_DRIVER),
+made by the test (no kubelet runs here). In a round, each node first gets one or two pods bound to it (another
+scheduler's) with claims of their own, using at most its count of each driver: claims bound to CSI volumes of either
+driver or to a host path, unbound claims of a WaitForFirstConsumer class that CSI_DRIVER provisions; then its copy,
+whose claims are new volumes of CSI_DRIVER (0 to 2), maybe one of the node's pods' claims, maybe an OTHER_DRIVER or
+host path volume, and in the last round maybe a claim to provision (kube-scheduler then waits in PreBind). Before
+the first round, kube-scheduler is shown every CSINode: the sync node's, made last, allows no volume of CSI_DRIVER,
+and a pod pinned there with such a volume is made (again) until kube-scheduler refuses it for the count ("node(s)
+exceed max volume count"). Two cases where the two disagree are left out (csi_copy_volumes).
+
 A difference is allowed only where gpu-scheduler refuses the pod as asking for a rule it does not support
 (required pod anti-affinity, DoNotSchedule topology spread); anything else fails with a table of the cases. Where
 both refuse, the reasons are compared too: both judge the node's own state first (cordon, taints), then node
@@ -59,10 +70,11 @@ Immediate claim in VolumeBinding's PreFilter; gpu-scheduler in PreFilter).
 Agreement means something only where the cases put every rule to the test both ways: for each rule (each resource,
 the pod count, host ports, nodeSelector, required node affinity, taints, cordons; VOLUME_RULES: a bound claim's
 volume's node affinity, a static volume for a WaitForFirstConsumer claim, allowedTopologies, a class without a
-provisioner, an Immediate claim bound, a selected node, VolumeZone, ReadWriteOncePod) at least MIN_EACH_WAY cases
-where both refuse for it and MIN_EACH_WAY where both let the pod on a node although the rule was in play
-(rules_in_play, volume_rules_in_play say when). A volume rule counts as refused where gpu-scheduler's reason names it
-and kube-scheduler's message says the same; the summary counts the refusals where kube-scheduler names another.
+provisioner, an Immediate claim bound, a selected node, VolumeZone, ReadWriteOncePod, NodeVolumeLimits) at least
+MIN_EACH_WAY cases where both refuse for it and MIN_EACH_WAY where both let the pod on a node although the rule was in
+play (rules_in_play, volume_rules_in_play say when: NodeVolumeLimits where the node's CSINode has a count for the
+driver of one of the copy's claims). A volume rule counts as refused where gpu-scheduler's reason names it and
+kube-scheduler's message says the same; the summary counts the refusals where kube-scheduler names another.
 
 Before a batch's first probe, kube-scheduler is shown to have every node write of the batch: a label is put on a
 sync node last and a pod that needs it is bound (node events reach it in resourceVersion order). Likewise before a
@@ -70,7 +82,7 @@ volume round's copies, for its claims and volumes: a volume of the no-provisione
 only it can take, used by a pod pinned to the sync node; kube-scheduler reserves that volume only once it sees both,
 and its claim and volume informers deliver in resourceVersion order (the StorageClasses are shown once, the same way:
 a claim's selected-node is written only once its class is seen). The suite takes about 90 s on a busy 2-core machine
-(about 40 s of it the volume batches); its summary goes to build/fit-differential.json.
+(about 35 s of it the volume batches, about 12 s the CSI batch); its summary goes to build/fit-differential.json.
 """
 
 from __future__ import annotations
@@ -85,7 +97,7 @@ import pathlib
 import random
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -139,6 +151,29 @@ NUDGE_ANNOTATION = "fit-differential/nudge"
 PROVISIONER = "example.com/fit-differential"
 """A provisioner that never runs: kube-scheduler's verdict on a claim to provision is its selected-node."""
 IMMEDIATE, WFFC, TOPOLOGY, LOCAL = "fd-immediate", "fd-wffc", "fd-topology", "fd-local"
+CSI_DRIVER = "csi.fit-differential.example.com"
+OTHER_DRIVER = "other.fit-differential.example.com"
+"""The CSI drivers of the CSI batch's volumes (no driver runs: the volumes are the test's, bound by the PersistentVolume
+controller)."""
+CSI_CLASS = "fd-csi"
+"""WaitForFirstConsumer, provisioned by CSI_DRIVER: an unbound claim of it counts as a volume of that driver."""
+CSI_ROUNDS = 4
+CSI_NODES: tuple[dict[str, int | None] | None, ...] = (
+    None,
+    {},
+    {CSI_DRIVER: 0},
+    {CSI_DRIVER: 1},
+    {CSI_DRIVER: 1},
+    {CSI_DRIVER: 1},
+    {CSI_DRIVER: 2},
+    {CSI_DRIVER: 2},
+    {CSI_DRIVER: 3},
+    {CSI_DRIVER: None, OTHER_DRIVER: 1},
+    {OTHER_DRIVER: 0},
+    {CSI_DRIVER: 2, OTHER_DRIVER: 1},
+)
+"""The CSINode of each node of the CSI batch, in order: none (None), or its drivers, each with the volumes it may
+attach (`allocatable.count`; None: the driver listed with no count, so no limit)."""
 RWO, RWOP, RWX, ROX = "ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany", "ReadOnlyMany"
 
 FITS, REFUSED, GATED = "fits", "does not fit", "gated"
@@ -487,7 +522,8 @@ def summarize(spec: dict[str, Any]) -> str:
 def storage_classes() -> list[dict[str, Any]]:
     """The StorageClasses of the volume batches, made once: Immediate; WaitForFirstConsumer with
     `kubernetes.io/no-provisioner`; with a provisioner and allowedTopologies (zone a, or zone c on some hosts); with
-    a provisioner and no topology limit, last (the class sync waits for it)."""
+    CSI_DRIVER as its provisioner (the CSI batch's); with a provisioner and no topology limit, last (the class sync
+    waits for it)."""
 
     def storage_class(name: str, mode: str, provisioner: str, topologies: list[Any] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -515,6 +551,7 @@ def storage_classes() -> list[dict[str, Any]]:
                 {"matchLabelExpressions": [{"key": ZONE, "values": ["c"]}, {"key": HOSTNAME, "values": hosts}]},
             ],
         ),
+        storage_class(CSI_CLASS, volumes.WAIT_FOR_FIRST_CONSUMER, CSI_DRIVER),
         storage_class(WFFC, volumes.WAIT_FOR_FIRST_CONSUMER, PROVISIONER),
     ]
 
@@ -561,14 +598,20 @@ def pv_body(
     labels: dict[str, str] | None = None,
     affinity: list[dict[str, Any]] | None = None,
     claim: str | None = None,
+    driver: str | None = None,
 ) -> dict[str, Any]:
+    """A PersistentVolume: a host path, or (`driver`) a CSI volume of that driver whose handle is its name (no two
+    alike: see csi_copy_volumes)."""
     spec: dict[str, Any] = {
         "capacity": {"storage": f"{mi}Mi"},
         "accessModes": modes,
         "storageClassName": storage_class,
         "persistentVolumeReclaimPolicy": "Retain",
-        "hostPath": {"path": f"/tmp/fit-differential/{name}"},
     }
+    if driver:
+        spec["csi"] = {"driver": driver, "volumeHandle": name}
+    else:
+        spec["hostPath"] = {"path": f"/tmp/fit-differential/{name}"}
     if affinity:
         spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": affinity}}
     if claim:
@@ -662,9 +705,17 @@ class CopyVolumes:
     claims: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     volumes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     used: list[str] = dataclasses.field(default_factory=list)
-    """Its ReadWriteOncePod claims that another pod, bound, uses."""
+    """Its ReadWriteOncePod claims that another pod, bound to the sync node, uses."""
     bound: list[str] = dataclasses.field(default_factory=list)
     """Its claims the PersistentVolume controller binds before the probe (pre-bound, or Immediate with a match)."""
+    residents: list[list[str]] = dataclasses.field(default_factory=list)
+    """Pods bound to the copy's node before it comes (another scheduler's), each by the claims it uses: what the node
+    has attached (NodeVolumeLimits). Their claims are in `claims` too."""
+    own: list[str] | None = None
+    """The claims the copy uses, where not every one of `claims` (some are only its node's pods')."""
+
+    def probe_claims(self) -> list[str]:
+        return self.own if self.own is not None else [pvc["metadata"]["name"] for pvc in self.claims]
 
 
 def copy_volumes(
@@ -746,14 +797,113 @@ def copy_volumes(
     return out
 
 
-def user_pod(name: str, claim: str, round_id: str) -> dict[str, Any]:
-    """A pod bound to the sync node (another scheduler's) that uses `claim`."""
+def csi_node_body(node: str, batch: int, drivers: Mapping[str, int | None]) -> dict[str, Any]:
+    """The CSINode of `node` (what its kubelet would write; none runs here): each driver, with `allocatable.count`
+    where it has one."""
+    listed = [
+        {"name": d, "nodeID": node, **({"allocatable": {"count": count}} if count is not None else {})}
+        for d, count in drivers.items()
+    ]
+    meta = {"name": node, "labels": {BATCH_LABEL: f"v{batch}"}}
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": meta, "spec": {"drivers": listed}}
+
+
+def csi_limits(cache: volumes.VolumeCache, node: str) -> dict[str, int]:
+    """The counts of the node's CSINode (driver -> how many volumes it may attach), as the API had it."""
+    drivers = ((cache.csi_node(node) or {}).get("spec") or {}).get("drivers") or []
+    return {d["name"]: d["allocatable"]["count"] for d in drivers if "count" in (d.get("allocatable") or {})}
+
+
+def claim_driver(pvc: Mapping[str, Any], cache: volumes.VolumeCache) -> str | None:
+    """The CSI driver a claim's volume counts against (kube-scheduler's CSILimits): a bound claim's volume's driver
+    (none for a host path); an unbound claim's class's provisioner."""
+    spec = pvc.get("spec") or {}
+    if spec.get("volumeName"):
+        pv = cache.volume(str(spec["volumeName"])) or {}
+        return ((pv.get("spec") or {}).get("csi") or {}).get("driver")
+    return (cache.storage_class(str(spec.get("storageClassName") or "")) or {}).get("provisioner")
+
+
+def csi_copy_volumes(
+    rng: random.Random,
+    batch: int,
+    round_id: str,
+    i: int,
+    node: str,
+    drivers: Mapping[str, int | None],
+    provision: bool,
+) -> CopyVolumes:
+    """Copy i of a CSI round, pinned to `node` whose CSINode lists `drivers` (driver -> count): the pods already on
+    the node with their claims, and the copy's claims. Each claim is of one kind: "csi" (bound to a volume of
+    CSI_DRIVER), "other" (of OTHER_DRIVER), "host" (a host path: no CSI driver), "provisioned" (unbound, of the class
+    CSI_DRIVER provisions). The node's pods use at most as many volumes of a driver as its count allows, in one or
+    two pods, the second maybe sharing a claim of the first (a volume counts once); the copy brings 0 to 2 new
+    volumes of CSI_DRIVER (one maybe to provision, where `provision`: kube-scheduler then waits in PreBind, holding
+    the copy on its node until it is deleted), maybe one of the node's pods' claims (counted once), maybe an
+    OTHER_DRIVER or host path volume.
+
+    Left out, as gpu-scheduler judges them otherwise than kube-scheduler v1.34 (seen on this plane; not fixed here):
+    - a node whose pods already use more volumes of a driver than its count (pods bound by nodeName, or a count
+      lowered since), and a copy whose volumes of that driver are all among them: kube-scheduler fits it (CSILimits
+      checks a driver only where the pod brings a volume not yet attached); gpu-scheduler refuses it ("may attach 1
+      volumes ...; 2 are attached and the pod brings 0 more");
+    - two PersistentVolumes of one driver with one volumeHandle, one used by a pod on the node, the other the copy's,
+      on a node with a count of 1: kube-scheduler counts one volume (by driver and handle) and fits it;
+      gpu-scheduler counts two (by PersistentVolume name) and refuses it. Every volume here has a handle of its own
+      (pv_body)."""
+    out = CopyVolumes(own=[])
+    count = drivers.get(CSI_DRIVER)
+    attached = rng.randint(0, count if count is not None else 2)
+    other = drivers.get(OTHER_DRIVER, 1)
+    resident_kinds = ["csi" if rng.random() < 0.75 else "provisioned" for _ in range(attached)]
+    if (other is None or other >= 1) and rng.random() < 0.4:
+        resident_kinds.append("other")
+    if rng.random() < 0.3:
+        resident_kinds.append("host")
+    rng.shuffle(resident_kinds)
+    kinds = ["csi"] * rng.choices((0, 1, 2), weights=(1, 4, 1))[0]
+    if provision and kinds and rng.random() < 0.5:
+        kinds[0] = "provisioned"
+    if rng.random() < 0.3:
+        kinds.append("other")
+    if rng.random() < 0.2:
+        kinds.append("host")
+
+    def claim(name: str, kind: str) -> str:
+        if kind == "provisioned":
+            body = claim_body(name, batch, round_id, 1024, [RWO], CSI_CLASS, {COPY_LABEL: "none"})
+        else:
+            pv = f"pv{name[1:]}"
+            driver = {"csi": CSI_DRIVER, "other": OTHER_DRIVER, "host": None}[kind]
+            out.volumes.append(pv_body(pv, batch, round_id, 1024, [RWO], "", claim=name, driver=driver))
+            body = claim_body(name, batch, round_id, 1024, [RWO], "", volume=pv)
+            out.bound.append(name)
+        out.claims.append(body)
+        return name
+
+    attached_claims = [claim(f"c{round_id}-{i}-a{j}", kind) for j, kind in enumerate(resident_kinds)]
+    if attached_claims:
+        cut = rng.randint(1, len(attached_claims))
+        out.residents = [r for r in (attached_claims[:cut], attached_claims[cut:]) if r]
+        if len(out.residents) == 2 and rng.random() < 0.5:
+            out.residents[1].append(rng.choice(out.residents[0]))
+    out.own = [claim(f"c{round_id}-{i}-{j}", kind) for j, kind in enumerate(kinds)]
+    shareable = [c for c, kind in zip(attached_claims, resident_kinds, strict=True) if kind == "csi"]
+    if shareable and rng.random() < 0.35:
+        out.own.append(rng.choice(shareable))
+    if not out.own:
+        out.own.append(claim(f"c{round_id}-{i}-h", "host"))
+    return out
+
+
+def user_pod(name: str, claims: list[str], round_id: str, node: str = SYNC_NODE) -> dict[str, Any]:
+    """A pod bound to `node` (another scheduler's) that uses `claims`."""
     spec = {
-        "nodeName": SYNC_NODE,
+        "nodeName": node,
         "schedulerName": OTHER_SCHEDULER,
         "tolerations": [{"operator": "Exists"}],
         "containers": [container("main", {})],
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        "volumes": [{"name": f"v{j}", "persistentVolumeClaim": {"claimName": c}} for j, c in enumerate(claims)],
     }
     return {
         "apiVersion": "v1",
@@ -799,6 +949,9 @@ def summarize_claims(claims: list[str], cache: volumes.VolumeCache, used: set[st
                 if k in volumes.ZONE_LABELS
             ]
             text += f" bound[{' or '.join(affinity) or 'any node'}{' ' + ','.join(zones) if zones else ''}]"
+            driver = ((pv.get("spec") or {}).get("csi") or {}).get("driver")
+            if driver:
+                text += f" csi {driver}"
         elif volumes.SELECTED_NODE in (pvc["metadata"].get("annotations") or {}):
             text += f" unbound, selected-node {pvc['metadata']['annotations'][volumes.SELECTED_NODE]}"
         else:
@@ -807,6 +960,26 @@ def summarize_claims(claims: list[str], cache: volumes.VolumeCache, used: set[st
             text += " in use"
         parts.append(text)
     return "claims " + "; ".join(parts)
+
+
+def describe_csi(node: str, cache: volumes.VolumeCache, usage: fit.NodeUsage) -> str:
+    """A short line of the node's CSINode (each driver's count) and the CSI volumes its pods use, per driver (each
+    counted once); "" where the node has no CSINode."""
+    csi_node = cache.csi_node(node)
+    if csi_node is None:
+        return ""
+    counts = ",".join(
+        f"{d['name']}={(d.get('allocatable') or {}).get('count', '-')}"
+        for d in (csi_node.get("spec") or {}).get("drivers") or []
+    )
+    attached: dict[str, set[str]] = collections.defaultdict(set)
+    for key in usage.claims(node):
+        pvc = cache.claims.get(key)
+        driver = claim_driver(pvc, cache) if pvc is not None else None
+        if pvc is not None and driver:
+            attached[driver].add(pvc["spec"].get("volumeName") or key)
+    used = ",".join(f"{d}={len(v)}" for d, v in sorted(attached.items()))
+    return f"CSINode {counts or 'no drivers'}, attached {used or 'none'}; "
 
 
 def _candidate(pv: Mapping[str, Any], pvc: Mapping[str, Any]) -> bool:
@@ -963,6 +1136,7 @@ IMMEDIATE_UNBOUND = "Immediate claim bound"
 VOLUME_ZONE = "volume zone"
 RWOP_IN_USE = "ReadWriteOncePod"
 SELECTED = "selected-node"
+VOLUME_LIMIT = "NodeVolumeLimits"
 VOLUME_RULES = (
     PV_AFFINITY,
     WFFC_STATIC,
@@ -972,11 +1146,12 @@ VOLUME_RULES = (
     SELECTED,
     VOLUME_ZONE,
     RWOP_IN_USE,
+    VOLUME_LIMIT,
 )
 """Every volume rule the volume cases must put to the test both ways: VolumeBinding (a bound claim's volume's node
 affinity; an unbound WaitForFirstConsumer claim's static volume, its class's allowedTopologies, a class with no
 provisioner; an Immediate claim must be bound; a claim being provisioned on a selected node), VolumeZone,
-VolumeRestrictions (ReadWriteOncePod)."""
+VolumeRestrictions (ReadWriteOncePod), NodeVolumeLimits (the count of a CSI driver's volumes on the node)."""
 KUBE_VOLUME_REASONS = {
     PV_AFFINITY: "node(s) didn't match PersistentVolume's node affinity",
     WFFC_STATIC: "node(s) didn't find available persistent volumes to bind",
@@ -986,6 +1161,7 @@ KUBE_VOLUME_REASONS = {
     SELECTED: "node(s) didn't find available persistent volumes to bind",
     VOLUME_ZONE: "node(s) had no available volume zone",
     RWOP_IN_USE: "ReadWriteOncePod access mode already in-use by another pod",
+    VOLUME_LIMIT: "node(s) exceed max volume count",
 }
 """What kube-scheduler's message says of a node refused for each volume rule."""
 
@@ -1019,8 +1195,9 @@ def volume_rules_in_play(
     had them at the probe's time: a ReadWriteOncePod claim's; an Immediate class's claim must be bound; a bound
     claim's volume's node affinity, and its zone labels where the node has a zone; an unbound WaitForFirstConsumer
     claim's static volumes (where some volume could take it on some node), its class's allowedTopologies, its
-    class's lack of a provisioner."""
+    class's lack of a provisioner; the count of the claim's CSI driver where the node's CSINode has one."""
     zoned = any(k in (node["metadata"].get("labels") or {}) for k in volumes.ZONE_LABELS)
+    limits = csi_limits(cache, node["metadata"]["name"])
     found = {}
     for name in claims:
         pvc = cache.claim(NAMESPACE, name) or {}
@@ -1028,6 +1205,8 @@ def volume_rules_in_play(
         class_name = spec.get("storageClassName") or ""
         storage_class = cache.storage_class(class_name) if class_name else None
         rules = {RWOP_IN_USE} if RWOP in (spec.get("accessModes") or []) else set()
+        if claim_driver(pvc, cache) in limits:
+            rules.add(VOLUME_LIMIT)
         wffc = (storage_class or {}).get("volumeBindingMode") == volumes.WAIT_FOR_FIRST_CONSUMER
         if storage_class is not None and not wffc:
             rules.add(IMMEDIATE_UNBOUND)
@@ -1061,6 +1240,7 @@ def volume_refused_for(reason: str, claim_rules: Mapping[str, frozenset[str]]) -
         ("pod has unbound immediate PersistentVolumeClaims", IMMEDIATE_UNBOUND),
         ("is ReadWriteOncePod and another pod uses it", RWOP_IN_USE),
         ("is being provisioned on node", SELECTED),
+        ("(node(s) exceed max volume count)", VOLUME_LIMIT),
     ):
         if text in reason:
             return {rule}
@@ -1184,6 +1364,58 @@ def _create_volume_batch(api: SyncClient, rng: random.Random, batch: int) -> dic
     _create_nodes(api, bodies)
     _sync_node_cache(api, f"v{batch}")
     return {b["metadata"]["name"]: b["metadata"]["labels"].get(ZONE) for b in bodies}
+
+
+def _create_csi_batch(
+    api: SyncClient, rng: random.Random, batch: int
+) -> tuple[dict[str, str | None], dict[str, dict[str, int | None]]]:
+    """The CSI batch: a volume batch's nodes, their CSINodes made before them (CSI_NODES, in order), and
+    kube-scheduler shown every CSINode. The nodes (name -> zone), and each CSINode's drivers (name -> drivers)."""
+    names = [f"v{batch}-n{i}" for i in range(NODES_PER_BATCH)]
+    drivers = {name: d for name, d in zip(names, CSI_NODES, strict=True) if d is not None}
+    _create_all(api, paths.CSI_NODE.collection(), [csi_node_body(name, batch, d) for name, d in drivers.items()])
+    zones = _create_volume_batch(api, rng, batch)
+    assert list(zones) == names
+    _sync_csi_nodes(api, batch)
+    return zones, drivers
+
+
+def _sync_csi_nodes(api: SyncClient, batch: int) -> None:
+    """Make sure kube-scheduler's CSINode informer has every CSINode write so far (it delivers them in
+    resourceVersion order): the sync node's CSINode, made last, lets it attach no volume of CSI_DRIVER, and a pod
+    pinned there with a claim bound to such a volume must be refused for the count. kube-scheduler may bind it
+    before it sees that CSINode: then it is made again."""
+    name = f"sync-csi-{batch}"
+    api.create(paths.PERSISTENT_VOLUMES, pv_body(name, batch, name, 1024, [RWO], "", claim=name, driver=CSI_DRIVER))
+    api.create(paths.persistent_volume_claims(NAMESPACE), claim_body(name, batch, name, 1024, [RWO], "", volume=name))
+    _settle_volumes(api, name, {name})
+    api.create(paths.CSI_NODE.collection(), csi_node_body(SYNC_NODE, batch, {CSI_DRIVER: 0}))
+    body = {"metadata": {"name": name, "labels": {PROBE_LABEL: name}}, "spec": pinned(volume_probe([name]), SYNC_NODE)}
+    api.create(paths.pods(NAMESPACE), body)
+
+    def refused() -> bool | None:
+        verdict = kube_verdict(api.get(paths.pod(NAMESPACE, name)))
+        if verdict is not None and verdict[0] == FITS:
+            _delete_labelled(api, PROBE_LABEL, name)
+            api.create(paths.pods(NAMESPACE), body)
+            return None
+        if verdict is None or KUBE_VOLUME_REASONS[VOLUME_LIMIT] not in verdict[1]:
+            return None  # not yet tried, or refused for a claim or volume it has not seen yet: tried again
+        return True
+
+    wait_for("kube-scheduler to see the CSINodes", refused, timeout=ROUND_TIMEOUT, interval=0.1)
+    _delete_labelled(api, PROBE_LABEL, name)
+    _delete_volumes(api, f"{ROUND_LABEL}={name}")
+
+
+def _delete_volume_batch(api: SyncClient, batch: int, names: Iterable[str]) -> None:
+    """Leave room on the 2-core machine: a volume batch's pods, claims, volumes, CSINodes and nodes go before the
+    next batch comes."""
+    api.delete(paths.pods(NAMESPACE), gracePeriodSeconds="0")
+    _delete_volumes(api, f"{BATCH_LABEL}=v{batch}")
+    api.delete(paths.CSI_NODE.collection(), labelSelector=f"{BATCH_LABEL}=v{batch}")
+    for name in names:
+        api.delete(paths.node(name))
 
 
 def _delete_volumes(api: SyncClient, selector: str) -> None:
@@ -1388,6 +1620,36 @@ def _run_volume_round(
         )
         for i, name in enumerate(names)
     ]
+    return _judge_volume_copies(api, batch, rnd, round_id, zones, plans)
+
+
+def _run_csi_round(
+    api: SyncClient,
+    rng: random.Random,
+    batch: int,
+    rnd: int,
+    zones: dict[str, str | None],
+    drivers: Mapping[str, Mapping[str, int | None]],
+) -> list[Case]:
+    """One probe copy per node of the CSI batch (`drivers`: the drivers of each node's CSINode), with the pods
+    already on its node and their claims (csi_copy_volumes). Claims to provision only in the batch's last round:
+    a copy waiting for them in PreBind would still be on its node, to kube-scheduler, when the next round's copy
+    there is judged."""
+    round_id = f"v{batch}-{rnd}"
+    last = rnd == CSI_ROUNDS - 1
+    plans = [
+        csi_copy_volumes(rng, batch, round_id, i, name, drivers.get(name) or {}, last) for i, name in enumerate(zones)
+    ]
+    return _judge_volume_copies(api, batch, rnd, round_id, zones, plans)
+
+
+def _judge_volume_copies(
+    api: SyncClient, batch: int, rnd: int, round_id: str, zones: dict[str, str | None], plans: list[CopyVolumes]
+) -> list[Case]:
+    """A volume round after its plans (one per node of `zones`, in order): their volumes, claims and pods made and
+    settled, kube-scheduler shown them, then one probe copy per node with its plan's claims, both verdicts on each
+    and the copies gone."""
+    names = list(zones)
     _create_all(api, paths.PERSISTENT_VOLUMES, [pv for plan in plans for pv in plan.volumes])
     _settle_volumes(api, round_id)
     # The claims to be bound first: the PersistentVolume controller takes claims one at a time, and writes for the
@@ -1397,7 +1659,12 @@ def _run_volume_round(
     claims.sort(key=lambda pvc: pvc["metadata"]["name"] not in bound)
     _create_all(api, paths.persistent_volume_claims(NAMESPACE), claims)
     users = [
-        user_pod(f"u{round_id}-{i}-{j}", c, round_id) for i, plan in enumerate(plans) for j, c in enumerate(plan.used)
+        user_pod(f"u{round_id}-{i}-{j}", [c], round_id) for i, plan in enumerate(plans) for j, c in enumerate(plan.used)
+    ]
+    users += [
+        user_pod(f"u{round_id}-{i}-r{k}", claims, round_id, name)
+        for i, (name, plan) in enumerate(zip(names, plans, strict=True))
+        for k, claims in enumerate(plan.residents)
     ]
     _create_all(api, paths.pods(NAMESPACE), users)
     _settle_volumes(api, round_id, bound)
@@ -1421,15 +1688,15 @@ def _run_volume_round(
                 "labels": {PROBE_LABEL: round_id, "app": "probe"},
                 "annotations": {constants.MAP_ANNOTATION: round_map(names)},
             },
-            "spec": pinned(seeing_gpus(volume_probe([pvc["metadata"]["name"] for pvc in plan.claims])), name),
+            "spec": pinned(seeing_gpus(volume_probe(plan.probe_claims())), name),
         }
         for i, (name, plan) in enumerate(zip(names, plans, strict=True))
     ]
     created: dict[str, tuple[str, dict[str, Any], list[str], set[str]]] = {}
     stored_copies = _create_all(api, paths.pods(NAMESPACE), bodies)
     for name, plan, stored in zip(names, plans, stored_copies, strict=True):
-        own = [pvc["metadata"]["name"] for pvc in plan.claims]
-        created[stored["metadata"]["name"]] = (name, stored, own, set(plan.used))
+        in_use = set(plan.used).union(*plan.residents)  # another pod uses them
+        created[stored["metadata"]["name"]] = (name, stored, plan.probe_claims(), in_use)
 
     def decided() -> dict[str, tuple[str, str]] | None:
         pods = {p["metadata"]["name"]: p for p in _labelled(api, PROBE_LABEL, round_id)}
@@ -1460,7 +1727,9 @@ def _run_volume_round(
         node = nodes[node_name]
         claim_rules = volume_rules_in_play(copy_claims, node, cache)
         rules = rules_in_play(judged["spec"], node, usage).union(*claim_rules.values())
-        probe = f"zone {zones[node_name] or '-'}; " + summarize_claims(copy_claims, cache, used)
+        probe = f"zone {zones[node_name] or '-'}; {describe_csi(node_name, cache, usage)}" + summarize_claims(
+            copy_claims, cache, used
+        )
         case = Case(f"v{batch}", rnd, node_name, probe, kube, message, gpu, reason, unsupported, False, rules)
         cases.append(dataclasses.replace(case, claim_rules=claim_rules, volume=True))
     # The copies that wait in PreBind give up once they are gone (kube-scheduler polls their claims every second);
@@ -1527,11 +1796,18 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
         for rnd in range(VOLUME_ROUNDS_PER_BATCH):
             cases += _run_volume_round(api, rng, batch, rnd, zones)
         assert plane.scheduler.running, plane.scheduler.tail()
-        api.delete(paths.pods(NAMESPACE), gracePeriodSeconds="0")
-        _delete_volumes(api, f"{BATCH_LABEL}=v{batch}")
-        for name in zones:
-            api.delete(paths.node(name))
+        _delete_volume_batch(api, batch, zones)
+    volume_seconds = time.monotonic() - started - node_seconds
+    # The CSI batch (NodeVolumeLimits): one more volume batch, its nodes with CSINodes (the cases left out, where the
+    # two disagree: csi_copy_volumes).
+    csi_from = len(cases)
+    zones, drivers = _create_csi_batch(api, rng, VOLUME_BATCHES)
+    for rnd in range(CSI_ROUNDS):
+        cases += _run_csi_round(api, rng, VOLUME_BATCHES, rnd, zones, drivers)
+    assert plane.scheduler.running, plane.scheduler.tail()
+    _delete_volume_batch(api, VOLUME_BATCHES, zones)
     elapsed = time.monotonic() - started
+    csi_seconds = elapsed - node_seconds - volume_seconds
 
     differing = [c for c in cases if c.differs]
     wrong = [c for c in differing if not (c.unsupported and c.gpu == REFUSED)]
@@ -1544,6 +1820,7 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
     fits = sum(c.kube == FITS for c in cases)
     gated = sum(c.kube == GATED for c in cases)
     volume_cases = [c for c in cases if c.volume]
+    csi_cases = cases[csi_from:]
     by_reason = collections.Counter(
         f"unsupported: {_unsupported_rule(c.gpu_reason)}" if c.unsupported else "wrong" for c in differing
     )
@@ -1554,9 +1831,11 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
         "rounds_per_batch": ROUNDS_PER_BATCH,
         "volume_batches": VOLUME_BATCHES,
         "volume_rounds_per_batch": VOLUME_ROUNDS_PER_BATCH,
+        "csi_rounds": CSI_ROUNDS,
         "nodes_per_batch": NODES_PER_BATCH,
         "cases": len(cases),
         "volume_cases": len(volume_cases),
+        "csi_cases": len(csi_cases),
         "agreements": len(cases) - len(differing),
         "differences": len(differing),
         "differences_by_reason": dict(by_reason),
@@ -1565,20 +1844,23 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
         "fits": fits,
         "volume_fits": sum(c.kube == FITS for c in volume_cases),
         "volume_fits_decided_in_prebind": sum(c.kube_message.startswith("PreBind") for c in volume_cases),
+        "csi_fits": sum(c.kube == FITS for c in csi_cases),
         "gated": gated,
         "unsupported": sum(c.unsupported for c in cases),
         "rules": by_rule,
         "volume_refusals_kube_names_otherwise": dict(otherwise),
         "seconds": round(elapsed, 1),
-        "volume_seconds": round(elapsed - node_seconds, 1),
+        "volume_seconds": round(volume_seconds, 1),
+        "csi_seconds": round(csi_seconds, 1),
     }
     SUMMARY.parent.mkdir(parents=True, exist_ok=True)
     SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
     shown = ", ".join(f"{rule} {n['fits']}/{n['refused']}" for rule, n in by_rule.items())
     print(
-        f"\nfit differential: {len(cases)} cases ({len(volume_cases)} with volumes), {summary['agreements']} agree, "
-        f"{len(differing)} differ ({dict(by_reason)}), {len(wrong_reasons)} with other reasons; {fits} fit, {gated} "
-        f"gated; by rule (fits/refused) {shown}; {elapsed:.0f}s ({elapsed - node_seconds:.0f}s with volumes)"
+        f"\nfit differential: {len(cases)} cases ({len(volume_cases)} with volumes, {len(csi_cases)} of them with "
+        f"CSINodes), {summary['agreements']} agree, {len(differing)} differ ({dict(by_reason)}), {len(wrong_reasons)} "
+        f"with other reasons; {fits} fit, {gated} gated; by rule (fits/refused) {shown}; {elapsed:.0f}s "
+        f"({volume_seconds:.0f}s volumes, {csi_seconds:.0f}s CSINodes)"
     )
 
     assert not wrong, f"{len(wrong)} case(s) where gpu-scheduler and kube-scheduler disagree:\n" + _table(wrong)
