@@ -261,8 +261,19 @@ class GpuSchedulerBaseline(GpuScheduler):
 
     name = "gpu-scheduler-baseline"
     python_processes = ("scheduler", "webhook")
-    workloads = ("w1", "w2", "storm")  # a revision from before gangs would leave W3's gangs waiting
+    workloads = ("w1", "w2", "w3", "storm")
     ref: str = "HEAD"
+
+    @classmethod
+    def at(cls, ref: str) -> None:
+        """Measure the revision `ref`: W3 only if it schedules gangs (a revision from before them would leave W3's
+        gangs waiting)."""
+        cls.ref = ref
+        has_gangs = subprocess.run(
+            ["git", "-C", str(ROOT), "cat-file", "-e", f"{ref}:src/gpu_scheduling/scheduler/gangs.py"],
+            capture_output=True,
+        )
+        cls.workloads = ("w1", "w2", "w3", "storm") if has_gangs.returncode == 0 else ("w1", "w2", "storm")
 
     def start(self, plane: BenchPlane) -> None:
         source = plane.dir / "baseline-src"

@@ -684,7 +684,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.contenders:
         overrides["contenders"] = tuple(args.contenders.split(","))
     if args.baseline:
-        contenders.GpuSchedulerBaseline.ref = args.baseline
+        contenders.GpuSchedulerBaseline.at(args.baseline)
         named = overrides.get("contenders", Settings().contenders)
         if contenders.GpuSchedulerBaseline.name not in named:
             overrides["contenders"] = (*named, contenders.GpuSchedulerBaseline.name)

@@ -341,3 +341,60 @@ class Ledger:
             refs.setdefault(key[0], {}).setdefault(key, 0)
             refs[key[0]][key] += 1
         assert refs == self._by_node, "node index out of date"
+
+
+class Overlay:
+    """A ledger's copy for trial placements (a gang's domains, preemption's victims): the ledger's holds as they are,
+    plus the holds assumed on this copy only. Reads answer as the ledger would after those assumptions; nothing
+    done here changes the ledger. O(the trial's holds) per read of a node they touch, nothing for the others.
+
+    A trial places pods the ledger holds nothing for (a pod assumed by an earlier attempt keeps that hold: it is
+    retried as it is). Kept trials are assumed on the ledger itself (scheduler.cache.Cache.commit)."""
+
+    def __init__(self, base: Ledger) -> None:
+        self._base = base
+        self._holds: dict[str, Hold] = {}
+        self._on_node: dict[str, set[str]] = {}  # node -> uids assumed here on it
+
+    def hold(self, uid: str) -> Hold | None:
+        return self._holds.get(uid) or self._base.hold(uid)
+
+    def holdings(self, node: str) -> tuple[Holding, ...]:
+        mine = self._on_node.get(node)
+        if not mine:
+            return self._base.holdings(node)
+        exclusive = {g for h in self._base.holdings(node) if h.exclusivity == "Exclusive" for g in h.gpu_ids}
+        shared = {g for h in self._base.holdings(node) if h.exclusivity != "Exclusive" for g in h.gpu_ids}
+        for uid in mine:
+            hold = self._holds[uid]
+            (exclusive if hold.exclusivity == "Exclusive" else shared).update(hold.gpu_ids)
+        return tuple(
+            [Holding(node, (g,), "Exclusive") for g in sorted(exclusive)]
+            + [Holding(node, (g,), "Shared") for g in sorted(shared - exclusive)]
+        )
+
+    def conflicts(self, node: str, gpu_ids: Iterable[int], exclusivity: str, uid: str) -> list[Conflict]:
+        wanted = tuple(gpu_ids)
+        out = self._base.conflicts(node, wanted, exclusivity, uid)
+        for other in sorted(self._on_node.get(node, ())):
+            hold = self._holds[other]
+            if other == uid or not (exclusivity == "Exclusive" or hold.exclusivity == "Exclusive"):
+                continue
+            out.extend(Conflict(node, gpu, hold.describe()) for gpu in wanted if gpu in hold.gpu_ids)
+        return out
+
+    def assume(self, hold: Hold) -> list[Conflict]:
+        """As `Ledger.assume`, on this copy."""
+        conflicts = self.conflicts(hold.node, hold.gpu_ids, hold.exclusivity, hold.uid)
+        if conflicts:
+            return conflicts
+        self.retract(hold.uid)
+        self._holds[hold.uid] = dataclasses.replace(hold, bound=False)
+        self._on_node.setdefault(hold.node, set()).add(hold.uid)
+        return []
+
+    def retract(self, uid: str) -> None:
+        """Undo an assumption made on this copy."""
+        hold = self._holds.pop(uid, None)
+        if hold is not None:
+            self._on_node[hold.node].discard(uid)

@@ -7,11 +7,12 @@ watch (scheduler.controller), the Leases through the reconciler (scheduler.lease
 policy (scheduler.policy), the queue order and the nodes waiting pods keep from the scheduling queue
 (scheduler.queue).
 
-Placing a claim pod: the allocator reads the ledger (`Ledger.holdings`, cached per node), the chosen GPUs are
-*assumed* in the ledger before the first await (so the next claim never picks them from a view the watch has not
-caught up with), and the Leases are created concurrently; the Lease (create fails when it exists) is the
-cluster-wide lock. The controller then binds, carrying the allocation annotations on the Binding. An attempt that
-ends without a binding hands the Leases naming it to the reconciler, which releases them until the API agrees.
+Placing a claim pod: the allocator reads the ledger (`Ledger.holdings`, cached per node), the chosen GPUs and the
+pod's room are *assumed* in the cache (scheduler.cache) before the first await (so the next claim never picks them
+from a view the watch has not caught up with), and the Leases are created concurrently; the Lease (create fails when
+it exists) is the cluster-wide lock. The controller then binds, carrying the allocation annotations on the Binding.
+An attempt that ends without a binding hands the Leases naming it to the reconciler, which releases them until the
+API agrees.
 
 Choosing a node: the claim's `spec.strategy`, else the GpuSchedulingPolicy's `defaultStrategy`, else the
 scheduler's `--strategy` (claims.allocator has the rules). RoundRobin resumes after the node of the newest
@@ -34,11 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_scheduling import constants, devices
 from gpu_scheduling.claims import allocator, objects, priority
-from gpu_scheduling.claims.ledger import Hold, Ledger
+from gpu_scheduling.claims.ledger import Hold
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound
 from gpu_scheduling.kube.informer import Informer
-from gpu_scheduling.scheduler import decision, fit, framework, plugins
+from gpu_scheduling.scheduler import decision, framework, plugins
+from gpu_scheduling.scheduler.cache import Cache, Trial
 from gpu_scheduling.scheduler.events import TRANSIENT
 from gpu_scheduling.scheduler.leases import LeaseReconciler
 from gpu_scheduling.scheduler.plugins.taint_toleration import TaintToleration
@@ -73,19 +75,16 @@ class ClaimPath:
     def __init__(
         self,
         client: Client,
-        ledger: Ledger,
-        usage: fit.NodeUsage,
+        cache: Cache,
         queue: SchedulingQueue,
         policy: RuntimePolicy,
         leases: LeaseReconciler,
-        snapshot: framework.Snapshot | None = None,
     ):
         self.client = client
-        self.ledger = ledger
-        self.usage = usage
-        self.snapshot = snapshot or framework.Snapshot(usage)
-        """What the filters read (kept by the controller: what the pods on each node take, the volume objects): a
-        claim pod goes only where it fits."""
+        self.cache = cache
+        """Where its choices are assumed, and what the filters and the allocator read (cache.snapshot): a claim pod
+        goes only where it fits, on GPUs nobody holds."""
+        self.ledger = cache.ledger
         self.queue = queue  # claim pods retried on a claim or inventory change; the nodes waiters keep
         self.policy = policy  # the strategy of a claim that names none
         self.leases = leases  # the Leases of an attempt that ended without a binding are released there
@@ -148,14 +147,14 @@ class ClaimPath:
         if kind == "ADDED" or (
             kind == "MODIFIED" and old is not None and old["metadata"].get("generation") != meta.get("generation")
         ):
-            self.queue.claim_changed(f"{meta['namespace']}/{meta['name']}")
+            self.queue.changed(framework.ClusterEvent(framework.GPU_CLAIM, name=f"{meta['namespace']}/{meta['name']}"))
 
     def _on_status(self, kind: str, status: dict[str, Any], old: dict[str, Any] | None) -> None:
         self.nodes_changed()
         if kind == "DELETED":
             self._nodes.pop(status["metadata"]["name"], None)
         if kind != "MODIFIED" or old is None or _allocator_view(status) != _allocator_view(old):
-            self.queue.wake_claim_pods()
+            self.queue.changed(framework.ClusterEvent(framework.GPU_INVENTORY))
 
     def _advance_cursor(self, at: str, node: str) -> None:
         if at >= self._cursor[0]:
@@ -177,15 +176,6 @@ class ClaimPath:
         """Whether `node` has a GpuNodeStatus the scheduler trusts (claims can be placed on it)."""
         status = self.statuses.cache.get(node)
         return status is not None and objects.inventory_node(status) == node
-
-    def room_made(self, node: str | None) -> None:
-        """`node` has more room now (a pod left it or asks less): wake the map pods that wait for it and, if it has
-        GPUs for claims, the waiting claim pods."""
-        if node is None:
-            return
-        self.queue.room_made(node)
-        if self.has_inventory(node):
-            self.queue.wake_claim_pods()
 
     def nodes_changed(self) -> None:
         """A Node or a GpuNodeStatus changed: the usable inventory must be worked out again."""
@@ -223,7 +213,7 @@ class ClaimPath:
                 return chosen
             hold, message = chosen
         if not await self.acquire(hold):
-            self.failed(uid)
+            self.cache.forget(uid)
             return decision.Unschedulable(
                 f"GpuClaim {claim_name}: GPUs {hold.node}:"
                 f"{','.join(map(str, hold.gpu_ids))} were taken meanwhile; retrying"
@@ -259,11 +249,12 @@ class ClaimPath:
         the allocator's message; or why it waits, said on the claim too, keeping its nodes if it waits by priority."""
         meta = pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
-        inventory = self._inventory_for(pod, nodes)
+        snap = self.cache.snapshot
+        inventory = self._inventory_for(pod, nodes, snap)
         if isinstance(inventory, str):
             return await self._no_node(key, claim, claim_name, inventory)
         rank = priority.pod_priority(pod)
-        outcome = self._allocate_on(request, inventory, rank)
+        outcome = self._allocate_on(request, inventory, rank, snap)
         if isinstance(outcome, allocator.NoFit):
             if outcome.phase == "Pending" and self.queue.order == "Priority":
                 created = str(meta.get("creationTimestamp") or "")
@@ -274,7 +265,7 @@ class ClaimPath:
             await self.set_claim_status(claim, {"phase": outcome.phase, "message": outcome.message})
             return decision.Unschedulable(f"GpuClaim {claim_name}: {outcome.message}")
         self.queue.release(key)
-        taken = self._assume(pod, outcome, request, claim_name)
+        taken = self._assume(pod, outcome, request, claim_name, self.cache)
         if isinstance(taken, str):
             return decision.Unschedulable(f"GpuClaim {claim_name}: {taken}")
         return taken, outcome.message
@@ -284,11 +275,12 @@ class ClaimPath:
         pod: dict[str, Any],
         claim_name: str,
         nodes: Mapping[str, dict[str, Any]],
+        trial: Trial,
         within: frozenset[str] | None = None,
     ) -> tuple[Hold, str] | str:
-        """A gang member's step (scheduler.gangs): choose and assume GPUs for `pod` on the nodes `within` (None:
-        any), writing nothing; the hold and the allocator's message, or why it does not fit there. The caller
-        undoes the hold with `retract` if the gang does not fit whole."""
+        """A gang member's step (scheduler.gangs): choose GPUs for `pod` on the nodes `within` (None: any) and
+        assume them on `trial`, writing nothing; the hold and the allocator's message, or why it does not fit
+        there."""
         meta = pod["metadata"]
         claim = self.claims.cache.get(f"{meta['namespace']}/{claim_name}")
         if claim is None:
@@ -297,28 +289,29 @@ class ClaimPath:
         mismatch = devices.count_mismatch(pod, request.count)
         if mismatch is not None:
             return f"GpuClaim {claim_name}: {mismatch}"
-        inventory = self._inventory_for(pod, nodes)
+        inventory = self._inventory_for(pod, nodes, trial.snapshot)
         if isinstance(inventory, str):
             return inventory
         if within is not None:
             inventory = [n for n in inventory if n.name in within]
             if not inventory:
                 return "no node with a GPU inventory there takes the pod"
-        outcome = self._allocate_on(request, inventory, priority.pod_priority(pod))
+        outcome = self._allocate_on(request, inventory, priority.pod_priority(pod), trial.snapshot)
         if isinstance(outcome, allocator.NoFit):
             return outcome.message
-        taken = self._assume(pod, outcome, request, claim_name)
+        taken = self._assume(pod, outcome, request, claim_name, trial)
         return taken if isinstance(taken, str) else (taken, outcome.message)
 
     def _allocate_on(
-        self, request: allocator.Request, inventory: list[allocator.Node], rank: int
+        self, request: allocator.Request, inventory: list[allocator.Node], rank: int, snap: framework.Snapshot
     ) -> allocator.Decision:
-        """The allocator's choice on `inventory` for a pod of priority `rank`, over the ledger, past the nodes kept
-        for higher priorities, RoundRobin resuming after its cursor."""
+        """The allocator's choice on `inventory` for a pod of priority `rank`, over the GPUs `snap` says are held,
+        past the nodes kept for higher priorities, RoundRobin resuming after its cursor."""
+        assert snap.gpus is not None
         return allocator.allocate(
             request,
             inventory,
-            held=self.ledger.holdings,
+            held=snap.gpus.holdings,
             cursor=self.cursor if request.strategy == "RoundRobin" else None,
             reserved=self.queue.reserved_for(rank) or None,
         )
@@ -331,14 +324,11 @@ class ClaimPath:
         tolerations = (pod.get("spec") or {}).get("tolerations") or []
         return priority.usable_nodes(request, self._usable_inventory(nodes, tolerations))
 
-    def retract(self, uid: str) -> None:
-        """Take back what `choose` assumed for `uid` before any API call was made for it."""
-        self.ledger.retract(uid)
-        self.usage.unassume(uid)
-
-    def _inventory_for(self, pod: dict[str, Any], nodes: Mapping[str, dict[str, Any]]) -> list[allocator.Node] | str:
-        """The nodes with a GPU inventory that `pod` fits now, or why there are none."""
-        attempt = decision.cycle(pod, self.snapshot)
+    def _inventory_for(
+        self, pod: dict[str, Any], nodes: Mapping[str, dict[str, Any]], snap: framework.Snapshot
+    ) -> list[allocator.Node] | str:
+        """The nodes with a GPU inventory that `pod` fits now (as `snap` counts them), or why there are none."""
+        attempt = decision.cycle(pod, snap)
         if isinstance(attempt, str):
             return attempt
         tolerations = attempt.state(TaintToleration.name) or []
@@ -352,21 +342,22 @@ class ClaimPath:
         return inventory
 
     def _assume(
-        self, pod: dict[str, Any], outcome: allocator.Allocation, request: allocator.Request, claim_name: str
+        self,
+        pod: dict[str, Any],
+        outcome: allocator.Allocation,
+        request: allocator.Request,
+        claim_name: str,
+        into: Cache | Trial,
     ) -> Hold | str:
-        """Assume the GPUs and the room the allocator chose for `pod`, before any await: the decision and the
-        assumption are one step."""
+        """Assume the GPUs and the room the allocator chose for `pod` in `into`, before any await: the decision
+        and the assumption are one step."""
         meta = pod["metadata"]
-        uid = meta["uid"]
         key = f"{meta['namespace']}/{meta['name']}"
-        hold = Hold(uid, key, outcome.node, outcome.gpu_ids, request.exclusivity, "claim", claim_name)
-        conflicts = self.ledger.assume(hold)
+        hold = Hold(meta["uid"], key, outcome.node, outcome.gpu_ids, request.exclusivity, "claim", claim_name)
+        conflicts = into.assume(pod, hold)
         if conflicts:  # the allocator read the same ledger, so this is a bug; never hand out the GPUs
             log.error("allocator chose GPUs the ledger says are held: %s", conflicts)
             return f"GPUs {outcome.allocated} are held by {conflicts[0].holder}; retrying"
-        taken = fit.footprint(pod, outcome.node)
-        assert taken is not None
-        self.usage.assume(uid, taken)  # the node's room too, in the same step
         return hold
 
     async def _no_node(self, key: str, claim: dict[str, Any], claim_name: str, why: str) -> decision.Unschedulable:
@@ -376,19 +367,10 @@ class ClaimPath:
         await self.set_claim_status(claim, {"phase": "Pending", "message": why})
         return decision.Unschedulable(f"GpuClaim {claim_name}: {why}")
 
-    def failed(self, uid: str) -> None:
-        """The attempt for `uid` is over without a binding: it holds nothing (its Leases are released) and takes
-        no room on the node."""
-        self.room_made(self.usage.unassume(uid))
-        hold = self.ledger.hold(uid)
-        keys = self.ledger.forget(uid) | (set(hold.gpus) if hold else set())
-        self.leases.reconcile(keys)
-        self.queue.ledger_changed(self.ledger)
-
     async def bound(self, placed: Placed, write: bool = True) -> str:
         """The pod of `placed` is bound: confirm its hold and (unless `write` is False: a gang writes each claim once
         after its members are bound, with `write_bound`) say so on its claim. When it was allocated."""
-        self.ledger.confirm(placed.hold.uid)
+        self.cache.confirm(placed.hold.uid)
         hold = placed.hold
         at = _micro_now()
         if placed.strategy == "RoundRobin":
@@ -458,11 +440,8 @@ class ClaimPath:
         message, Cycle.explain). A pod that asks nothing of a node but a place fits every node whose pod count is
         not reached: while none is (the common case), that costs one dictionary lookup per node (is its capacity
         known?) instead of judging it."""
-        if (
-            plugins.asks_only_a_place(attempt)
-            and not self.usage.full
-            and all(self.usage.known(c.name) for c in inventory)
-        ):
+        usage = attempt.snap.usage
+        if plugins.asks_only_a_place(attempt) and not usage.full and all(usage.known(c.name) for c in inventory):
             return inventory, []
         fitting: list[allocator.Node] = []
         refused: list[str] = []
@@ -487,7 +466,7 @@ class ClaimPath:
             node = nodes.get(name) if name is not None else None
             if node is None or decision.node_problem(node, tolerations) is not None:
                 continue
-            self.usage.capacity(node)  # cached per node version, so that usage.full covers every usable node
+            self.cache.usage.capacity(node)  # cached per node version, so that usage.full covers every usable node
             version = (status["metadata"].get("resourceVersion", ""), node["metadata"].get("resourceVersion", ""))
             cached = self._nodes.get(key)
             if cached is None or cached[0] != version:

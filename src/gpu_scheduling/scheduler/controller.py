@@ -5,11 +5,11 @@ that bind concurrently. No per-pod LIST: everything a decision needs is in the i
 (scheduler.claims); map pods hold the GPUs of their map entry, so an Exclusive claim never gets them and a map pod
 never gets a GPU an Exclusive claim holds.
 
-The parts, along kube-scheduler's owners: the scheduling queue (scheduler.queue) decides when a pod is tried
-again; the ledger alone owns what is assumed (a pod we bound holds a confirmed hold until the watch shows it
-bound); the runtime policy (scheduler.policy), claim placement (scheduler.claims) and the Lease reconciler
-(scheduler.leases) are each given what they need. This module feeds them the informers' events and runs the
-workers that decide and bind.
+The parts, along kube-scheduler's owners: the scheduling queue (scheduler.queue) decides when a pod is tried again;
+the cache (scheduler.cache) alone owns what is assumed, a pod's GPUs and its room on the node together (a pod we
+bound holds a confirmed hold until the watch shows it bound); the runtime policy (scheduler.policy), claim placement
+(scheduler.claims) and the Lease reconciler (scheduler.leases) are each given what they need. This module feeds them
+the informers' events and runs the workers that decide and bind.
 
 Pending work is cheap: a pod that cannot be placed is retried only on an event that could help it (its node
 changed, a GPU was freed, an inventory or its claim changed), no sooner than its backoff allows (1 s doubling to
@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, Any
 from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.claims import objects
 from gpu_scheduling.claims.gangs import GangError
-from gpu_scheduling.claims.ledger import Hold, Ledger
+from gpu_scheduling.claims.ledger import Hold
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError, Conflict, NotFound, TransportError
 from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.scheduler import decision, fit, framework, volumes
+from gpu_scheduling.scheduler.cache import Cache, Listener
 from gpu_scheduling.scheduler.claims import ClaimPath, Placed
 from gpu_scheduling.scheduler.events import Recorder, now
 from gpu_scheduling.scheduler.gangs import GangPath
@@ -124,7 +125,6 @@ class Scheduler:
         self.client = client
         self.config = config
         self.metrics = metrics or Metrics()
-        self.ledger = Ledger()
         # The maps of its pods, each distinct map parsed once: a StatefulSet's replicas all carry the same one.
         self.maps = gpumap.ParseCache()
         self.pods = Informer(
@@ -137,7 +137,7 @@ class Scheduler:
         )
         self.nodes = Informer(client, paths.NODES, self._on_node, name="nodes", transform=decision.node_view)
         # What the other schedulers' pods take from the nodes (their requests and host ports, nothing else kept):
-        # with our own bound pods, the running totals that a pod must fit in (fit.NodeUsage).
+        # with our own bound pods, the running totals that a pod must fit in (the cache's fit.NodeUsage).
         self.others = Informer(
             client,
             paths.ALL_PODS,
@@ -146,7 +146,6 @@ class Scheduler:
             name="other-pods",
             transform=fit.trimmed,
         )
-        self.usage = fit.NodeUsage()
         # The volume objects the volume plugins read (scheduler.volumes), kept as the informers' default keeps
         # objects (without their managed fields), and PreBind's writer of their bindings.
         self.volume_claims = Informer(
@@ -156,11 +155,15 @@ class Scheduler:
         self.storage_classes = Informer(
             client, paths.STORAGE_CLASS.collection(), self._on_storage_class, name="storageclasses"
         )
-        self.csi_nodes = Informer(client, paths.CSI_NODE.collection(), self._on_storage_class, name="csinodes")
+        self.csi_nodes = Informer(client, paths.CSI_NODE.collection(), self._on_csi_node, name="csinodes")
         self.volume_cache = volumes.VolumeCache(
             self.volume_claims.cache, self.volume_objects.cache, self.storage_classes.cache, self.csi_nodes.cache
         )
-        self.snapshot = framework.Snapshot(self.usage, self.volume_cache)
+        # The one owner of what is assumed (scheduler.cache): the GPU ledger (claims.ledger, which pod holds which
+        # GPU) and the room each node has left; `snapshot` is what every decision reads of them.
+        self.cache = Cache(volumes=self.volume_cache)
+        self.ledger = self.cache.ledger
+        self.snapshot = self.cache.snapshot
         self.uids: dict[str, str] = {}  # pod uid -> key, for every cached pod
         self.queue = SchedulingQueue(self.pods.cache, config.retry_seconds, config.max_retry_seconds)
         self.recorder = Recorder(client, config.name, socket.gethostname())
@@ -177,8 +180,11 @@ class Scheduler:
             sweep_seconds=config.sweep_seconds,
         )
         self.binder = VolumeBinder(client, self.volume_cache, config.volume_bind_timeout_seconds)
-        self.claim_path = ClaimPath(
-            client, self.ledger, self.usage, self.queue, self.policy, self.leases, self.snapshot
+        self.claim_path = ClaimPath(client, self.cache, self.queue, self.policy, self.leases)
+        self.cache.listener = Listener(
+            room_made=self._room_made,
+            gpus_freed=lambda: self.queue.ledger_changed(self.ledger),
+            leases_released=self.leases.reconcile,
         )
         self.gangs = GangPath(self, config.gang_timeout_seconds)
         self.leading = False  # the leader's workers run (only then are events and statuses written)
@@ -223,7 +229,7 @@ class Scheduler:
     def _on_other_pod(self, kind: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
         """A pod of another scheduler, bound: count what it takes on its node."""
         taken = None if kind == "DELETED" else fit.footprint(pod)
-        self.claim_path.room_made(self.usage.set(pod["metadata"]["uid"], taken))
+        self.cache.observe(pod["metadata"]["uid"], taken)
         if taken is None:
             self._claims_freed(pod)
 
@@ -231,7 +237,7 @@ class Scheduler:
         key = _key(pod)
         uid = pod["metadata"]["uid"]
         if kind == "DELETED" or decision.is_finished(pod):
-            self.claim_path.room_made(self.usage.set(uid, None))
+            self.cache.observe(uid, None)
             self._claims_freed(pod)
             self.queue.forget(key)
             if self.uids.get(uid) == key:
@@ -247,7 +253,7 @@ class Scheduler:
         self.uids[uid] = key
         self.gangs.track(key, pod)
         if (pod.get("spec") or {}).get("nodeName"):  # bound: what it holds is the API's word
-            self.claim_path.room_made(self.usage.set(uid, fit.footprint(pod)))
+            self.cache.observe(uid, fit.footprint(pod))
             if old is None or not (old.get("spec") or {}).get("nodeName"):
                 self.queue.forget(key)
                 hold = objects.hold_from_pod(pod, self.maps)
@@ -272,27 +278,35 @@ class Scheduler:
     def _claims_freed(self, pod: dict[str, Any]) -> None:
         """A pod left its node: a pod waiting on one of its claims (a ReadWriteOncePod claim it used) may go now."""
         for claim in self.binder.claims_of(pod):
-            self.queue.volume_claim_changed(claim)
+            self.queue.changed(framework.ClusterEvent(framework.PVC, name=claim))
+
+    def _room_made(self, node: str) -> None:
+        """`node` has more room (a pod left it, or asks less of it): the cache says so."""
+        gpus = self.claim_path.has_inventory(node)
+        self.queue.changed(framework.ClusterEvent(framework.POD_GONE, frozenset({node}), gpus=gpus))
 
     def _on_volume_claim(self, kind: str, pvc: dict[str, Any], _old: dict[str, Any] | None) -> None:
-        self.queue.volume_claim_changed(_key(pvc))
+        self.queue.changed(framework.ClusterEvent(framework.PVC, name=_key(pvc)))
 
     def _on_volume(self, kind: str, pv: dict[str, Any], _old: dict[str, Any] | None) -> None:
         self.volume_cache.volume_changed(pv)
-        self.queue.volumes_changed()
+        self.queue.changed(framework.ClusterEvent(framework.PV))
 
     def _on_storage_class(self, kind: str, _obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-        """A StorageClass or a CSINode changed: a pod waiting on its claims may now find a volume, or room for one."""
-        self.queue.volumes_changed()
+        self.queue.changed(framework.ClusterEvent(framework.STORAGE_CLASS))
+
+    def _on_csi_node(self, kind: str, _obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        self.queue.changed(framework.ClusterEvent(framework.CSI_NODE))
 
     def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "MODIFIED" and decision.same_node(old, node):
             return  # a heartbeat, say: nothing a decision reads changed, so no waiting pod is woken
+        name = node["metadata"]["name"]
         if kind == "DELETED":
-            self.usage.node_gone(node["metadata"]["name"])
+            self.cache.node_gone(name)
         self.claim_path.nodes_changed()
-        self.queue.room_made(node["metadata"]["name"])
-        self.queue.wake_claim_pods()
+        gpus = self.claim_path.has_inventory(name)
+        self.queue.changed(framework.ClusterEvent(framework.NODE, frozenset({name}), gpus=gpus))
 
     def _assumed_bound(self, pod: dict[str, Any]) -> bool:
         """We bound this pod (the ledger confirmed its hold) and the watch has not said so yet: never place it again
@@ -434,19 +448,20 @@ class Scheduler:
         """Place a map pod; the attempt's result for the metrics."""
         # A retry after a bind of unknown outcome: the pod is still unbound in our cache, so what the last attempt
         # assumed for it is not counted against it (the watch counts it again if that bind took effect).
-        self.usage.unassume(pod["metadata"]["uid"])
+        self.cache.drop_room(pod["metadata"]["uid"])
         # cluster-scoped: key == node
         verdict = decision.decide(pod, self.nodes.cache, self.config.isolated_gpus, self.snapshot, self.maps)
         if isinstance(verdict, decision.Unschedulable):
             if verdict.node:
-                self.queue.wait_for_room(key, verdict.node)
+                self.queue.wait_on_node(key, verdict.node, verdict.wakes)
             await self.report_unschedulable(key, pod, verdict.message)
             return "unschedulable"
         meta = pod["metadata"]
         hold = Hold(meta["uid"], key, verdict.node, verdict.entry.gpu_ids, "Shared", "map")
-        conflicts = self.ledger.assume(hold) if hold.gpu_ids else []
+        # Its GPUs and its room on the node, before any await: the decision and what it takes are one step.
+        conflicts = self.cache.assume(pod, hold)
         if conflicts:
-            self.queue.wait_for_gpus(key, verdict.node)
+            self.queue.wait_on_node(key, verdict.node, frozenset({framework.GPUS_FREED}))
             c = conflicts[0]
             await self.report_unschedulable(
                 key,
@@ -457,17 +472,11 @@ class Scheduler:
                 ),
             )
             return "unschedulable"
-        # Counted on the node before any await: the decision and what it takes are one step.
-        taken = fit.footprint(pod, verdict.node)
-        assert taken is not None
-        self.usage.assume(meta["uid"], taken)
         outcome = await self.bind(key, pod, verdict.node)
         if outcome is True:
-            self.ledger.confirm(meta["uid"])
+            self.cache.confirm(meta["uid"])
         elif outcome is False:
-            self.ledger.forget(meta["uid"])
-            self.claim_path.room_made(self.usage.unassume(meta["uid"]))
-            self.queue.ledger_changed(self.ledger)
+            self.cache.forget(meta["uid"])
         return _result(outcome)
 
     async def _schedule_claim_pod(self, key: str, pod: dict[str, Any]) -> tuple[str, str]:
@@ -493,7 +502,7 @@ class Scheduler:
         if outcome is True:
             await self.claim_path.bound(placed)
         elif outcome is False:
-            self.claim_path.failed(meta["uid"])
+            self.cache.forget(meta["uid"])
         # None: unknown whether the bind took effect; the hold stays assumed and the retry binds the same GPUs.
         return _result(outcome), placed.strategy
 

@@ -27,10 +27,12 @@ class Bind:
 
 @dataclasses.dataclass(frozen=True)
 class Unschedulable:
-    """The pod stays Pending. `node` is the node it waits for (None when only a pod change can help)."""
+    """The pod stays Pending. `node` is the node it waits for (None when only a pod change can help), and `wakes`
+    the kinds of change of that node that can help it (the refusing rule's `Plugin.wakes_on`)."""
 
     message: str
     node: str | None = None
+    wakes: frozenset[str] = frozenset()
 
 
 Decision = Bind | Unschedulable
@@ -242,10 +244,12 @@ def decide(
         return Unschedulable(
             f"node {entry.node} from map entry {entry.index}={entry.node}:{entry.cuda_visible_devices} does not exist",
             node=entry.node,
+            wakes=frozenset({framework.NODE}),
         )
-    problem = attempt.problem(node)
-    if problem:
-        return Unschedulable(f"{problem} (map entry {entry.index})", node=entry.node)
+    refused = attempt.refusal(node)
+    if refused is not None:
+        plugin, reason = refused
+        return Unschedulable(f"{reason()} (map entry {entry.index})", node=entry.node, wakes=plugin.wakes_on)
     return Bind(entry.node, entry)
 
 

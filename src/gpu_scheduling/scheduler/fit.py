@@ -321,46 +321,59 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
 
 class NodeUsage:
     """The running totals kube-scheduler's NodeInfo keeps, per node: pods, requested resources, host ports taken.
-    O(1) per change: `set` replaces what one pod takes. A pod is counted as soon as it is decided (`assume`, before
-    its binding is sent, so that concurrent decisions never overcommit a node) and then as its watch says."""
+    O(1) per change: `set` replaces what one pod takes. Who decides what a pod takes (the watch's word, or this
+    scheduler's assumption before its binding is sent) is scheduler.cache's business, not this class's.
+
+    `fork` gives a copy for trial placements (a gang's domains, preemption's victims) that shares each node's totals
+    with this one (copy-on-write: either side copies a node's totals before it first changes them), so a fork costs
+    a copy of the top-level indexes and nothing done on either side shows in the other."""
 
     def __init__(self) -> None:
         self._capacity: dict[str, tuple[str, dict[str, int]]] = {}  # node -> (its resourceVersion, capacity)
         self.full: set[str] = set()
         """Nodes of known capacity whose pod count is reached: no further pod fits them."""
         self._by_uid: dict[str, Footprint] = {}
-        self._assumed: set[str] = set()
         self._requested: dict[str, dict[str, int]] = {}
         self._pods: Counter[str] = Counter()
         self._ports: dict[str, Counter[Port]] = {}
         self._claims: dict[str, Counter[str]] = {}
         self._claim_users: Counter[str] = Counter()  # claim -> how many counted pods use it, on any node
+        self._shared: set[str] = set()
+        """The nodes whose per-node totals are shared with a fork or the usage it was forked from (each side copies
+        them before its first change of them)."""
 
     def __len__(self) -> int:
         return len(self._by_uid)
 
+    def fork(self) -> NodeUsage:
+        """A copy to try placements on (copy-on-write per node). O(pods + nodes), nothing per node's contents."""
+        child = NodeUsage()
+        child._capacity = dict(self._capacity)
+        child.full = set(self.full)
+        child._by_uid = dict(self._by_uid)
+        child._requested = dict(self._requested)
+        child._pods = Counter(self._pods)
+        child._ports = dict(self._ports)
+        child._claims = dict(self._claims)
+        child._claim_users = Counter(self._claim_users)
+        nodes = set(self._requested) | set(self._ports) | set(self._claims)
+        self._shared |= nodes
+        child._shared = nodes
+        return child
+
+    def footprint(self, uid: str) -> Footprint | None:
+        """What pod `uid` is counted as taking, or None."""
+        return self._by_uid.get(uid)
+
     def set(self, uid: str, taken: Footprint | None) -> str | None:
-        """What pod `uid` takes now, as the API says (None: nothing). Returns the node that has more room now, if
-        any (the pod left it, or asks less of it), so that pods waiting for that node can be tried again."""
-        self._assumed.discard(uid)
-        return self._replace(uid, taken)
-
-    def assume(self, uid: str, taken: Footprint) -> None:
-        """Count `uid` on its node from the decision on, until the watch says what it takes or `unassume`."""
-        self._replace(uid, taken)
-        self._assumed.add(uid)
-
-    def unassume(self, uid: str) -> str | None:
-        """The decision for `uid` did not become a binding: drop what was assumed (nothing the watch has said)."""
-        if uid not in self._assumed:
-            return None
-        self._assumed.discard(uid)
-        return self._replace(uid, None)
-
-    def _replace(self, uid: str, taken: Footprint | None) -> str | None:
+        """What pod `uid` takes now (None: nothing). Returns the node that has more room now, if any (the pod left
+        it, or asks less of it), so that pods waiting for that node can be tried again."""
         before = self._by_uid.get(uid)
         if before == taken:
             return None
+        if self._shared:  # only after a fork
+            for node in {before.node if before else None, taken.node if taken else None} - {None}:
+                self._own(str(node))
         if before is not None:
             _discount(self._claim_users, before.claims)
         if taken is not None and taken.claims:
@@ -396,6 +409,18 @@ class NodeUsage:
         if before is None or (taken is not None and taken.node == before.node and _not_less(taken, before)):
             return None
         return before.node
+
+    def _own(self, node: str) -> None:
+        """About to change `node`'s totals: copy them first if a fork shares them."""
+        if node not in self._shared:
+            return
+        self._shared.discard(node)
+        if node in self._requested:
+            self._requested[node] = dict(self._requested[node])
+        if node in self._ports:
+            self._ports[node] = Counter(self._ports[node])
+        if node in self._claims:
+            self._claims[node] = Counter(self._claims[node])
 
     def capacity(self, node: Mapping[str, Any]) -> Mapping[str, int]:
         """`capacity(node)`, read again only when the node's resourceVersion changes (a node object without one, as

@@ -14,7 +14,8 @@ must route to such a pod.
 
 `Cycle` is one attempt's state (kube-scheduler's CycleState): the plugins that apply to the pod and what each read
 of it; `prepare` makes one. `Snapshot` is the narrow handle the filters read the cluster through: the room each
-node has left (fit.NodeUsage) and the volume objects (scheduler.volumes.VolumeCache), never the scheduler. Pure: no
+node has left (fit.NodeUsage), who holds which GPU (claims.ledger) and the volume objects
+(scheduler.volumes.VolumeCache), never the scheduler; scheduler.cache gives the live one and trial copies. Pure: no
 I/O.
 """
 
@@ -22,9 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 
 if TYPE_CHECKING:
+    from gpu_scheduling.claims.allocator import Holding
+    from gpu_scheduling.claims.ledger import Conflict, Hold
     from gpu_scheduling.scheduler.fit import NodeUsage
     from gpu_scheduling.scheduler.volumes import VolumeCache
 
@@ -57,6 +60,30 @@ PVC: Final = "PersistentVolumeClaim"
 PV: Final = "PersistentVolume"
 STORAGE_CLASS: Final = "StorageClass"
 CSI_NODE: Final = "CSINode"
+# ... and those of the GPU rules (the map's GPUs, the GpuClaim allocator):
+GPUS_FREED: Final = "GpusFreed"
+"""GPUs of a node were freed (claims.ledger)."""
+GPU_CLAIM: Final = "GpuClaim"
+"""A GpuClaim appeared or its spec changed."""
+GPU_INVENTORY: Final = "GpuNodeStatus"
+"""A node's GPU inventory appeared or changed."""
+
+NODE_SCOPED: Final = frozenset({NODE, POD_GONE, GPUS_FREED})
+"""The kinds of change that concern given nodes: a pod waiting for one node is woken only by a change of that node."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterEvent:
+    """A change the informers saw that may make a waiting pod fit (kube-scheduler's ClusterEvent): the informers
+    make one such call to the scheduling queue per change, and the queue wakes exactly the pods it can help."""
+
+    kind: str
+    nodes: frozenset[str] = frozenset()
+    """The nodes it concerns (the NODE_SCOPED kinds)."""
+    name: str | None = None
+    """The object it concerns, "<namespace>/<name>" (PVC, GPU_CLAIM)."""
+    gpus: bool = False
+    """NODE, POD_GONE: the node has a GPU inventory, so claim pods, which may go to any such node, may fit now."""
 
 
 class Plugin:
@@ -76,13 +103,27 @@ class Plugin:
         raise NotImplementedError
 
 
+class GpuHoldings(Protocol):
+    """Who holds which GPU, as the allocator and the filters read it: claims.ledger.Ledger, or a trial's
+    claims.ledger.Overlay of it."""
+
+    def hold(self, uid: str) -> Hold | None: ...
+
+    def holdings(self, node: str) -> tuple[Holding, ...]: ...
+
+    def conflicts(self, node: str, gpu_ids: Iterable[int], exclusivity: str, uid: str) -> list[Conflict]: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
-    """What the filters read of the cluster besides the node they judge."""
+    """What the filters and the allocator read of the cluster besides the node they judge: the scheduler's cache
+    (scheduler.cache), or a trial's copy of it."""
 
     usage: NodeUsage
     volumes: VolumeCache | None = None
     """None where no volume objects are watched (unit tests of the node rules): a pod with a claim is refused."""
+    gpus: GpuHoldings | None = None
+    """Who holds which GPU (None where only the node rules are judged)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,9 +8,10 @@ One decision, in three steps:
    gang waits (said on every waiting member) and, past `--gang-timeout`, a GangIncomplete event says so once.
 2. Decide, with no await: `claims.gangs.attempt` says which members to place and in which domains, and
    `claims.gangs.transact` places every one of them in one candidate domain (claim members through the claim path's
-   allocator, map members on their map entry's node), each member's GPUs and room assumed in the ledger before the
-   next member is placed; a member that does not fit undoes the domain's placements and the next domain is tried.
-   Nothing stays held when no domain takes the whole gang.
+   allocator, map members on their map entry's node) on a trial copy of the cache (scheduler.cache.Trial), each
+   member's GPUs and room assumed there before the next member is placed; a member that does not fit undoes the
+   domain's placements and the next domain is tried. Only a domain that takes the whole gang is assumed in the
+   cache itself (`Cache.commit`); the live state never sees a trial.
 3. Commit: the GPU Leases of every claim member are created (any refused: every member's are released, but for
    a member whose earlier bind got no answer, and the gang is retried); only then are the members bound,
    concurrently. So no member is bound before the whole gang was decided and locked. A bind of unknown outcome
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.claims import gangs, objects, priority
 from gpu_scheduling.claims.ledger import Hold
-from gpu_scheduling.scheduler import decision, fit
+from gpu_scheduling.scheduler import decision
 from gpu_scheduling.scheduler.claims import Placed
 from gpu_scheduling.scheduler.volumebinder import Outcome
 
@@ -46,8 +47,7 @@ if TYPE_CHECKING:
     from gpu_scheduling import gpumap as gpumap_module
     from gpu_scheduling.claims.ledger import Ledger
     from gpu_scheduling.kube.informer import Informer
-    from gpu_scheduling.scheduler import fit as fit_module
-    from gpu_scheduling.scheduler import framework
+    from gpu_scheduling.scheduler.cache import Cache, Trial
     from gpu_scheduling.scheduler.claims import ClaimPath
     from gpu_scheduling.scheduler.events import Recorder
     from gpu_scheduling.scheduler.metrics import Metrics
@@ -81,8 +81,7 @@ class Host(Protocol):
     pods: Informer
     nodes: Informer
     ledger: Ledger
-    usage: fit_module.NodeUsage
-    snapshot: framework.Snapshot
+    cache: Cache
     maps: gpumap_module.ParseCache
     queue: SchedulingQueue
     claim_path: ClaimPath
@@ -289,9 +288,18 @@ class GangPath:
             self._failed[gang] = (generation, message)
             await self._waits(waiting, message)
             return "unschedulable"
+        trial = s.cache.fork()
         outcome = gangs.transact(
-            plan.place, plan.candidates, self._place, self._undo, lambda m: m.key.partition("/")[2]
+            plan.place,
+            plan.candidates,
+            lambda member, domain: self._place(trial, member, domain),
+            lambda placement: trial.retract(placement.hold.uid),
+            lambda m: m.key.partition("/")[2],
         )
+        if not isinstance(outcome, list) and s.cache.commit(trial):
+            for k in waiting:  # a bug (Cache.commit logged it): nothing was kept, and the gang is tried again
+                s.queue.retry(k)
+            return "error"
         if isinstance(outcome, list):
             message = gangs.explain(spec, outcome)
             self._failed[gang] = (generation, message)
@@ -398,18 +406,18 @@ class GangPath:
             free[node] = sum(1 for d in devices if d.get("health", "Healthy") == "Healthy" and d.get("id") not in held)
         return free
 
-    def _place(self, member: Member, domain: gangs.Domain) -> Placement | str:
-        """Assume what `member` takes in `domain` (no await), or why it does not fit there."""
+    def _place(self, trial: Trial, member: Member, domain: gangs.Domain) -> Placement | str:
+        """Assume what `member` takes in `domain` on `trial` (no await), or why it does not fit there."""
         pod = member.pod
         meta = pod["metadata"]
         within = domain.nodes if domain.key else None
         if not decision.is_claim_pod(pod):
-            return self._place_map(member, within)
+            return self._place_map(trial, member, within)
         try:
             claim_name = podrequest.claim_name(meta)
         except gpumap.PodMapError as exc:
             return str(exc)
-        chosen = self.s.claim_path.choose(pod, claim_name, self.s.nodes.cache, within)
+        chosen = self.s.claim_path.choose(pod, claim_name, self.s.nodes.cache, trial, within)
         if isinstance(chosen, str):
             return chosen
         hold, message = chosen
@@ -417,27 +425,20 @@ class GangPath:
         claim = self.s.claim_path.claims.cache[claim_key]
         return Placement(member, hold, Placed(claim, hold, message, self.s.claim_path.strategy_of(claim_key)))
 
-    def _place_map(self, member: Member, within: frozenset[str] | None) -> Placement | str:
+    def _place_map(self, trial: Trial, member: Member, within: frozenset[str] | None) -> Placement | str:
         s = self.s
         pod = member.pod
-        uid = pod["metadata"]["uid"]
-        verdict = decision.decide(pod, s.nodes.cache, s.config.isolated_gpus, s.snapshot, s.maps)
+        verdict = decision.decide(pod, s.nodes.cache, s.config.isolated_gpus, trial.snapshot, s.maps)
         if isinstance(verdict, decision.Unschedulable):
             return verdict.message
         if within is not None and verdict.node not in within:
             return f"its map entry puts it on {verdict.node}, outside the domain"
-        hold = Hold(uid, member.key, verdict.node, verdict.entry.gpu_ids, "Shared", "map")
-        conflicts = s.ledger.assume(hold) if hold.gpu_ids else []
+        hold = Hold(pod["metadata"]["uid"], member.key, verdict.node, verdict.entry.gpu_ids, "Shared", "map")
+        conflicts = trial.assume(pod, hold)
         if conflicts:
             c = conflicts[0]
             return f"GPU {c.gpu} of node {c.node} is held exclusively by {c.holder}"
-        taken = fit.footprint(pod, verdict.node)
-        assert taken is not None
-        s.usage.assume(uid, taken)
         return Placement(member, hold, None)
-
-    def _undo(self, placement: Placement) -> None:
-        self.s.claim_path.retract(placement.hold.uid)
 
     def _retry(self, pod: dict[str, Any], hold: Hold) -> Placement:
         """A member assumed by an earlier attempt whose bind got no answer: bound to the same GPUs."""
@@ -480,7 +481,7 @@ class GangPath:
                 at = await s.claim_path.bound(p.placed, write=False)
                 statuses[p.placed.claim["metadata"].get("uid", p.hold.claim)] = (p.placed, at)
             else:
-                s.ledger.confirm(p.hold.uid)
+                s.cache.confirm(p.hold.uid)
         for p in settled.abandoned:
             self._abandon(p)
         for placed, at in statuses.values():
@@ -522,13 +523,7 @@ class GangPath:
 
     def _abandon(self, placement: Placement) -> None:
         """The attempt for this member is over without a binding: it holds nothing."""
-        s = self.s
-        if placement.placed is not None:
-            s.claim_path.failed(placement.hold.uid)
-        else:
-            s.ledger.forget(placement.hold.uid)
-            s.claim_path.room_made(s.usage.unassume(placement.hold.uid))
-            s.queue.ledger_changed(s.ledger)
+        self.s.cache.forget(placement.hold.uid)
 
     async def _waits(self, waiting: Mapping[str, dict[str, Any]], message: str) -> None:
         """Every waiting member (and each claim they name) says why the gang waits."""

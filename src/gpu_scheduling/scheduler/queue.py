@@ -3,10 +3,13 @@ every reason a pod waits: the keyed work queue the workers take pods from, each 
 for a node's room or its GPUs, the claim pods per GpuClaim, the pods last found unschedulable (and the message
 they last reported), and the nodes waiting claim pods keep from lower priorities (claims.priority).
 
-The informer handlers tell it what changed (a node has room, GPUs were freed, a claim changed, the queue order
-changed) and it retries exactly the pods such a change could help, no sooner than their backoff allows. It reads
-the pod cache only to order claim pods; it makes no API call and holds no GPU: what is assumed or held is the
-ledger's alone (claims.ledger).
+The informers make one call per change they see, `changed(framework.ClusterEvent)`, and it retries exactly the
+pods such a change could help, no sooner than their backoff allows: a pod refused on its node waits for the kinds of
+change the refusing rule names (`Plugin.wakes_on`: a NodeAffinity refusal for the node's labels, a NodePorts one
+for a pod leaving it, a map entry's busy GPUs for their release); a pod with PersistentVolumeClaims for its claims
+and the volume objects; a claim pod (it may go to any GPU node) for GPUs freed, an inventory, its GpuClaim, or room
+on a node with GPUs. It reads the pod cache only to order claim pods; it makes no API call and holds no GPU: what is
+assumed or held is the cache's alone (scheduler.cache).
 """
 
 from __future__ import annotations
@@ -19,6 +22,14 @@ from gpu_scheduling import constants
 from gpu_scheduling.claims import priority
 from gpu_scheduling.claims.ledger import Ledger
 from gpu_scheduling.kube.workqueue import Backoff, WorkQueue
+from gpu_scheduling.scheduler import framework
+from gpu_scheduling.scheduler.framework import ClusterEvent
+
+_VOLUME_OBJECTS = frozenset({framework.PV, framework.STORAGE_CLASS, framework.CSI_NODE})
+"""Changes that may let any pod waiting on its PersistentVolumeClaims find a volume, or room for one."""
+
+_EXACT = frozenset({framework.PVC, framework.GPU_CLAIM})
+"""Changes that wake exactly the pods naming the object: no pod left waiting can have been helped by them."""
 
 
 def _placeholder(key: str) -> dict[str, Any]:
@@ -35,9 +46,8 @@ class SchedulingQueue:
         self.order: str = constants.DEFAULT_QUEUE_ORDER
         """The queue order that applies (the runtime policy's): Priority or FIFO."""
         self.reservations = priority.Reservations()
-        self._for_room: dict[str, set[str]] = defaultdict(set)  # node name -> map pods waiting for the node
-        self._for_gpus: dict[str, set[str]] = defaultdict(set)  # node -> map pods waiting for its GPUs
-        self._waits_on: dict[str, str] = {}  # pod key -> the node it waits for (either table)
+        self._on_node: dict[str, set[str]] = defaultdict(set)  # node name -> map pods waiting for a change of it
+        self._waits_on: dict[str, tuple[str, frozenset[str]]] = {}  # the reverse, with the kinds that can help
         self._for_claims: dict[str, set[str]] = defaultdict(set)  # "<ns>/<pvc>" -> pods waiting on the claim
         self._claims_of: dict[str, tuple[str, ...]] = {}  # the reverse
         self._claim_pods: dict[str, set[str]] = defaultdict(set)  # "<ns>/<claim>" -> unbound pods naming it
@@ -48,10 +58,11 @@ class SchedulingQueue:
         """Counts the changes that could help a waiting pod (every call below "what could help"): a gang refused at
         the current generation has nothing new to find (scheduler.gangs)."""
         self._guesses = 0
-        """Counts the changes whose wake-up is routed by a guess (room on a node, GPUs freed, an inventory, the
-        queue order): the flush's business. A claim's change is not one: it wakes exactly the pods naming the
-        claim, and can help no other. A pod tried since the latest guess has nothing new to find, so the flush
-        leaves it alone (a backlog's first pass, its claims arriving one by one, leaves nothing to flush)."""
+        """Counts the changes whose wake-up is routed by a guess (room on a node, GPUs freed, an inventory, a
+        volume, the queue order): the flush's business. A claim's change is not one (a GpuClaim's or a
+        PersistentVolumeClaim's): it wakes exactly the pods naming the claim, and can help no other. A pod tried
+        since the latest guess has nothing new to find, so the flush leaves it alone (a backlog's first pass, its
+        claims arriving one by one, leaves nothing to flush)."""
         self._tried_at: dict[str, int] = {}  # pod key -> `_guesses` at its last attempt
 
     # ---- adding pods --------------------------------------------------------------------------------------------
@@ -80,15 +91,12 @@ class SchedulingQueue:
         self.unwait(key)
 
     # ---- why a pod waits ----------------------------------------------------------------------------------------
-    def wait_for_room(self, key: str, node: str) -> None:
-        """Map pod `key` waits for room on `node`."""
-        self._for_room[node].add(key)
-        self._waits_on[key] = node
-
-    def wait_for_gpus(self, key: str, node: str) -> None:
-        """Map pod `key` waits for GPUs of `node` held by others."""
-        self._for_gpus[node].add(key)
-        self._waits_on[key] = node
+    def wait_on_node(self, key: str, node: str, kinds: frozenset[str]) -> None:
+        """Map pod `key` waits for a change of `node` of one of the `kinds` (framework.NODE_SCOPED: what can help
+        the rule that refused it there; none: only a change of the pod itself)."""
+        self.unwait_node(key)
+        self._on_node[node].add(key)
+        self._waits_on[key] = (node, kinds)
 
     def wait_for_claims(self, key: str, claims: Iterable[str]) -> None:
         """Pod `key` waits on its PersistentVolumeClaims `claims` ("<namespace>/<name>"): to exist, to be bound,
@@ -125,14 +133,16 @@ class SchedulingQueue:
                 waiting.discard(key)
                 if not waiting:
                     del self._for_claims[claim]
-        node = self._waits_on.pop(key, None)
-        if node is not None:
-            for table in (self._for_room, self._for_gpus):
-                keys = table.get(node)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del table[node]
+        self.unwait_node(key)
+
+    def unwait_node(self, key: str) -> None:
+        waits = self._waits_on.pop(key, None)
+        if waits is not None:
+            keys = self._on_node.get(waits[0])
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._on_node[waits[0]]
 
     def forget(self, key: str) -> None:
         """`key` is bound, gone or gated: drop every trace of it (a worker busy with it finishes)."""
@@ -149,48 +159,45 @@ class SchedulingQueue:
                 del self._claim_pods[claim]
 
     # ---- what could help ----------------------------------------------------------------------------------------
-    def room_made(self, node: str) -> None:
-        """`node` has more room (or changed): retry the map pods waiting for it."""
+    def changed(self, event: ClusterEvent) -> None:
+        """A change the informers saw: retry the pods it can help (see the module's docstring)."""
         self.generation += 1
-        self._guesses += 1
-        for key in list(self._for_room.pop(node, ())):
-            self.retry(key)
+        kind = event.kind
+        if kind not in _EXACT:
+            self._guesses += 1
+        if kind == framework.GPU_CLAIM:  # its pods are tried again at once: their backoff is reset
+            for key in list(self._claim_pods.get(event.name or "", ())):
+                self.backoff.reset(key)
+                self.retry(key)
+        elif kind == framework.PVC:
+            for key in list(self._for_claims.get(event.name or "", ())):
+                self.retry(key)
+        elif kind in _VOLUME_OBJECTS:
+            for key in list(self._claims_of):
+                self.retry(key)
+        for node in event.nodes:
+            waiting = self._on_node.get(node)
+            for key in [k for k in waiting or () if kind in self._waits_on[k][1]]:
+                self.unwait_node(key)
+                self.retry(key)
+        if kind in (framework.GPUS_FREED, framework.GPU_INVENTORY) or (kind in framework.NODE_SCOPED and event.gpus):
+            self._retry_claim_pods()
 
     def ledger_changed(self, ledger: Ledger) -> None:
-        """The ledger changed: if it freed GPUs, retry the map pods waiting for that node's GPUs, and every waiting
-        claim pod. (The ledger collects the nodes in `freed`; they are taken here.)"""
-        if not ledger.freed:
-            return
-        freed, ledger.freed = ledger.freed, set()
-        for node in freed:
-            for key in list(self._for_gpus.pop(node, ())):
-                self.retry(key)
-        self.wake_claim_pods()
-
-    def volume_claim_changed(self, claim: str) -> None:
-        """The PersistentVolumeClaim `claim` appeared, changed or went: the pods waiting on it are tried again."""
-        self.generation += 1
-        for key in list(self._for_claims.get(claim, ())):
-            self.retry(key)
-
-    def volumes_changed(self) -> None:
-        """A PersistentVolume or a StorageClass changed: any pod waiting on a claim may now find a volume."""
-        self.generation += 1
-        self._guesses += 1
-        for key in list(self._claims_of):
-            self.retry(key)
-
-    def claim_changed(self, claim: str) -> None:
-        """The GpuClaim `claim` appeared or its spec changed: its pods are tried again, their backoff reset."""
-        self.generation += 1
-        for key in list(self._claim_pods.get(claim, ())):
-            self.backoff.reset(key)
-            self.retry(key)
+        """The ledger changed: if it freed GPUs, the change is `GPUS_FREED` on those nodes. (The ledger collects the
+        nodes in `freed`; they are taken here.)"""
+        if ledger.freed:
+            freed, ledger.freed = ledger.freed, set()
+            self.changed(ClusterEvent(framework.GPUS_FREED, frozenset(freed)))
 
     def wake_claim_pods(self) -> None:
-        """Retry the waiting claim pods, in the order they are served (priority, then age; or age alone)."""
+        """Retry the waiting claim pods (the order they are served, or the nodes kept from them, changed)."""
         self.generation += 1
         self._guesses += 1
+        self._retry_claim_pods()
+
+    def _retry_claim_pods(self) -> None:
+        """Retry the waiting claim pods, in the order they are served (priority, then age; or age alone)."""
         waiting = [key for keys in self._claim_pods.values() for key in keys if key in self._unschedulable]
         if len(waiting) > 1:
             waiting.sort(key=lambda k: priority.order_key(self._pods.get(k) or _placeholder(k), self.order))

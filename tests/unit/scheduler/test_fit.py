@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from gpu_scheduling.scheduler import decision, fit, framework, plugins, volumes
 from gpu_scheduling.scheduler.plugins import node_affinity, node_unschedulable
@@ -639,11 +639,11 @@ def test_usage_on_other_nodes_does_not_count():
     assert resources_problem(wants({"cpu": 4000}), node("n2"), usage) is not None
 
 
-def test_assumed_pods_count():
+def test_counted_pods_count():
     usage = fit.NodeUsage()
-    usage.assume("x", taken(requests={"cpu": 3000}))
+    usage.set("x", taken(requests={"cpu": 3000}))
     assert resources_problem(wants({"cpu": 2000}), node(), usage) is not None
-    usage.unassume("x")
+    usage.set("x", None)
     assert resources_problem(wants({"cpu": 2000}), node(), usage) is None
 
 
@@ -1056,29 +1056,6 @@ def test_set_returns_the_node_with_more_room():
     assert len(usage) == 0
 
 
-def test_assume_then_the_watch_confirms():
-    usage = fit.NodeUsage()
-    f = taken("a", {"cpu": 1000})
-    usage.assume("x", f)
-    assert usage.requested("a", "cpu") == 1000
-    assert usage.set("x", f) is None
-    assert usage.requested("a", "cpu") == 1000
-    assert usage.pods("a") == 1
-    assert usage.unassume("x") is None  # the watch has spoken: nothing to drop
-    assert usage.pods("a") == 1
-
-
-def test_unassume_drops_what_was_assumed():
-    usage = fit.NodeUsage()
-    usage.assume("x", taken("a", {"cpu": 1000}, [("0.0.0.0", "TCP", 80)]))
-    assert usage.unassume("x") == "a"
-    assert usage.pods("a") == 0
-    assert usage.requested("a", "cpu") == 0
-    assert dict(usage.ports("a")) == {}
-    assert usage.unassume("x") is None
-    assert usage.unassume("never") is None
-
-
 UIDS = ("u1", "u2", "u3")
 NODES = ("a", "b")
 RESOURCES = ("cpu", "memory", GPU)
@@ -1104,47 +1081,42 @@ def freed(before: fit.Footprint | None, after: fit.Footprint | None) -> str | No
 
 
 class Usage(RuleBasedStateMachine):
-    """NodeUsage against a model: uid -> (footprint, assumed)."""
+    """NodeUsage against a model (uid -> footprint), and its forks (copies for trial placements) against theirs:
+    a change to either never shows in the other."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.usage = fit.NodeUsage()
-        self.model: dict[str, tuple[fit.Footprint, bool]] = {}
+        self.usages = [fit.NodeUsage()]
+        self.models: list[dict[str, fit.Footprint]] = [{}]
 
-    @rule(uid=st.sampled_from(UIDS), now=st.none() | FOOTPRINTS)
-    def set(self, uid, now):
-        before = self.model.get(uid, (None, False))[0]
-        got = self.usage.set(uid, now)
+    @rule(data=st.data(), uid=st.sampled_from(UIDS), now=st.none() | FOOTPRINTS)
+    def set(self, data, uid, now):
+        i = data.draw(st.integers(0, len(self.usages) - 1))
+        before = self.models[i].get(uid)
+        got = self.usages[i].set(uid, now)
         if now is None:
-            self.model.pop(uid, None)
+            self.models[i].pop(uid, None)
         else:
-            self.model[uid] = (now, False)
+            self.models[i][uid] = now
         assert got == freed(before, now)
 
-    @rule(uid=st.sampled_from(UIDS), now=FOOTPRINTS)
-    def assume(self, uid, now):
-        assert self.usage.assume(uid, now) is None
-        self.model[uid] = (now, True)
-
-    @rule(uid=st.sampled_from(UIDS))
-    def unassume(self, uid):
-        before, assumed = self.model.get(uid, (None, False))
-        got = self.usage.unassume(uid)
-        if assumed:
-            del self.model[uid]
-            assert got == before.node
-        else:
-            assert got is None
+    @precondition(lambda self: len(self.usages) < 4)
+    @rule(data=st.data())
+    def fork(self, data):
+        i = data.draw(st.integers(0, len(self.usages) - 1))
+        self.usages.append(self.usages[i].fork())
+        self.models.append(dict(self.models[i]))
 
     @invariant()
     def totals_match_a_recount(self):
-        assert len(self.usage) == len(self.model)
-        for n in NODES:
-            here = [f for f, _ in self.model.values() if f.node == n]
-            assert self.usage.pods(n) == len(here)
-            for r in RESOURCES:
-                assert self.usage.requested(n, r) == sum(dict(f.requests).get(r, 0) for f in here)
-            assert dict(self.usage.ports(n)) == dict(Counter(p for f in here for p in f.ports))
+        for usage, model in zip(self.usages, self.models, strict=True):
+            assert len(usage) == len(model)
+            for n in NODES:
+                here = [f for f in model.values() if f.node == n]
+                assert usage.pods(n) == len(here)
+                for r in RESOURCES:
+                    assert usage.requested(n, r) == sum(dict(f.requests).get(r, 0) for f in here)
+                assert dict(usage.ports(n)) == dict(Counter(p for f in here for p in f.ports))
 
 
 Usage.TestCase.settings = settings(max_examples=200, stateful_step_count=40)
@@ -1186,10 +1158,14 @@ def test_full_follows_the_pod_count_of_nodes_of_known_capacity():
     assert not usage.full and not usage.known("n1"), "a node of unknown capacity is never called full"
     usage.capacity(n)
     assert usage.known("n1") and not usage.full
-    usage.assume("b", taken())
+    usage.set("b", taken())
     assert usage.full == {"n1"}
-    usage.unassume("b")
+    trial = usage.fork()
+    usage.set("b", None)
     assert not usage.full
+    assert trial.full == {"n1"}, "a fork keeps its own count"
+    trial.set("a", None)
+    assert not trial.full
     usage.set("a", taken("n2"))  # moved away: n1 has room, n2's capacity is unknown
     usage.set("c", taken())
     usage.set("d", taken())

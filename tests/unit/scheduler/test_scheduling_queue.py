@@ -8,22 +8,50 @@ import asyncio
 
 from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.claims.priority import Waiter
+from gpu_scheduling.scheduler import framework
+from gpu_scheduling.scheduler.framework import ClusterEvent
+from gpu_scheduling.scheduler.plugins import NodeAffinity, NodePorts, NodeResourcesFit, Unsupported
 from gpu_scheduling.scheduler.queue import SchedulingQueue
 from tests.unit.scheduler import drain, queued_pod, run_async
 
 
-def test_a_map_pod_is_tried_again_when_its_node_has_room_and_not_on_another_nodes_change() -> None:
+def on(kind: str, node: str, gpus: bool = False) -> ClusterEvent:
+    return ClusterEvent(kind, frozenset({node}), gpus=gpus)
+
+
+def test_a_map_pod_is_tried_again_on_the_change_of_its_node_its_rule_names_and_on_no_other() -> None:
     async def scenario() -> None:
         q = SchedulingQueue({}, 1.0, 10.0)
-        q.wait_for_room("ns/a", "node1")
-        q.wait_for_gpus("ns/b", "node2")
-        q.room_made("node2")  # room, not GPUs: b waits for GPUs
-        q.room_made("node3")
+        q.wait_on_node("ns/room", "node1", NodeResourcesFit.wakes_on)
+        q.wait_on_node("ns/labels", "node1", NodeAffinity.wakes_on)
+        q.wait_on_node("ns/port", "node1", NodePorts.wakes_on)
+        q.wait_on_node("ns/never", "node1", Unsupported.wakes_on)
+        q.wait_on_node("ns/gpus", "node2", frozenset({framework.GPUS_FREED}))
+        q.changed(on(framework.POD_GONE, "node2"))  # room, not GPUs: gpus waits for GPUs
+        q.changed(on(framework.NODE, "node3"))
         assert await drain(q) == []
-        q.room_made("node1")
-        assert await drain(q) == ["ns/a"]
-        q.room_made("node1")  # tried once: it waits for nothing until its attempt says so again
+        q.changed(on(framework.POD_GONE, "node1"))
+        assert sorted(await drain(q)) == ["ns/port", "ns/room"], "a pod leaving changes no label"
+        q.changed(on(framework.POD_GONE, "node1"))  # tried once: they wait for nothing until their attempt says so
         assert await drain(q) == []
+        q.changed(on(framework.NODE, "node1"))
+        assert await drain(q) == ["ns/labels"], "only a change of the pod itself helps ns/never"
+
+    run_async(scenario)
+
+
+def test_claim_pods_wake_on_room_only_where_there_are_gpus_and_on_any_inventory_change() -> None:
+    async def scenario() -> None:
+        q = SchedulingQueue({}, 1.0, 10.0)
+        q.names_claim("ns/claimer", "ns/train")
+        q.unschedulable("ns/claimer", "busy")
+        q.changed(on(framework.POD_GONE, "cpu-node"))
+        q.changed(on(framework.NODE, "cpu-node"))
+        assert await drain(q) == [], "a claim pod goes only to nodes with GPUs"
+        q.changed(on(framework.POD_GONE, "gpu-node", gpus=True))
+        assert await drain(q) == ["ns/claimer"]
+        q.changed(ClusterEvent(framework.GPU_INVENTORY))
+        assert await drain(q) == ["ns/claimer"]
 
     run_async(scenario)
 
@@ -32,8 +60,8 @@ def test_freed_gpus_wake_the_map_pods_waiting_for_that_node_and_the_waiting_clai
     async def scenario() -> None:
         ledger = Ledger()
         q = SchedulingQueue({}, 1.0, 10.0)
-        q.wait_for_gpus("ns/on1", "node1")
-        q.wait_for_gpus("ns/on2", "node2")
+        q.wait_on_node("ns/on1", "node1", frozenset({framework.GPUS_FREED}))
+        q.wait_on_node("ns/on2", "node2", frozenset({framework.GPUS_FREED}))
         q.names_claim("ns/claimer", "ns/train")
         q.unschedulable("ns/claimer", "busy")
         q.names_claim("ns/placing", "ns/train")  # names a claim but was not found unschedulable: not woken
@@ -80,7 +108,7 @@ def test_a_retry_waits_for_the_pods_backoff() -> None:
         assert await drain(q) == [], "tried just now: the retry waits for its backoff"
         await asyncio.sleep(0.1)
         assert await drain(q) == ["ns/a"]
-        q.claim_changed("ns/none")  # a claim no pod names
+        q.changed(ClusterEvent(framework.GPU_CLAIM, name="ns/none"))  # a claim no pod names
         assert await drain(q) == []
 
     run_async(scenario)
@@ -106,11 +134,11 @@ def test_forgetting_a_waiter_frees_its_nodes_for_lower_priorities_and_wakes_them
         q.reserve(Waiter("ns/low", 0, "", frozenset({"node1"})))  # kept out, it waits for busy GPUs too
         assert dict(q.reserved_for(0)) == {"node1": "ns/high (priority 10)"}
         assert dict(q.reserved_for(10)) == {}
-        q.wait_for_room("ns/high", "node1")
+        q.wait_on_node("ns/high", "node1", NodeResourcesFit.wakes_on)
         q.forget("ns/high")  # bound, say
         assert dict(q.reserved_for(0)) == {}
         assert await drain(q) == ["ns/low"], "the pod the node was kept from is tried again"
-        q.room_made("node1")
+        q.changed(on(framework.POD_GONE, "node1"))
         assert await drain(q) == [], "a forgotten pod waits for nothing"
         q.forget("ns/low")
         q.wake_claim_pods()
@@ -138,13 +166,13 @@ def test_the_flush_retries_only_the_pods_tried_before_the_latest_change_that_cou
             q.unschedulable(key, "busy")
         assert q.flush() == 0 and await drain(q) == [], "nothing changed since both were tried"
         generation = q.generation
-        q.claim_changed("ns/a-claim")  # a claim's change wakes exactly its pods: nothing for the flush
+        q.changed(ClusterEvent(framework.GPU_CLAIM, name="ns/a-claim"))  # exactly its pods: nothing for the flush
         assert q.generation > generation, "a gang refused before it is decided again"
         assert sorted(await drain(q)) == ["ns/a"]
         q.attempted("ns/a")
         q.unschedulable("ns/a", "busy")
         assert q.flush() == 0 and await drain(q) == [], "b could not be helped by a's claim"
-        q.room_made("node1")  # helps map pods of node1 only, but its wake-up is routed by a guess
+        q.changed(on(framework.POD_GONE, "node1"))  # helps map pods of node1 only, but routed by a guess
         assert q.flush() == 2 and sorted(await drain(q)) == ["ns/a", "ns/b"]
         q.attempted("ns/a")
         q.unschedulable("ns/a", "busy")

@@ -135,5 +135,5 @@ def test_a_read_write_once_claim_may_be_shared_and_the_pod_does_not_block_itself
     usage = usage_with(pod("shared", bound_to="n2"))
     assert refusal_of(pod("shared"), usage) is None
     me = pod("solo")
-    usage.assume("u", fit.footprint(me, "n1"))  # this pod's own earlier attempt, assumed
+    usage.set("u", fit.footprint(me, "n1"))  # this pod's own earlier attempt, assumed
     assert refusal_of(me, usage) is None

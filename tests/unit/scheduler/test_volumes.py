@@ -38,6 +38,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_scheduling.scheduler import fit, framework, plugins, volumes
+from gpu_scheduling.scheduler.framework import ClusterEvent
 from gpu_scheduling.scheduler.queue import SchedulingQueue
 from tests.unit.scheduler import drain, run_async
 
@@ -880,12 +881,12 @@ def test_a_pod_waiting_on_claims_is_retried_when_one_of_its_claims_changes_and_n
         q = SchedulingQueue({}, 1.0, 10.0)
         q.wait_for_claims("team/p", ["team/data", "team/logs"])
         q.wait_for_claims("team/q", ["team/other"])
-        q.volume_claim_changed("team/unrelated")
-        q.volume_claim_changed("other/data")  # another namespace's claim of that name
+        q.changed(ClusterEvent(framework.PVC, name="team/unrelated"))
+        q.changed(ClusterEvent(framework.PVC, name="other/data"))  # another namespace's claim of that name
         assert await drain(q) == []
-        q.volume_claim_changed("team/logs")
+        q.changed(ClusterEvent(framework.PVC, name="team/logs"))
         assert await drain(q) == ["team/p"]
-        q.volume_claim_changed("team/other")
+        q.changed(ClusterEvent(framework.PVC, name="team/other"))
         assert await drain(q) == ["team/q"]
 
     run_async(scenario)
@@ -896,21 +897,22 @@ def test_pods_sharing_a_claim_are_all_retried_on_its_change():
         q = SchedulingQueue({}, 1.0, 10.0)
         q.wait_for_claims("team/p", ["team/shared"])
         q.wait_for_claims("team/q", ["team/shared", "team/own"])
-        q.volume_claim_changed("team/shared")
+        q.changed(ClusterEvent(framework.PVC, name="team/shared"))
         assert sorted(await drain(q)) == ["team/p", "team/q"]
 
     run_async(scenario)
 
 
-def test_volumes_changed_retries_every_claim_waiter_and_no_other_pod():
+def test_a_volume_change_retries_every_claim_waiter_and_no_other_pod():
     async def scenario() -> None:
         q = SchedulingQueue({}, 1.0, 10.0)
         q.wait_for_claims("team/p", ["team/data"])
         q.wait_for_claims("team/q", ["team/logs"])
-        q.wait_for_room("team/r", "n1")
+        q.wait_on_node("team/r", "n1", frozenset({framework.NODE, framework.POD_GONE}))
         q.wait_for_claims("team/none", [])  # waits on nothing: never woken by a volume
-        q.volumes_changed()
-        assert sorted(await drain(q)) == ["team/p", "team/q"]
+        for kind in (framework.PV, framework.STORAGE_CLASS, framework.CSI_NODE):
+            q.changed(ClusterEvent(kind))
+            assert sorted(await drain(q)) == ["team/p", "team/q"], f"a {kind} may give any claim a volume"
 
     run_async(scenario)
 
@@ -925,13 +927,13 @@ def test_unwait_and_forget_drop_the_claim_waits():
         q.forget("team/r")
         assert q._claims_of == {"team/q": ("team/shared",)}
         assert dict(q._for_claims) == {"team/shared": {"team/q"}}
-        q.volume_claim_changed("team/data")
+        q.changed(ClusterEvent(framework.PVC, name="team/data"))
         assert await drain(q) == []
-        q.volume_claim_changed("team/shared")
+        q.changed(ClusterEvent(framework.PVC, name="team/shared"))
         assert await drain(q) == ["team/q"]
         q.unwait("team/q")
         assert q._claims_of == {} and dict(q._for_claims) == {}
-        q.volumes_changed()
+        q.changed(ClusterEvent(framework.PV))
         assert await drain(q) == []
 
     run_async(scenario)
@@ -942,10 +944,10 @@ def test_an_attempt_ends_the_claim_wait_until_it_says_so_again():
         q = SchedulingQueue({}, 0.0, 0.0)
         q.wait_for_claims("team/p", ["team/data"])
         q.attempted("team/p")
-        q.volume_claim_changed("team/data")
+        q.changed(ClusterEvent(framework.PVC, name="team/data"))
         assert await drain(q) == []
         q.wait_for_claims("team/p", ["team/data"])
-        q.volume_claim_changed("team/data")
+        q.changed(ClusterEvent(framework.PVC, name="team/data"))
         assert await drain(q) == ["team/p"]
 
     run_async(scenario)
@@ -954,8 +956,8 @@ def test_an_attempt_ends_the_claim_wait_until_it_says_so_again():
 def test_a_claim_change_moves_the_generation_so_a_refused_gang_looks_again():
     q = SchedulingQueue({}, 1.0, 10.0)
     before = q.generation
-    q.volume_claim_changed("team/data")
-    q.volumes_changed()
+    q.changed(ClusterEvent(framework.PVC, name="team/data"))
+    q.changed(ClusterEvent(framework.PV))
     assert q.generation == before + 2
 
 
