@@ -95,6 +95,15 @@ STOP_GRACE = 2.0
 deadline and the lease duration, so no new leader can be acting yet; then as long again for their events."""
 
 
+@dataclasses.dataclass(frozen=True)
+class _Refused:
+    """A lone pod's Filter or Reserve found no place: why (None: nothing to say yet), and the strategy it was
+    judged by."""
+
+    message: str | None
+    strategy: str = ""
+
+
 def _result(bound: bool | None) -> str:
     """A bind's outcome as an attempt's result: bound, not bound (gone or bound elsewhere), or unknown."""
     return "scheduled" if bound is True else "unschedulable" if bound is False else "error"
@@ -436,75 +445,72 @@ class Scheduler:
                     kind = ""
                     return
                 result, strategy = decided, self.gangs.strategy_of(pod)
-            elif kind == "claim":
-                result, strategy = await self._schedule_claim_pod(key, pod)
             else:
-                result = await self._schedule_map_pod(key, pod)
+                result, strategy = await self._schedule_pod(key, pod, kind)
         finally:
             if kind:
                 self.metrics.attempt(kind, result, strategy, time.monotonic() - started)
 
-    async def _schedule_map_pod(self, key: str, pod: dict[str, Any]) -> str:
-        """Place a map pod; the attempt's result for the metrics."""
+    async def _schedule_pod(self, key: str, pod: dict[str, Any], kind: str) -> tuple[str, str]:
+        """A lone pod, map or claim, through one cycle: Filter and Reserve (`_reserve_map`, or `_reserve_claim`,
+        whose allocator also takes the GPUs' Leases), then PreBind (volumes) and Bind (`bind`), then the outcome:
+        confirmed, or forgotten. The attempt's result and strategy for the metrics."""
+        reserved = self._reserve_map(key, pod) if kind == "map" else await self._reserve_claim(key, pod)
+        if isinstance(reserved, _Refused):
+            if reserved.message is not None:
+                await self.report_unschedulable(key, pod, reserved.message)
+            return "unschedulable", reserved.strategy
+        hold, placed = reserved
+        outcome = await self.bind(key, pod, hold.node, placed)
+        if outcome is True:
+            if placed is not None:
+                await self.claim_path.bound(placed)
+            else:
+                self.cache.confirm(hold.uid)
+        elif outcome is False:
+            self.cache.forget(hold.uid)
+        # None: unknown whether the bind took effect; the hold stays assumed and the retry binds the same GPUs.
+        return _result(outcome), placed.strategy if placed is not None else ""
+
+    def _reserve_map(self, key: str, pod: dict[str, Any]) -> tuple[Hold, None] | _Refused:
+        """A map pod's Filter and Reserve: its map entry's node and GPUs, if it fits there, assumed in the cache."""
         # A retry after a bind of unknown outcome: the pod is still unbound in our cache, so what the last attempt
         # assumed for it is not counted against it (the watch counts it again if that bind took effect).
         self.cache.drop_room(pod["metadata"]["uid"])
-        # cluster-scoped: key == node
         verdict = decision.decide(pod, self.nodes.cache, self.config.isolated_gpus, self.snapshot, self.maps)
         if isinstance(verdict, decision.Unschedulable):
             if verdict.node:
                 self.queue.wait_on_node(key, verdict.node, verdict.wakes)
-            await self.report_unschedulable(key, pod, verdict.message)
-            return "unschedulable"
-        meta = pod["metadata"]
-        hold = Hold(meta["uid"], key, verdict.node, verdict.entry.gpu_ids, "Shared", "map")
+            return _Refused(verdict.message)
+        hold = Hold(pod["metadata"]["uid"], key, verdict.node, verdict.entry.gpu_ids, "Shared", "map")
         # Its GPUs and its room on the node, before any await: the decision and what it takes are one step.
         conflicts = self.cache.assume(pod, hold)
         if conflicts:
             self.queue.wait_on_node(key, verdict.node, frozenset({framework.GPUS_FREED}))
             c = conflicts[0]
-            await self.report_unschedulable(
-                key,
-                pod,
-                (
-                    f"GPU {c.gpu} of node {c.node} (map entry {verdict.entry.index}) is held exclusively by "
-                    f"{c.holder}; waiting for it to be released"
-                ),
+            return _Refused(
+                f"GPU {c.gpu} of node {c.node} (map entry {verdict.entry.index}) is held exclusively by "
+                f"{c.holder}; waiting for it to be released"
             )
-            return "unschedulable"
-        outcome = await self.bind(key, pod, verdict.node)
-        if outcome is True:
-            self.cache.confirm(meta["uid"])
-        elif outcome is False:
-            self.cache.forget(meta["uid"])
-        return _result(outcome)
+        return hold, None
 
-    async def _schedule_claim_pod(self, key: str, pod: dict[str, Any]) -> tuple[str, str]:
-        """Place a claim pod; the attempt's result and strategy for the metrics."""
+    async def _reserve_claim(self, key: str, pod: dict[str, Any]) -> tuple[Hold, Placed] | _Refused:
+        """A claim pod's Filter, Score and Reserve (the claim path's allocator), and its GPUs' Leases."""
         meta = pod["metadata"]
         try:  # the same reading as the webhook's: a pod it would refuse is reported once, not retried forever
             claim_name = podrequest.claim_name(meta)
         except gpumap.PodMapError as exc:
-            await self.report_unschedulable(key, pod, str(exc))
-            return "unschedulable", ""
+            return _Refused(str(exc))
         claim = f"{meta['namespace']}/{claim_name}"
         self.queue.names_claim(key, claim)
         if not self.claim_path.enabled:
-            await self.report_unschedulable(key, pod, "pod names a GpuClaim but the GpuClaim CRDs are not installed")
-            return "unschedulable", ""
+            return _Refused("pod names a GpuClaim but the GpuClaim CRDs are not installed")
         placed = await self.claim_path.place(pod, claim_name, self.nodes.cache)
         if placed is None:  # its claim is on its way: the claim's arrival tries it again
-            return "unschedulable", ""
+            return _Refused(None)
         if isinstance(placed, decision.Unschedulable):
-            await self.report_unschedulable(key, pod, placed.message)
-            return "unschedulable", self.claim_path.strategy_of(claim)
-        outcome = await self.bind(key, pod, placed.hold.node, placed)
-        if outcome is True:
-            await self.claim_path.bound(placed)
-        elif outcome is False:
-            self.cache.forget(meta["uid"])
-        # None: unknown whether the bind took effect; the hold stays assumed and the retry binds the same GPUs.
-        return _result(outcome), placed.strategy
+            return _Refused(placed.message, self.claim_path.strategy_of(claim))
+        return placed.hold, placed
 
     async def bind(self, key: str, pod: dict[str, Any], node: str, placed: Placed | None = None) -> bool | None:
         """Bind. True: the pod is bound to `node` (now, or already by us); False: it is not and will not be by

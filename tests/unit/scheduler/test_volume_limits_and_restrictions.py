@@ -79,6 +79,25 @@ def test_a_volume_already_attached_counts_once():
     assert problem(pod("c0", "c1"), usage, limit=2) is None
 
 
+def test_a_node_over_its_count_takes_a_pod_that_brings_no_new_volume():
+    """Pods bound by nodeName (or a count lowered since) may use more than the count: kube judges a driver only where
+    the pod brings a volume not attached yet (found by features/fit's differential)."""
+    usage = usage_with(pod("c0", "c1", bound_to="n1"))
+    assert problem(pod("c0"), usage, limit=1) is None
+    said = problem(pod("c0", "c2"), usage, limit=1)
+    assert said is not None and "2 are attached and the pod brings 1 more" in said, said
+
+
+def test_two_volumes_of_one_handle_are_one_volume():
+    """kube counts CSI volumes by driver and handle, not by PersistentVolume (found by features/fit's differential)."""
+    usage = usage_with(pod("c0", bound_to="n1"))
+    twin_cache = cache(1)
+    twin_cache.volumes["pv1"]["spec"]["csi"]["volumeHandle"] = "pv0"
+    attempt = framework.prepare(pod("c1"), framework.Snapshot(usage, twin_cache), plugins.PROFILE)
+    assert isinstance(attempt, framework.Cycle) and attempt.problem(node()) is None
+    assert problem(pod("c1"), usage, limit=1) is not None, "a handle of its own: a second volume"
+
+
 def test_no_csinode_or_no_count_is_no_limit():
     usage = usage_with(pod("c0", bound_to="n1"), pod("c1", bound_to="n1"))
     assert problem(pod("c2"), usage, limit=None) is None

@@ -1,10 +1,13 @@
 """NodeVolumeLimits: the node can attach every CSI volume the pod brings, as kube-scheduler's plugin of the same
 name (its CSI limits) judges it. The node's CSINode says, per CSI driver, how many volumes it may attach
 (`spec.drivers[].allocatable.count`; none: no limit). A volume counts once however many pods use it: the volumes
-of the node's pods (their claims, fit.NodeUsage.claims) and those the pod adds must not exceed the count.
+of the node's pods (their claims, fit.NodeUsage.claims) and those the pod adds must not exceed the count. Only a
+driver the pod brings a volume of that is not attached yet is judged: a pod that adds nothing fits a node already
+over its count, as kube's.
 
-A claim's volume and driver: a bound claim's PersistentVolume (`spec.csi.driver`, the volume's name); an unbound
-claim's StorageClass provisioner (the claim itself stands for the volume to come). A volume of another kind is not
+A claim's volume and driver: a bound claim's PersistentVolume (`spec.csi.driver`; the volume is its
+`volumeHandle`, so two PersistentVolumes of one handle are one volume, as kube counts them); an unbound claim's
+StorageClass provisioner (the claim itself stands for the volume to come). A volume of another kind is not
 counted (kube's in-tree limits are gone with the in-tree drivers).
 """
 
@@ -44,18 +47,19 @@ class NodeVolumeLimits(framework.Plugin):
             if not isinstance(limit, int):
                 continue
             attached = in_use.get(driver, set())
-            total = len(attached | wanted)
-            if total > limit:
+            new = len(wanted - attached)
+            if new and len(attached) + new > limit:
                 used = len(attached)
                 return lambda: (
                     f"node {name} may attach {limit} volumes of CSI driver {driver}; {used} are attached and the pod "
-                    f"brings {total - used} more (node(s) exceed max volume count)"
+                    f"brings {new} more (node(s) exceed max volume count)"
                 )
         return None
 
 
 def _by_driver(claims: Iterable[str], cache: volumes.VolumeCache) -> dict[str, set[str]]:
-    """The CSI volumes of `claims` ("<namespace>/<name>"), per driver: driver -> volume ids."""
+    """The CSI volumes of `claims` ("<namespace>/<name>"), per driver: driver -> volume ids (a bound volume's handle,
+    an unbound claim's key)."""
     found: dict[str, set[str]] = defaultdict(set)
     for key in claims:
         pvc = cache.claims.get(key)
@@ -64,9 +68,9 @@ def _by_driver(claims: Iterable[str], cache: volumes.VolumeCache) -> dict[str, s
         spec = pvc.get("spec") or {}
         if volumes.is_bound(pvc):
             pv = cache.volume(str(spec["volumeName"]))
-            driver = (((pv or {}).get("spec") or {}).get("csi") or {}).get("driver")
-            if driver:
-                found[driver].add(str(spec["volumeName"]))
+            csi = ((pv or {}).get("spec") or {}).get("csi") or {}
+            if csi.get("driver"):
+                found[csi["driver"]].add(str(csi.get("volumeHandle") or spec["volumeName"]))
             continue
         storage_class = cache.storage_class(str(spec.get("storageClassName") or ""))
         provisioner = (storage_class or {}).get("provisioner")
