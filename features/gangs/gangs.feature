@@ -12,6 +12,11 @@ Feature: Gangs: a group of GPU pods is placed whole or not at all, inside one to
     And every GPU Lease of the gang "train" was created before its first member was bound
     And the GpuClaim "train" lists the GPUs of all 4 pods
 
+  Scenario: Members with required anti-affinity for each other are placed on different nodes, counted as they are placed
+    Given the GpuClaim "pair" asking for 2 GPUs for the gang "pair" is created
+    When 2 pods "pair-0".."pair-1" naming the GpuClaim "pair" with gang size 2 and hostname anti-affinity are created
+    Then every pod of "pair" is bound, each on its own node
+
   Scenario: A gang that does not fit holds no GPU and no Lease, and says which member fits nowhere
     Given the GpuClaim "huge" asking for 8 GPUs for the gang "huge" is created
     When 5 pods "huge-0".."huge-4" naming the GpuClaim "huge" with gang size 5 are created

@@ -9,6 +9,7 @@ from typing import Any
 from pytest_bdd import given, parsers, scenarios, then, when
 
 from features.support import (
+    HOSTNAME_LABEL,
     JOB_NAME_LABEL,
     World,
     claim_status,
@@ -49,14 +50,23 @@ def _names(first: str, last: str) -> list[str]:
 @when(
     parsers.re(
         r'(?P<n>\d+) pods "(?P<first>[^"]+)"\.\."(?P<last>[^"]+)" naming the GpuClaim "(?P<claim>[^"]+)" '
-        r'with gang size (?P<size>\d+)(?: in one zone "(?P<mode>[^"]+)")? are created'
+        r'with gang size (?P<size>\d+)(?: in one zone "(?P<mode>[^"]+)")?(?P<anti> and hostname anti-affinity)? '
+        r"are created"
     )
 )
-def create_members(world: World, n: str, first: str, last: str, claim: str, size: str, mode: str | None) -> None:
+def create_members(
+    world: World, n: str, first: str, last: str, claim: str, size: str, mode: str | None, anti: str | None
+) -> None:
     names = _names(first, last)
     assert len(names) == int(n)
     for name in names:
-        world.api.create(paths.pods(world.namespace), _member(name, claim, int(size), mode))
+        body = _member(name, claim, int(size), mode)
+        if anti:  # required anti-affinity for each other, per node: the gang's members see each other's placement
+            labels = {"pair-of": claim}
+            body["metadata"].setdefault("labels", {}).update(labels)
+            term = {"topologyKey": HOSTNAME_LABEL, "labelSelector": {"matchLabels": labels}}
+            body["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+        world.api.create(paths.pods(world.namespace), body)
 
 
 @when(step('the pod "{name:q}" naming the GpuClaim "{claim:q}" in the gang "{gang:q}" is created'))

@@ -58,6 +58,9 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
       | kube-system:gpu-scheduler | patch  | storageclasses         | the cluster    | no     |
       | kube-system:gpu-scheduler | watch  | csinodes               | the cluster    | yes    |
       | kube-system:gpu-scheduler | patch  | csinodes               | the cluster    | no     |
+      | kube-system:gpu-scheduler | watch  | namespaces             | the cluster    | yes    |
+      | kube-system:gpu-scheduler | patch  | namespaces             | the cluster    | no     |
+      | kube-system:gpu-scheduler | delete | namespaces             | the cluster    | no     |
       | kube-system:gpu-scheduler | get    | secrets                | kube-system    | no     |
       | kube-system:gpu-scheduler | list   | configmaps             | all namespaces | no     |
 

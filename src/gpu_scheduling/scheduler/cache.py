@@ -58,7 +58,7 @@ class Trial:
         self._cache = cache
         self.usage = cache.usage.fork()
         self.ledger = Overlay(cache.ledger)
-        self.snapshot = framework.Snapshot(self.usage, cache.snapshot.volumes, self.ledger)
+        self.snapshot = dataclasses.replace(cache.snapshot, usage=self.usage, gpus=self.ledger)
         self._placed: dict[str, tuple[Mapping[str, Any], Hold]] = {}  # uid -> the pod placed here, in order
 
     def assume(self, pod: Mapping[str, Any], hold: Hold) -> list[Conflict]:
@@ -81,10 +81,22 @@ class Trial:
 
 
 class Cache:
-    def __init__(self, ledger: Ledger | None = None, volumes: VolumeCache | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger | None = None,
+        volumes: VolumeCache | None = None,
+        nodes: Mapping[str, Mapping[str, Any]] | None = None,
+        namespaces: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self.ledger = ledger or Ledger()
         self.usage = fit.NodeUsage()
-        self.snapshot = framework.Snapshot(self.usage, volumes, self.ledger)
+        self.snapshot = framework.Snapshot(
+            self.usage,
+            volumes,
+            self.ledger,
+            nodes if nodes is not None else {},
+            namespaces if namespaces is not None else {},
+        )
         """What the filters and the allocator read: this cache, live."""
         self.listener = Listener()
         self._assumed: set[str] = set()  # pods whose room is our decision, not yet the watch's word

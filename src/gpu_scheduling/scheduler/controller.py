@@ -113,6 +113,12 @@ _RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
 """Field selector of the pods that take room on their node: kube-scheduler's own pod informer has the same."""
 
 
+def _namespace_view(namespace: dict[str, Any]) -> dict[str, Any]:
+    """What the scheduler keeps of a namespace: its name and labels."""
+    meta = namespace.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "labels", "resourceVersion") if k in meta}}
+
+
 def _key(pod: dict[str, Any]) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
@@ -170,7 +176,11 @@ class Scheduler:
         )
         # The one owner of what is assumed (scheduler.cache): the GPU ledger (claims.ledger, which pod holds which
         # GPU) and the room each node has left; `snapshot` is what every decision reads of them.
-        self.cache = Cache(volumes=self.volume_cache)
+        # The namespaces' labels, for pod affinity terms' namespace selectors (nothing else of them is kept).
+        self.namespaces = Informer(
+            client, paths.NAMESPACES, self._on_namespace, name="namespaces", transform=_namespace_view
+        )
+        self.cache = Cache(volumes=self.volume_cache, nodes=self.nodes.cache, namespaces=self.namespaces.cache)
         self.ledger = self.cache.ledger
         self.snapshot = self.cache.snapshot
         self.uids: dict[str, str] = {}  # pod uid -> key, for every cached pod
@@ -239,6 +249,8 @@ class Scheduler:
         """A pod of another scheduler, bound: count what it takes on its node."""
         taken = None if kind == "DELETED" else fit.footprint(pod)
         self.cache.observe(pod["metadata"]["uid"], taken)
+        if kind == "ADDED" and taken is not None:
+            self.queue.changed(framework.ClusterEvent(framework.POD_ADDED, frozenset({taken.node})))
         if taken is None:
             self._claims_freed(pod)
 
@@ -265,6 +277,7 @@ class Scheduler:
             self.cache.observe(uid, fit.footprint(pod))
             if old is None or not (old.get("spec") or {}).get("nodeName"):
                 self.queue.forget(key)
+                self.queue.changed(framework.ClusterEvent(framework.POD_ADDED, frozenset({pod["spec"]["nodeName"]})))
                 hold = objects.hold_from_pod(pod, self.maps)
                 if hold is not None:
                     self.leases.reconcile(self.ledger.pod_bound(hold))
@@ -307,6 +320,11 @@ class Scheduler:
     def _on_csi_node(self, kind: str, _obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
         self.queue.changed(framework.ClusterEvent(framework.CSI_NODE))
 
+    def _on_namespace(self, kind: str, _obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        """A namespace's labels changed: a pod affinity term's namespace selector may now match it (the pods
+        waiting for pod affinity are tried again, as for any change of a topology domain)."""
+        self.queue.changed(framework.ClusterEvent(framework.POD_ADDED))
+
     def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "MODIFIED" and decision.same_node(old, node):
             return  # a heartbeat, say: nothing a decision reads changed, so no waiting pod is woken
@@ -332,7 +350,13 @@ class Scheduler:
         # the ledger takes the two in any order.
         await self.nodes.synced.wait()
         tasks += await self.claim_path.watch()
-        volume_informers = (self.volume_claims, self.volume_objects, self.storage_classes, self.csi_nodes)
+        volume_informers = (
+            self.volume_claims,
+            self.volume_objects,
+            self.storage_classes,
+            self.csi_nodes,
+            self.namespaces,
+        )
         for informer in volume_informers:
             tasks.append(asyncio.create_task(informer.run(), name=f"{informer.name}-informer"))
         for informer in volume_informers:
@@ -457,6 +481,8 @@ class Scheduler:
         confirmed, or forgotten. The attempt's result and strategy for the metrics."""
         reserved = self._reserve_map(key, pod) if kind == "map" else await self._reserve_claim(key, pod)
         if isinstance(reserved, _Refused):
+            if kind == "claim" and decision.asks_for_domains(pod):
+                self.queue.wait_for_domains(key)
             if reserved.message is not None:
                 await self.report_unschedulable(key, pod, reserved.message)
             return "unschedulable", reserved.strategy

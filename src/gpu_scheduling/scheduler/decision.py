@@ -188,6 +188,24 @@ def cycle(pod: Mapping[str, Any], snap: framework.Snapshot) -> framework.Cycle |
     return prepared.message if isinstance(prepared, framework.PodRefusal) else prepared
 
 
+def asks_for_domains(pod: Mapping[str, Any]) -> bool:
+    """The pod has required pod affinity or anti-affinity, or a DoNotSchedule topology spread constraint: rules
+    whose verdict other nodes' pods can change. Never raises (a field it cannot read: False)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return False
+    affinity = spec.get("affinity")
+    if isinstance(affinity, Mapping) and any(
+        isinstance(affinity.get(kind), Mapping) and affinity[kind].get("requiredDuringSchedulingIgnoredDuringExecution")
+        for kind in ("podAffinity", "podAntiAffinity")
+    ):
+        return True
+    spread = spec.get("topologySpreadConstraints")
+    return isinstance(spread, list) and any(
+        isinstance(c, Mapping) and c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule" for c in spread
+    )
+
+
 def is_claim_pod(pod: Mapping[str, Any]) -> bool:
     """The pod has a `gpu.scheduling/claim` annotation (whatever its value; podrequest.read checks it).
     Never raises: metadata or annotations of the wrong shape are not a claim pod (decide reports them)."""

@@ -20,6 +20,11 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
+from gpu_scheduling.scheduler import selectors
+from gpu_scheduling.scheduler.fields import FitError as FitError  # re-exported: the rules name fit.FitError
+from gpu_scheduling.scheduler.fields import obj as obj
+from gpu_scheduling.scheduler.fields import spec_of as spec_of
+
 CPU = "cpu"
 MEMORY = "memory"
 EPHEMERAL_STORAGE = "ephemeral-storage"
@@ -49,23 +54,6 @@ _MAX_EXPONENT = 64
 is refused instead of being computed (an exponent of 10^11 would never finish)."""
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
 _INT64 = 2**63
-
-
-class FitError(ValueError):
-    """A field the rules read is not of the shape the API gives it (say which and what was expected)."""
-
-
-def obj(value: Any, field: str) -> Mapping[str, Any]:
-    """`value` as an object (absent: empty), or FitError naming `field`."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise FitError(f"{field} is not an object")
-    return value
-
-
-def spec_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj(pod.get("spec"), "spec")
 
 
 def quantity(value: Any, field: str) -> Fraction:
@@ -248,6 +236,13 @@ class Footprint:
     ports: tuple[Port, ...]
     claims: tuple[str, ...] = ()
     """The PersistentVolumeClaims of its volumes, as "<namespace>/<name>" (NodeVolumeLimits counts their volumes)."""
+    namespace: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    """Its labels (InterPodAffinity and PodTopologySpread match them)."""
+    anti_affinity: tuple[selectors.Term, ...] = ()
+    """Its required pod anti-affinity terms: no pod they match may join it in their topology domains."""
+    terminating: bool = False
+    """It has a deletion timestamp (PodTopologySpread does not count it)."""
 
 
 def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | None:
@@ -268,13 +263,30 @@ def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | No
         claims = tuple(f"{namespace}/{c.name}" for c in pod_claims(pod))
     except FitError:
         claims = ()
-    return Footprint(str(node), tuple(sorted(requests.items())), ports, claims)
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    try:
+        labels = tuple(sorted(selectors.pod_labels(pod).items()))
+        anti = selectors.terms(pod, "podAntiAffinity")
+    except FitError:
+        labels, anti = (), ()
+    return Footprint(
+        str(node),
+        tuple(sorted(requests.items())),
+        ports,
+        claims,
+        str(meta.get("namespace") or ""),
+        labels,
+        anti,
+        bool(meta.get("deletionTimestamp")),
+    )
 
 
 def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
-    """What `footprint` reads of a pod, and no more (its requests and host ports, node and phase): what the
-    scheduler's informer keeps of each of possibly many thousands of other schedulers' pods. Kept beside the
-    readers it must serve; tests/unit/scheduler/test_fit.py checks that `footprint(trimmed(pod)) == footprint(pod)`."""
+    """What `footprint` reads of a pod, and no more (its requests and host ports, claims, node and phase; its
+    namespace, labels, deletion timestamp and required pod anti-affinity): what the scheduler's informer keeps of
+    each of possibly many thousands of other schedulers' pods. Kept beside the readers it must serve;
+    tests/unit/scheduler/test_fit.py checks that `footprint(trimmed(pod)) == footprint(pod)`."""
 
     def container(c: Any) -> Any:
         if not isinstance(c, dict):
@@ -295,7 +307,11 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
 
     meta = pod.get("metadata")
     view_meta = (
-        {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+        {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
+            if k in meta
+        }
         if isinstance(meta, dict)
         else meta
     )  # a shape the readers refuse: kept, so they refuse the view too
@@ -304,6 +320,13 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
         view_spec: Any = spec
     else:
         view_spec = {k: spec[k] for k in ("nodeName", "overhead", "resources") if k in spec}
+        affinity = spec.get("affinity")
+        if isinstance(affinity, dict) and isinstance(affinity.get("podAntiAffinity"), dict):
+            required = affinity["podAntiAffinity"].get("requiredDuringSchedulingIgnoredDuringExecution")
+            if required is not None:
+                view_spec["affinity"] = {
+                    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+                }
         if isinstance(spec.get("volumes"), list):
             view_spec["volumes"] = claim_volumes(spec["volumes"])
         elif "volumes" in spec:
@@ -338,6 +361,8 @@ class NodeUsage:
         self._ports: dict[str, Counter[Port]] = {}
         self._claims: dict[str, Counter[str]] = {}
         self._claim_users: Counter[str] = Counter()  # claim -> how many counted pods use it, on any node
+        self._on_node: dict[str, set[str]] = {}  # node -> the uids counted on it
+        self._anti: set[str] = set()  # the uids whose pods have required pod anti-affinity
         self._shared: set[str] = set()
         """The nodes whose per-node totals are shared with a fork or the usage it was forked from (each side copies
         them before its first change of them)."""
@@ -356,7 +381,9 @@ class NodeUsage:
         child._ports = dict(self._ports)
         child._claims = dict(self._claims)
         child._claim_users = Counter(self._claim_users)
-        nodes = set(self._requested) | set(self._ports) | set(self._claims)
+        child._on_node = dict(self._on_node)
+        child._anti = set(self._anti)
+        nodes = set(self._requested) | set(self._ports) | set(self._claims) | set(self._on_node)
         self._shared |= nodes
         child._shared = nodes
         return child
@@ -378,6 +405,17 @@ class NodeUsage:
             _discount(self._claim_users, before.claims)
         if taken is not None and taken.claims:
             self._claim_users.update(taken.claims)
+        if before is not None:
+            here = self._on_node.get(before.node)
+            if here is not None:
+                here.discard(uid)
+                if not here:
+                    del self._on_node[before.node]
+            self._anti.discard(uid)
+        if taken is not None:
+            self._on_node.setdefault(taken.node, set()).add(uid)
+            if taken.anti_affinity:
+                self._anti.add(uid)
         if before is not None:
             self._pods[before.node] -= 1
             if not self._pods[before.node]:
@@ -421,6 +459,8 @@ class NodeUsage:
             self._ports[node] = Counter(self._ports[node])
         if node in self._claims:
             self._claims[node] = Counter(self._claims[node])
+        if node in self._on_node:
+            self._on_node[node] = set(self._on_node[node])
 
     def capacity(self, node: Mapping[str, Any]) -> Mapping[str, int]:
         """`capacity(node)`, read again only when the node's resourceVersion changes (a node object without one, as
@@ -467,6 +507,18 @@ class NodeUsage:
         users = self._claim_users.get(claim, 0)
         own = self._by_uid.get(besides) if besides is not None else None
         return users - (1 if own is not None and claim in own.claims else 0)
+
+    def everyone(self) -> Iterable[tuple[str, Footprint]]:
+        """Every counted pod (uid, what it takes), on any node."""
+        return self._by_uid.items()
+
+    def pods_on(self, node: str) -> Iterable[tuple[str, Footprint]]:
+        """The pods counted on `node`."""
+        return ((uid, self._by_uid[uid]) for uid in self._on_node.get(node, ()))
+
+    def with_anti_affinity(self) -> Iterable[tuple[str, Footprint]]:
+        """The counted pods with required pod anti-affinity (few, usually none: what every pod is judged against)."""
+        return ((uid, self._by_uid[uid]) for uid in self._anti)
 
     def claims(self, node: str) -> Mapping[str, int]:
         """The PersistentVolumeClaims the node's pods use ("<namespace>/<name>" -> how many of its pods)."""

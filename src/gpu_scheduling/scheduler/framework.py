@@ -56,6 +56,10 @@ NODE: Final = "Node"
 """A node appeared or changed (labels, taints, allocatable, readiness)."""
 POD_GONE: Final = "PodGone"
 """A pod left a node or asks less of it: room was made."""
+POD_ADDED: Final = "PodAdded"
+"""A pod was bound to a node (or assumed there). A rule that judges the pods of a whole topology domain names it
+(InterPodAffinity, PodTopologySpread): a pod waiting for such a rule is woken by a pod added to or gone from any
+node, and by any node's change."""
 PVC: Final = "PersistentVolumeClaim"
 PV: Final = "PersistentVolume"
 STORAGE_CLASS: Final = "StorageClass"
@@ -68,7 +72,7 @@ GPU_CLAIM: Final = "GpuClaim"
 GPU_INVENTORY: Final = "GpuNodeStatus"
 """A node's GPU inventory appeared or changed."""
 
-NODE_SCOPED: Final = frozenset({NODE, POD_GONE, GPUS_FREED})
+NODE_SCOPED: Final = frozenset({NODE, POD_GONE, POD_ADDED, GPUS_FREED})
 """The kinds of change that concern given nodes: a pod waiting for one node is woken only by a change of that node."""
 
 
@@ -124,6 +128,20 @@ class Snapshot:
     """None where no volume objects are watched (unit tests of the node rules): a pod with a claim is refused."""
     gpus: GpuHoldings | None = None
     """Who holds which GPU (None where only the node rules are judged)."""
+    nodes: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """Every node by name (the rules of topology domains read their labels)."""
+    namespaces: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """Every namespace by name (pod affinity terms' namespace selectors read their labels)."""
+
+    def node_labels(self, name: str) -> Mapping[str, str] | None:
+        """The labels of node `name`, None when the node is not known."""
+        node = self.nodes.get(name)
+        return None if node is None else (node["metadata"].get("labels") or {})
+
+    def namespace_labels(self, name: str) -> Mapping[str, str]:
+        """The labels of namespace `name` (none when it is not known)."""
+        namespace = self.namespaces.get(name)
+        return {} if namespace is None else (namespace["metadata"].get("labels") or {})
 
 
 @dataclasses.dataclass(frozen=True)

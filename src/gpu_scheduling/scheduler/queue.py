@@ -47,6 +47,7 @@ class SchedulingQueue:
         """The queue order that applies (the runtime policy's): Priority or FIFO."""
         self.reservations = priority.Reservations()
         self._on_node: dict[str, set[str]] = defaultdict(set)  # node name -> map pods waiting for a change of it
+        self._domain: set[str] = set()  # ... of those, the ones a domain's rule refused: any node's change may help
         self._waits_on: dict[str, tuple[str, frozenset[str]]] = {}  # the reverse, with the kinds that can help
         self._for_claims: dict[str, set[str]] = defaultdict(set)  # "<ns>/<pvc>" -> pods waiting on the claim
         self._claims_of: dict[str, tuple[str, ...]] = {}  # the reverse
@@ -97,6 +98,13 @@ class SchedulingQueue:
         self.unwait_node(key)
         self._on_node[node].add(key)
         self._waits_on[key] = (node, kinds)
+        if framework.POD_ADDED in kinds:
+            self._domain.add(key)
+
+    def wait_for_domains(self, key: str) -> None:
+        """Pod `key` (a claim pod: any node may do) was refused by a rule of topology domains (pod affinity,
+        spread): any pod added or gone, or any node changed, may help it."""
+        self._domain.add(key)
 
     def wait_for_claims(self, key: str, claims: Iterable[str]) -> None:
         """Pod `key` waits on its PersistentVolumeClaims `claims` ("<namespace>/<name>"): to exist, to be bound,
@@ -127,6 +135,7 @@ class SchedulingQueue:
 
     def unwait(self, key: str) -> None:
         self._unschedulable.discard(key)
+        self._domain.discard(key)
         for claim in self._claims_of.pop(key, ()):
             waiting = self._for_claims.get(claim)
             if waiting is not None:
@@ -137,6 +146,7 @@ class SchedulingQueue:
 
     def unwait_node(self, key: str) -> None:
         waits = self._waits_on.pop(key, None)
+        self._domain.discard(key)
         if waits is not None:
             keys = self._on_node.get(waits[0])
             if keys is not None:
@@ -161,8 +171,10 @@ class SchedulingQueue:
     # ---- what could help ----------------------------------------------------------------------------------------
     def changed(self, event: ClusterEvent) -> None:
         """A change the informers saw: retry the pods it can help (see the module's docstring)."""
-        self.generation += 1
         kind = event.kind
+        if kind == framework.POD_ADDED and not self._domain:
+            return  # every pod bound says so: a change only for the pods a domain's rule refused, if any wait
+        self.generation += 1
         if kind not in _EXACT:
             self._guesses += 1
         if kind == framework.GPU_CLAIM:  # its pods are tried again at once: their backoff is reset
@@ -178,6 +190,10 @@ class SchedulingQueue:
         for node in event.nodes:
             waiting = self._on_node.get(node)
             for key in [k for k in waiting or () if kind in self._waits_on[k][1]]:
+                self.unwait_node(key)
+                self.retry(key)
+        if kind in (framework.NODE, framework.POD_GONE, framework.POD_ADDED):
+            for key in list(self._domain):  # a pod or node anywhere may change a topology domain's counts
                 self.unwait_node(key)
                 self.retry(key)
         if kind in (framework.GPUS_FREED, framework.GPU_INVENTORY) or (kind in framework.NODE_SCOPED and event.gpus):

@@ -673,21 +673,22 @@ def test_fit_leaves_cordons_and_taints_to_node_problem():
     )
 
 
-# ---- unsupported ------------------------------------------------------------------------------------------------
+# ---- unsupported: only DRA claims now (pod affinity and spread are plugins: test_pod_affinity_and_spread.py) -------
 @pytest.mark.parametrize("kind", ["podAffinity", "podAntiAffinity"])
-def test_required_pod_affinity_is_unsupported(kind):
+def test_required_and_preferred_pod_affinity_are_judged_not_refused(kind):
     term = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
-    p = pod([container()], affinity={kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}})
-    assert f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution" in unsupported(p)
-    assert pod_fit(p) == unsupported(p)
+    for form, listed in (
+        ("requiredDuringSchedulingIgnoredDuringExecution", [term]),
+        ("preferredDuringSchedulingIgnoredDuringExecution", [{"weight": 1, "podAffinityTerm": term}]),
+    ):
+        p = pod([container()], affinity={kind: {form: listed}})
+        assert unsupported(p) is None
+        assert isinstance(pod_fit(p), framework.Cycle)
 
 
-@pytest.mark.parametrize("kind", ["podAffinity", "podAntiAffinity"])
-def test_preferred_pod_affinity_is_accepted(kind):
-    term = {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
-    p = pod([container()], affinity={kind: {"preferredDuringSchedulingIgnoredDuringExecution": [term]}})
-    assert unsupported(p) is None
-    assert isinstance(pod_fit(p), framework.Cycle)
+def test_topology_spread_is_judged_not_refused():
+    for when in ("ScheduleAnyway", "DoNotSchedule"):
+        assert unsupported(pod([container()], topologySpreadConstraints=[spread(when)])) is None
 
 
 def spread(when=None):
@@ -695,18 +696,6 @@ def spread(when=None):
     if when is not None:
         c["whenUnsatisfiable"] = when
     return c
-
-
-def test_topology_spread_do_not_schedule_is_unsupported():
-    p = pod([container()], topologySpreadConstraints=[spread("ScheduleAnyway"), spread("DoNotSchedule")])
-    assert "spec.topologySpreadConstraints[1]" in unsupported(p)
-    p = pod([container()], topologySpreadConstraints=[spread()])
-    assert "spec.topologySpreadConstraints[0]" in unsupported(p)
-
-
-def test_topology_spread_schedule_anyway_is_accepted():
-    p = pod([container()], topologySpreadConstraints=[spread("ScheduleAnyway")])
-    assert unsupported(p) is None
 
 
 def test_resource_claims_are_unsupported():
@@ -775,11 +764,9 @@ def test_wrong_shapes_raise_fit_error_and_pod_fit_says_why(path, value, field):
         (("spec", "topologySpreadConstraints"), {"a": 1}),
     ],
 )
-def test_wrong_shapes_of_unsupported_rules_are_reported_by_pod_fit(path, value):
+def test_wrong_shapes_of_pod_affinity_and_spread_are_reported_by_pod_fit(path, value):
     p = base_pod()
     put(p, path, value)
-    with pytest.raises(fit.FitError):
-        unsupported(p)
     assert isinstance(pod_fit(p), str)
 
 
@@ -788,7 +775,7 @@ def test_a_non_array_ports_field_never_raises(value):
     p = base_pod()
     put(p, ("spec", "containers", 0, "ports"), value)
     assert isinstance(pod_fit(p), str)
-    assert fit.footprint(p) == fit.Footprint("n1", (), (), BASE_POD_CLAIMS)
+    assert fit.footprint(p) == fit.Footprint("n1", (), (), BASE_POD_CLAIMS, "default")
 
 
 @pytest.mark.parametrize(
@@ -989,7 +976,9 @@ def test_footprint_of_a_bound_pod():
         node_name="n1",
         phase="Running",
     )
-    assert fit.footprint(p) == fit.Footprint("n1", (("cpu", 1000), ("memory", 2**30)), (("0.0.0.0", "TCP", 80),))
+    assert fit.footprint(p) == fit.Footprint(
+        "n1", (("cpu", 1000), ("memory", 2**30)), (("0.0.0.0", "TCP", 80),), namespace="default"
+    )
 
 
 def test_footprint_is_none_unbound_or_finished():
@@ -1005,7 +994,9 @@ def test_footprint_is_none_unbound_or_finished():
 def test_footprint_uses_the_given_node():
     p = pod([container({"cpu": "1"})], node_name="n1")
     assert fit.footprint(p, "n2").node == "n2"
-    assert fit.footprint(pod([container({"cpu": "1"})]), "n3") == fit.Footprint("n3", (("cpu", 1000),), ())
+    assert fit.footprint(pod([container({"cpu": "1"})]), "n3") == fit.Footprint(
+        "n3", (("cpu", 1000),), (), namespace="default"
+    )
 
 
 def test_footprint_counts_the_claims_of_the_pods_volumes():
@@ -1036,7 +1027,7 @@ def test_trimmed_keeps_only_the_claims_of_the_volumes():
 
 def test_footprint_of_unreadable_resources_is_a_pod_without_requests():
     p = pod([container({"cpu": "lots"}, ports=[{"containerPort": 80, "hostPort": 80}])], node_name="n1")
-    assert fit.footprint(p) == fit.Footprint("n1", (), ())
+    assert fit.footprint(p) == fit.Footprint("n1", (), (), namespace="default")
 
 
 # ---- NodeUsage --------------------------------------------------------------------------------------------------
@@ -1190,9 +1181,22 @@ def test_the_trimmed_view_takes_what_the_pod_takes_and_keeps_little_else():
         phase="Running",
     )
     p["spec"]["containers"][0]["env"] = [{"name": "BIG", "value": "x" * 1000}]
+    p["metadata"]["labels"] = {"app": "web"}
+    p["metadata"]["deletionTimestamp"] = "2026-11-28T00:00:00Z"
+    p["metadata"]["annotations"] = {"big": "x" * 1000}
+    anti = [{"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "web"}}}]
+    p["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti},
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti},
+        "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+    }
     view = fit.trimmed(p)
-    assert fit.footprint(view) == fit.footprint(p) and fit.footprint(p).requests
+    taken = fit.footprint(p)
+    assert fit.footprint(view) == taken and taken is not None and taken.requests
+    assert taken.labels == (("app", "web"),) and taken.terminating and len(taken.anti_affinity) == 1
     assert "env" not in view["spec"]["containers"][0] and len(view["spec"]["containers"][0]["ports"]) == 1
+    assert "annotations" not in view["metadata"]
+    assert view["spec"]["affinity"] == {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti}}
 
 
 _RESOURCES = st.sampled_from(["cpu", "memory", GPU, "pods"])

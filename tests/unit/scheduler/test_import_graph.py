@@ -25,7 +25,9 @@ def module_graph(root: Path, package: str) -> dict[str, set[str]]:
     for name, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
-                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+                # `from package import module` imports that module; `from module import name`, the module.
+                named = [f"{node.module}.{alias.name}" for alias in node.names]
+                targets = [t for t in named if t in modules] or [node.module]
             elif isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:

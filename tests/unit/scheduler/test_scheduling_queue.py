@@ -10,7 +10,14 @@ from gpu_scheduling.claims.ledger import Hold, Ledger
 from gpu_scheduling.claims.priority import Waiter
 from gpu_scheduling.scheduler import framework
 from gpu_scheduling.scheduler.framework import ClusterEvent
-from gpu_scheduling.scheduler.plugins import NodeAffinity, NodePorts, NodeResourcesFit, Unsupported
+from gpu_scheduling.scheduler.plugins import (
+    InterPodAffinity,
+    NodeAffinity,
+    NodePorts,
+    NodeResourcesFit,
+    PodTopologySpread,
+    Unsupported,
+)
 from gpu_scheduling.scheduler.queue import SchedulingQueue
 from tests.unit.scheduler import drain, queued_pod, run_async
 
@@ -36,6 +43,29 @@ def test_a_map_pod_is_tried_again_on_the_change_of_its_node_its_rule_names_and_o
         assert await drain(q) == []
         q.changed(on(framework.NODE, "node1"))
         assert await drain(q) == ["ns/labels"], "only a change of the pod itself helps ns/never"
+
+    run_async(scenario)
+
+
+def test_a_pod_refused_by_a_rule_of_topology_domains_wakes_on_a_pod_or_node_change_anywhere() -> None:
+    async def scenario() -> None:
+        q = SchedulingQueue({}, 1.0, 10.0)
+        q.changed(on(framework.POD_ADDED, "node2"))
+        assert q.generation == 0, "a pod bound while nobody waits for a domain's pods changes nothing"
+        q.wait_on_node("ns/spread", "node1", PodTopologySpread.wakes_on)
+        q.wait_on_node("ns/room", "node1", NodeResourcesFit.wakes_on)
+        q.changed(on(framework.POD_ADDED, "node2"))
+        assert await drain(q) == ["ns/spread"], "a pod added in node1's zone, on another node, may change its count"
+        q.wait_on_node("ns/spread", "node1", InterPodAffinity.wakes_on)
+        q.changed(on(framework.POD_GONE, "node3"))
+        assert await drain(q) == ["ns/spread"]
+        q.wait_on_node("ns/spread", "node1", InterPodAffinity.wakes_on)
+        q.forget("ns/spread")
+        q.changed(on(framework.NODE, "node3"))
+        assert await drain(q) == [], "a forgotten pod waits for nothing"
+        q.wait_for_domains("ns/claimer")  # a claim pod: no node of its own
+        q.changed(on(framework.POD_ADDED, "node9"))
+        assert await drain(q) == ["ns/claimer"]
 
     run_async(scenario)
 

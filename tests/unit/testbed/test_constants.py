@@ -397,6 +397,10 @@ def test_scheduler_rbac_is_least_privilege():
         ("csinodes", "get"),
         ("csinodes", "list"),
         ("csinodes", "watch"),
+        # Namespaces' labels, for pod affinity terms' namespace selectors (plugins/inter_pod_affinity.py).
+        ("namespaces", "get"),
+        ("namespaces", "list"),
+        ("namespaces", "watch"),
     }
     # The policy's status: the one policy the scheduler reads, no other.
     (status_rule,) = [r for r in role["rules"] if "gpuschedulingpolicies/status" in r["resources"]]

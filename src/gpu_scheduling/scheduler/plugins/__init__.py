@@ -1,17 +1,20 @@
 """The scheduler's rules, one plugin per file (scheduler.framework says what a plugin is), and PROFILE: the one
 list that says which run and in what order, kube-scheduler's filter order: the node's own state first (Ready,
-cordon, taints), then what the pod reads of the node (node affinity, host ports, resources), then its volumes. A
+cordon, taints), then what the pod reads of the node (node affinity, host ports, resources), then its volumes, then
+the pods of its topology domains (spread, pod affinity). A
 new rule is a new file here and one line in PROFILE."""
 
 from __future__ import annotations
 
 from gpu_scheduling.scheduler.framework import Cycle, Plugin
+from gpu_scheduling.scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from gpu_scheduling.scheduler.plugins.node_affinity import NodeAffinity
 from gpu_scheduling.scheduler.plugins.node_ports import NodePorts
 from gpu_scheduling.scheduler.plugins.node_ready import NodeReady
 from gpu_scheduling.scheduler.plugins.node_resources import NodeResourcesFit
 from gpu_scheduling.scheduler.plugins.node_unschedulable import NodeUnschedulable
 from gpu_scheduling.scheduler.plugins.node_volume_limits import NodeVolumeLimits
+from gpu_scheduling.scheduler.plugins.pod_topology_spread import PodTopologySpread
 from gpu_scheduling.scheduler.plugins.taint_toleration import TaintToleration
 from gpu_scheduling.scheduler.plugins.unsupported import Unsupported
 from gpu_scheduling.scheduler.plugins.volume_binding import VolumeBinding
@@ -31,6 +34,8 @@ PROFILE: tuple[Plugin, ...] = (
     NodeVolumeLimits(),
     VolumeBinding(),
     VolumeZone(),
+    PodTopologySpread(),
+    InterPodAffinity(),
 )
 
 NODE_STATE_NAMES = frozenset(p.name for p in NODE_STATE)

@@ -1,6 +1,5 @@
-"""The required rules a pod can ask for that gpu-scheduler does not judge yet: required pod affinity and
-anti-affinity, topology spread constraints with `whenUnsatisfiable: DoNotSchedule`, and Dynamic Resource
-Allocation claims. Such a pod waits with that reason instead of being placed against its wishes (binding it could
+"""The required rules a pod can ask for that gpu-scheduler does not judge yet: Dynamic Resource Allocation
+claims. Such a pod waits with that reason instead of being placed against its wishes (binding it could
 break the rule). Each becomes a plugin of its own when it is judged."""
 
 from __future__ import annotations
@@ -31,22 +30,6 @@ def unsupported(pod: Mapping[str, Any]) -> str | None:
     """A required rule of the pod that gpu-scheduler does not judge, named with its field; None when it asks for
     none."""
     spec = fit.spec_of(pod)
-    affinity = fit.obj(spec.get("affinity"), "spec.affinity")
-    for kind in ("podAffinity", "podAntiAffinity"):
-        if fit.obj(affinity.get(kind), f"spec.affinity.{kind}").get("requiredDuringSchedulingIgnoredDuringExecution"):
-            return (
-                f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution is set: gpu-scheduler does not "
-                "judge required pod (anti-)affinity (only the preferred form, which it ignores)"
-            )
-    constraints = spec.get("topologySpreadConstraints") or []
-    if not isinstance(constraints, list):
-        raise fit.FitError("spec.topologySpreadConstraints is not an array")
-    for i, c in enumerate(constraints):
-        if isinstance(c, Mapping) and c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule":
-            return (
-                f"spec.topologySpreadConstraints[{i}] has whenUnsatisfiable DoNotSchedule: gpu-scheduler does not "
-                "judge topology spread (ScheduleAnyway, which it ignores, is accepted)"
-            )
     if spec.get("resourceClaims"):
         return "spec.resourceClaims is set: gpu-scheduler does not allocate Dynamic Resource Allocation claims"
     return None

@@ -1,0 +1,127 @@
+"""InterPodAffinity: required pod affinity and anti-affinity, as kube-scheduler's plugin of the same name judges
+them (its Filter; the preferred terms are Score's business, not judged here).
+
+PreFilter reads the pod's terms (selectors.terms) and counts, once per attempt, per topology pair (a node label's key
+and value):
+- the pods already placed (bound, or assumed by this scheduler: the snapshot's NodeUsage) whose required
+  anti-affinity terms match the incoming pod (`existing`): it may not go where one of them is;
+- the placed pods that match all of its affinity terms (`affinity`): for each term, its node's domain must hold one;
+- the placed pods that match any of its anti-affinity terms (`anti`): its node's domain must hold none.
+A pod with no terms of its own, while no placed pod has anti-affinity towards it, is skipped (its Filter costs
+nothing). The first pod of a group with affinity to itself may go anywhere its terms' topology labels are, as long
+as no placed pod matches its terms yet. The counts read the snapshot, so the members of one gang placed on a trial
+count for each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from gpu_scheduling.scheduler import fit, framework, selectors
+from gpu_scheduling.scheduler.framework import PodRefusal, Reason, Snapshot
+from gpu_scheduling.scheduler.selectors import Term
+
+Pair = tuple[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    affinity: tuple[Term, ...]
+    anti: tuple[Term, ...]
+    existing: Counter[Pair]
+    affinity_counts: Counter[Pair]
+    anti_counts: Counter[Pair]
+    matches_itself: bool
+    """The pod matches all of its own affinity terms (it may be the first of its group)."""
+
+
+class InterPodAffinity(framework.Plugin):
+    name = "InterPodAffinity"
+    wakes_on = frozenset({framework.NODE, framework.POD_GONE, framework.POD_ADDED})
+
+    def pre_filter(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
+        try:
+            affinity = selectors.terms(pod, "podAffinity")
+            anti = selectors.terms(pod, "podAntiAffinity")
+            labels = selectors.pod_labels(pod)
+        except fit.FitError as exc:
+            return PodRefusal(str(exc))
+        meta = pod.get("metadata") or {}
+        namespace, uid = str(meta.get("namespace") or ""), meta.get("uid")
+        own_namespace = snap.namespace_labels(namespace)
+        existing: Counter[Pair] = Counter()
+        for other, taken in snap.usage.with_anti_affinity():
+            node_labels = snap.node_labels(taken.node)
+            if other == uid or node_labels is None:
+                continue
+            for term in taken.anti_affinity:
+                value = node_labels.get(term.topology_key)
+                if value is not None and term.matches(namespace, labels, own_namespace):
+                    existing[(term.topology_key, value)] += 1
+        if not affinity and not anti and not existing:
+            return framework.SKIP
+        affinity_counts: Counter[Pair] = Counter()
+        anti_counts: Counter[Pair] = Counter()
+        if affinity or anti:
+            for other, taken in snap.usage.everyone():
+                node_labels = snap.node_labels(taken.node)
+                if other == uid or node_labels is None:
+                    continue
+                their_labels, their_namespace = dict(taken.labels), snap.namespace_labels(taken.namespace)
+                if affinity and all(t.matches(taken.namespace, their_labels, their_namespace) for t in affinity):
+                    _count(affinity_counts, affinity, node_labels)
+                _count(
+                    anti_counts,
+                    [t for t in anti if t.matches(taken.namespace, their_labels, their_namespace)],
+                    node_labels,
+                )
+        matches_itself = bool(affinity) and all(t.matches(namespace, labels, own_namespace) for t in affinity)
+        return State(affinity, anti, existing, affinity_counts, anti_counts, matches_itself)
+
+    def filter(self, state: State, node: Mapping[str, Any], snap: Snapshot) -> Reason | None:
+        name = node["metadata"]["name"]
+        labels: Mapping[str, str] = node["metadata"].get("labels") or {}
+        if state.existing:
+            for key, value in labels.items():
+                if state.existing.get((key, value), 0) > 0:
+                    return lambda: (
+                        f"node {name}: a pod in its {key}={value} domain has required anti-affinity against this pod "
+                        "(node(s) didn't satisfy existing pods anti-affinity rules)"
+                    )
+        if state.affinity:
+            found = True
+            for term in state.affinity:
+                here = labels.get(term.topology_key)
+                if here is None:
+                    key = term.topology_key
+                    return lambda: (
+                        f"node {name} has no {key} label, a topology key of the pod's affinity "
+                        "(node(s) didn't match pod affinity rules)"
+                    )
+                if state.affinity_counts.get((term.topology_key, here), 0) <= 0:
+                    found = False
+            if not found and not (not state.affinity_counts and state.matches_itself):
+                return lambda: (
+                    f"node {name}: no pod its affinity asks for runs in the node's domain of every term "
+                    "(node(s) didn't match pod affinity rules)"
+                )
+        if state.anti_counts:
+            for term in state.anti:
+                there = labels.get(term.topology_key)
+                if there is not None and state.anti_counts.get((term.topology_key, there), 0) > 0:
+                    key = term.topology_key
+                    return lambda: (
+                        f"node {name}: a pod the pod's anti-affinity names runs in its {key}={there} domain "
+                        "(node(s) didn't match pod anti-affinity rules)"
+                    )
+        return None
+
+
+def _count(counts: Counter[Pair], terms: Any, node_labels: Mapping[str, str]) -> None:
+    for term in terms:
+        value = node_labels.get(term.topology_key)
+        if value is not None:
+            counts[(term.topology_key, value)] += 1

@@ -1,0 +1,141 @@
+"""PodTopologySpread: the pod's `topologySpreadConstraints` with `whenUnsatisfiable: DoNotSchedule`, as
+kube-scheduler's plugin of the same name judges them (its Filter; ScheduleAnyway is Score's business, not judged
+here).
+
+PreFilter counts, per constraint, the placed pods (bound, or assumed by this scheduler) of the pod's namespace that
+its selector matches (`labelSelector`, with the pod's own values of `matchLabelKeys`; terminating pods do not
+count), per value of the topology key, over the eligible nodes: those with every constraint's topology key that
+pass its node inclusion policies (`nodeAffinityPolicy`, Honor by default: the pod's nodeSelector and required node
+affinity; `nodeTaintsPolicy`, Ignore by default: Honor leaves out nodes with a NoSchedule or NoExecute taint the pod
+does not tolerate). Filter: a node without the topology key is refused; otherwise the count of its domain, plus one
+if the pod matches its own selector, minus the fewest of any eligible domain (0 while there are fewer domains than
+`minDomains`) may not exceed `maxSkew`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from gpu_scheduling.scheduler import fit, framework, selectors
+from gpu_scheduling.scheduler.framework import PodRefusal, Reason, Snapshot
+from gpu_scheduling.scheduler.plugins import node_affinity, taint_toleration
+from gpu_scheduling.text import json_type
+
+FIELD = "spec.topologySpreadConstraints"
+_POLICIES = ("Honor", "Ignore")
+
+
+@dataclasses.dataclass(frozen=True)
+class Constraint:
+    max_skew: int
+    topology_key: str
+    selector: selectors.Selector
+    min_domains: int = 1
+    honor_affinity: bool = True
+    honor_taints: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    constraints: tuple[Constraint, ...]
+    counts: tuple[dict[str, int], ...]
+    """Per constraint: matching pods per value of its topology key, over the eligible nodes (a domain with none: 0)."""
+    self_match: tuple[bool, ...]
+
+
+class PodTopologySpread(framework.Plugin):
+    name = "PodTopologySpread"
+    wakes_on = frozenset({framework.NODE, framework.POD_GONE, framework.POD_ADDED})
+
+    def pre_filter(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
+        try:
+            constraints = read(pod)
+            if not constraints:
+                return framework.SKIP
+            labels = selectors.pod_labels(pod)
+            wanted = node_affinity.read(pod)
+            tolerations = taint_toleration.tolerations(pod)
+        except (fit.FitError, ValueError) as exc:
+            return PodRefusal(str(exc))
+        meta = pod.get("metadata") or {}
+        namespace, uid = str(meta.get("namespace") or ""), meta.get("uid")
+        counts: list[dict[str, int]] = [{} for _ in constraints]
+        for name, node in snap.nodes.items():
+            node_labels = node["metadata"].get("labels") or {}
+            if not all(c.topology_key in node_labels for c in constraints):
+                continue
+            for i, c in enumerate(constraints):
+                if c.honor_affinity and node_affinity.refusal(wanted, node) is not None:
+                    continue
+                if c.honor_taints and taint_toleration.refusal(node, tolerations) is not None:
+                    continue
+                value = node_labels[c.topology_key]
+                counts[i][value] = counts[i].get(value, 0) + sum(
+                    1
+                    for other, taken in snap.usage.pods_on(name)
+                    if other != uid
+                    and taken.namespace == namespace
+                    and not taken.terminating
+                    and c.selector.matches(dict(taken.labels))
+                )
+        self_match = tuple(c.selector.matches(labels) for c in constraints)
+        return State(constraints, tuple(counts), self_match)
+
+    def filter(self, state: State, node: Mapping[str, Any], snap: Snapshot) -> Reason | None:
+        name = node["metadata"]["name"]
+        labels: Mapping[str, str] = node["metadata"].get("labels") or {}
+        for c, counts, own in zip(state.constraints, state.counts, state.self_match, strict=True):
+            key = c.topology_key
+            value = labels.get(key)
+            if value is None:
+                return lambda: (
+                    f"node {name} has no {key} label (node(s) didn't match pod topology spread constraints "
+                    "(missing required label))"
+                )
+            fewest = 0 if len(counts) < c.min_domains else min(counts.values(), default=0)
+            here = counts.get(value, 0)
+            if here + own - fewest > c.max_skew:
+                return lambda: (
+                    f"node {name}: {key}={value} has {here} matching pods and the emptiest domain {fewest}, "
+                    f"maxSkew {c.max_skew} (node(s) didn't match pod topology spread constraints)"
+                )
+        return None
+
+
+def read(pod: Mapping[str, Any]) -> tuple[Constraint, ...]:
+    """The pod's DoNotSchedule constraints; FitError naming the field that cannot be read."""
+    listed = fit.spec_of(pod).get("topologySpreadConstraints") or []
+    if not isinstance(listed, list):
+        raise fit.FitError(f"{FIELD} is {json_type(listed)}; expected an array")
+    pod_labels = selectors.pod_labels(pod)
+    out = []
+    for i, c in enumerate(listed):
+        where = f"{FIELD}[{i}]"
+        if not isinstance(c, Mapping):
+            raise fit.FitError(f"{where} is not an object")
+        if c.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
+            continue
+        skew, key, min_domains = c.get("maxSkew"), c.get("topologyKey"), c.get("minDomains", 1)
+        if not isinstance(skew, int) or isinstance(skew, bool) or skew < 1:
+            raise fit.FitError(f"{where}.maxSkew is {skew!r}; expected an integer of at least 1")
+        if not isinstance(key, str) or not key:
+            raise fit.FitError(f"{where}.topologyKey is {key!r}; expected a label key")
+        if min_domains is None:
+            min_domains = 1
+        if not isinstance(min_domains, int) or isinstance(min_domains, bool) or min_domains < 1:
+            raise fit.FitError(f"{where}.minDomains is {min_domains!r}; expected an integer of at least 1")
+        policies = []
+        for field, default in (("nodeAffinityPolicy", "Honor"), ("nodeTaintsPolicy", "Ignore")):
+            policy = c.get(field) or default
+            if policy not in _POLICIES:
+                raise fit.FitError(f"{where}.{field} is {policy!r}; expected Honor or Ignore")
+            policies.append(policy == "Honor")
+        keys = c.get("matchLabelKeys") or []
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise fit.FitError(f"{where}.matchLabelKeys is not an array of strings")
+        chosen = selectors.selector(c.get("labelSelector"), f"{where}.labelSelector")
+        chosen = chosen.with_labels({k: pod_labels[k] for k in keys if k in pod_labels})
+        out.append(Constraint(skew, key, chosen, min_domains, policies[0], policies[1]))
+    return tuple(out)
