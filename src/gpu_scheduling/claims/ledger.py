@@ -132,24 +132,24 @@ class Ledger:
         """The pod was given up but a Lease still names it: it must not be placed again until the API agrees."""
         return uid in self._released and bool(self._uid_leases.get(uid))
 
-    def holdings(self, node: str) -> tuple[Holding, ...]:
-        """Everything held on `node`, as the allocator reads it: one Holding per busy GPU and exclusivity."""
-        cached = self._holdings.get(node)
+    def holdings(self, node: str, hidden: Collection[str] = ()) -> tuple[Holding, ...]:
+        """Everything held on `node`, as the allocator reads it: one Holding per busy GPU and exclusivity. `hidden`:
+        pods counted as gone, their holds and their names on Leases with them (a trial's victims)."""
+        cached = None if hidden else self._holdings.get(node)
         if cached is not None:
             return cached
         exclusive: set[int] = set()
         shared: set[int] = set()
         for key in self._node_gpus(node):
             for uid in self._gpu_holders.get(key, ()):
-                (exclusive if self._holds[uid].exclusivity == "Exclusive" else shared).add(key[1])
+                if uid not in hidden:
+                    (exclusive if self._holds[uid].exclusivity == "Exclusive" else shared).add(key[1])
             lease = self._leases.get(key)
-            if lease is not None and lease.holders:
+            if lease is not None and any(h not in hidden for h in lease.holders):
                 (exclusive if lease.exclusivity == "Exclusive" else shared).add(key[1])
-        out = tuple(
-            [Holding(node, (g,), "Exclusive") for g in sorted(exclusive)]
-            + [Holding(node, (g,), "Shared") for g in sorted(shared - exclusive)]
-        )
-        self._holdings[node] = out
+        out = _holdings(node, exclusive, shared)
+        if not hidden:
+            self._holdings[node] = out
         return out
 
     def _node_gpus(self, node: str) -> list[GpuKey]:
@@ -166,19 +166,26 @@ class Ledger:
                 self._by_node.pop(key[0], None)
         self._holdings.pop(key[0], None)
 
-    def conflicts(self, node: str, gpu_ids: Iterable[int], exclusivity: str, uid: str) -> list[Conflict]:
-        """Who stops pod `uid` from holding `gpu_ids` of `node` with `exclusivity` now (empty: nobody)."""
+    def conflicts(
+        self, node: str, gpu_ids: Iterable[int], exclusivity: str, uid: str, hidden: Collection[str] = ()
+    ) -> list[Conflict]:
+        """Who stops pod `uid` from holding `gpu_ids` of `node` with `exclusivity` now (empty: nobody); the pods in
+        `hidden` counted as gone."""
         out: list[Conflict] = []
         for gpu in gpu_ids:
             key = (node, gpu)
             out.extend(
                 Conflict(node, gpu, self._holds[other].describe())
                 for other in sorted(self._gpu_holders.get(key, ()))
-                if other != uid and (exclusivity == "Exclusive" or self._holds[other].exclusivity == "Exclusive")
+                if other != uid
+                and other not in hidden
+                and (exclusivity == "Exclusive" or self._holds[other].exclusivity == "Exclusive")
             )
             lease = self._leases.get(key)
             if lease is not None:
-                others = [h for h in lease.holders if h != uid and h not in self._gpu_holders.get(key, ())]
+                others = [
+                    h for h in lease.holders if h != uid and h not in hidden and h not in self._gpu_holders.get(key, ())
+                ]
                 if others and (exclusivity == "Exclusive" or lease.exclusivity == "Exclusive"):
                     out.append(
                         Conflict(node, gpu, f"Lease {lease.name} of pod {lease.pods.get(others[0]) or others[0]}")
@@ -343,10 +350,18 @@ class Ledger:
         assert refs == self._by_node, "node index out of date"
 
 
+def _holdings(node: str, exclusive: set[int], shared: set[int]) -> tuple[Holding, ...]:
+    return tuple(
+        [Holding(node, (g,), "Exclusive") for g in sorted(exclusive)]
+        + [Holding(node, (g,), "Shared") for g in sorted(shared - exclusive)]
+    )
+
+
 class Overlay:
     """A ledger's copy for trial placements (a gang's domains, preemption's victims): the ledger's holds as they are,
-    plus the holds assumed on this copy only. Reads answer as the ledger would after those assumptions; nothing
-    done here changes the ledger. O(the trial's holds) per read of a node they touch, nothing for the others.
+    less the pods `hide` counts as gone (with their names on Leases), plus the holds assumed on this copy only.
+    Reads answer as the ledger would after those changes; nothing done here changes the ledger. O(the trial's
+    holds) per read of a node they touch, nothing for the others.
 
     A trial places pods the ledger holds nothing for (a pod assumed by an earlier attempt keeps that hold: it is
     retried as it is). Kept trials are assumed on the ledger itself (scheduler.cache.Cache.commit)."""
@@ -355,27 +370,36 @@ class Overlay:
         self._base = base
         self._holds: dict[str, Hold] = {}
         self._on_node: dict[str, set[str]] = {}  # node -> uids assumed here on it
+        self._hidden: set[str] = set()  # the pods counted as gone
 
     def hold(self, uid: str) -> Hold | None:
+        if uid in self._hidden:
+            return None
         return self._holds.get(uid) or self._base.hold(uid)
+
+    def hide(self, uid: str) -> None:
+        """Count pod `uid` as gone: its hold and its names on Leases no longer count."""
+        self._hidden.add(uid)
+
+    def unhide(self, uid: str) -> None:
+        """Count a hidden pod again (a victim reprieved)."""
+        self._hidden.discard(uid)
 
     def holdings(self, node: str) -> tuple[Holding, ...]:
         mine = self._on_node.get(node)
+        base = self._base.holdings(node, self._hidden)
         if not mine:
-            return self._base.holdings(node)
-        exclusive = {g for h in self._base.holdings(node) if h.exclusivity == "Exclusive" for g in h.gpu_ids}
-        shared = {g for h in self._base.holdings(node) if h.exclusivity != "Exclusive" for g in h.gpu_ids}
+            return base
+        exclusive = {g for h in base if h.exclusivity == "Exclusive" for g in h.gpu_ids}
+        shared = {g for h in base if h.exclusivity != "Exclusive" for g in h.gpu_ids}
         for uid in mine:
             hold = self._holds[uid]
             (exclusive if hold.exclusivity == "Exclusive" else shared).update(hold.gpu_ids)
-        return tuple(
-            [Holding(node, (g,), "Exclusive") for g in sorted(exclusive)]
-            + [Holding(node, (g,), "Shared") for g in sorted(shared - exclusive)]
-        )
+        return _holdings(node, exclusive, shared)
 
     def conflicts(self, node: str, gpu_ids: Iterable[int], exclusivity: str, uid: str) -> list[Conflict]:
         wanted = tuple(gpu_ids)
-        out = self._base.conflicts(node, wanted, exclusivity, uid)
+        out = self._base.conflicts(node, wanted, exclusivity, uid, self._hidden)
         for other in sorted(self._on_node.get(node, ())):
             hold = self._holds[other]
             if other == uid or not (exclusivity == "Exclusive" or hold.exclusivity == "Exclusive"):

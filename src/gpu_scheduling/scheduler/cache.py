@@ -9,8 +9,9 @@ failed: the room and the GPUs it freed wake the pods waiting for them, and the L
 the Lease reconciler until the API agrees).
 
 Trial placements (a gang's candidate domains, later preemption's victims) never touch the live state: they run on a
-`Trial` (`fork`), a copy-on-write of both that the same filters and allocator read through its snapshot; a trial
-that is kept is assumed here with `commit`, with no await in between, so it cannot conflict.
+`Trial` (`fork`), a copy-on-write of both that the same filters and allocator read through its snapshot, where
+pods can be placed (`assume`, `retract`) and placed pods counted as gone (`remove`, `restore`); a trial that is
+kept is assumed here with `commit`, with no await in between, so it cannot conflict.
 
 Pure: no client and no I/O; what a change must wake is told to the `Listener` the controller sets.
 """
@@ -74,6 +75,17 @@ class Trial:
         self.ledger.retract(uid)
         if self._placed.pop(uid, None) is not None:
             self.usage.set(uid, self._cache.usage.footprint(uid))
+
+    def remove(self, uid: str) -> None:
+        """Count the placed pod `uid` as gone on this copy: its GPUs (and its names on their Leases) and its room
+        (preemption's victims)."""
+        self.ledger.hide(uid)
+        self.usage.set(uid, None)
+
+    def restore(self, uid: str) -> None:
+        """Count a removed pod again (a victim reprieved)."""
+        self.ledger.unhide(uid)
+        self.usage.set(uid, self._cache.usage.footprint(uid))
 
     def placed(self) -> list[tuple[Mapping[str, Any], Hold]]:
         """What this copy assumed, in order: each pod and its hold."""

@@ -4,6 +4,7 @@ answers exactly as a ledger holding the same holds would, while the ledger itsel
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import hypothesis.strategies as st
@@ -146,6 +147,24 @@ def test_a_commit_that_conflicts_keeps_nothing():
     assert cache.usage.pods("n1") == 1
 
 
+def test_a_trial_counts_removed_pods_as_gone_and_restores_them():
+    cache, heard = cache_with_listener()
+    victim = pod("victim", "2")
+    cache.assume(victim, claim_hold("victim", gpus=(0, 1)))
+    cache.observe("victim", cache.usage.footprint("victim"))
+    cache.ledger.lease_seen(LeaseRecord("gpu-n1-0", "n1", 0, "Exclusive", ("victim",)))
+    trial = cache.fork()
+    trial.remove("victim")
+    assert held(trial.ledger) == [] and trial.usage.pods("n1") == 0, "its hold and its Lease no longer count"
+    assert trial.ledger.hold("victim") is None
+    assert trial.assume(pod("preemptor"), claim_hold("preemptor", gpus=(0, 1))) == []
+    assert held(cache.ledger) == [((0,), "Exclusive"), ((1,), "Exclusive")] and cache.usage.pods("n1") == 1
+    trial.retract("preemptor")
+    trial.restore("victim")
+    assert held(trial.ledger) == held(cache.ledger) and trial.usage.pods("n1") == 1
+    assert heard.rooms == [] and heard.freed == 0
+
+
 # ---- the trial's view of the GPUs, against a ledger holding the same -------------------------------------------
 NODES = ("n1", "n2")
 HOLDS = st.builds(
@@ -170,21 +189,28 @@ LEASES = st.builds(
     leases=st.lists(LEASES, max_size=3),
     tried=st.lists(HOLDS, max_size=5),
     retracted=st.sets(st.sampled_from(("a", "b", "c", "d", "e", "f"))),
+    removed=st.sets(st.sampled_from(("a", "b", "c", "x", "y"))),
     asked=HOLDS,
 )
-def test_a_trial_reads_as_a_ledger_with_its_holds_would(base, leases, tried, retracted, asked):
+def test_a_trial_reads_as_a_ledger_with_its_holds_would(base, leases, tried, retracted, removed, asked):
+    """The trial's ledger, with `removed` counted gone (their holds and their names on Leases) and `tried` placed,
+    answers as a ledger built without the removed and with the tried would."""
     ledger, same = Ledger(), Ledger()
     for lease in leases:
         ledger.lease_seen(lease)
-        same.lease_seen(lease)
+        holders = tuple(h for h in lease.holders if h not in removed)
+        if holders:
+            same.lease_seen(dataclasses.replace(lease, holders=holders))
     for hold in base:
-        if ledger.hold(hold.uid) is None:
-            ledger.assume(hold)
+        if ledger.hold(hold.uid) is None and ledger.assume(hold) == [] and hold.uid not in removed:
             same.assume(hold)
     before = {n: ledger.holdings(n) for n in NODES}
-    trial = Cache(ledger).fork()
+    cache = Cache(ledger)
+    trial = cache.fork()
+    for uid in removed:
+        trial.ledger.hide(uid)
     for hold in tried:
-        if ledger.hold(hold.uid) is not None or trial.ledger.hold(hold.uid) is not None:
+        if ledger.hold(hold.uid) is not None or trial.ledger.hold(hold.uid) is not None or hold.uid in removed:
             continue  # a trial places pods the ledger holds nothing for
         got = trial.ledger.assume(hold)
         assert sorted((c.node, c.gpu) for c in got) == sorted((c.node, c.gpu) for c in same.assume(hold))
