@@ -4,8 +4,12 @@ scheduler.selectors read through it)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from typing import Any
+
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
+_INT64 = 2**63
 
 
 class FitError(ValueError):
@@ -23,3 +27,31 @@ def obj(value: Any, field: str) -> Mapping[str, Any]:
 
 def spec_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj(pod.get("spec"), "spec")
+
+
+def requirement_holds(key: str, op: Any, values: Collection[str], labels: Mapping[str, str]) -> bool:
+    """One requirement of a label selector or a node selector term on `labels`: In, NotIn, Exists, DoesNotExist,
+    and (node selectors only) Gt and Lt, which compare one integer value. An operator of another name holds for no
+    labels."""
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt") and key in labels and len(values) == 1:
+        have, bound = _int64(labels[key]), _int64(next(iter(values)))
+        if have is None or bound is None:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False
+
+
+def _int64(text: Any) -> int | None:
+    """A label value as Go's strconv.ParseInt(text, 10, 64) reads it, or None."""
+    if not isinstance(text, str) or not _INTEGER.match(text):
+        return None
+    value = int(text)
+    return value if -_INT64 <= value < _INT64 else None

@@ -23,6 +23,7 @@ from typing import Any
 from gpu_scheduling.scheduler import selectors
 from gpu_scheduling.scheduler.fields import FitError as FitError  # re-exported: the rules name fit.FitError
 from gpu_scheduling.scheduler.fields import obj as obj
+from gpu_scheduling.scheduler.fields import requirement_holds
 from gpu_scheduling.scheduler.fields import spec_of as spec_of
 
 CPU = "cpu"
@@ -52,8 +53,6 @@ _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:([eE][+-]?[0-9]+
 _MAX_EXPONENT = 64
 """Quantities beyond 10^64 are far past what any node has (kube's own limit is 2^63 - 1 units); a larger exponent
 is refused instead of being computed (an exponent of 10^11 would never finish)."""
-_INTEGER = re.compile(r"^[+-]?[0-9]+$")
-_INT64 = 2**63
 
 
 def quantity(value: Any, field: str) -> Fraction:
@@ -588,28 +587,7 @@ def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> b
     values = expr.get("values") or []
     if not isinstance(key, str) or not isinstance(values, list):
         return False
-    if op == "In":
-        return key in labels and labels[key] in values
-    if op == "NotIn":
-        return key not in labels or labels[key] not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt") and key in labels and len(values) == 1:
-        have, bound = _int64(labels[key]), _int64(values[0])
-        if have is None or bound is None:
-            return False
-        return have > bound if op == "Gt" else have < bound
-    return False
-
-
-def _int64(text: Any) -> int | None:
-    """A label value as Go's strconv.ParseInt(text, 10, 64) reads it, or None."""
-    if not isinstance(text, str) or not _INTEGER.match(text):
-        return None
-    value = int(text)
-    return value if -_INT64 <= value < _INT64 else None
+    return requirement_holds(key, op, values, labels)
 
 
 def expressions_match(expressions: Any, labels: Mapping[str, str]) -> bool:

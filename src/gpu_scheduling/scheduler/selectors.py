@@ -35,19 +35,7 @@ class Selector:
         for key, value in self.match_labels:
             if labels.get(key) != value:
                 return False
-        for key, op, values in self.expressions:
-            present = key in labels
-            if op == "In":
-                ok = present and labels[key] in values
-            elif op == "NotIn":
-                ok = not present or labels[key] not in values
-            elif op == "Exists":
-                ok = present
-            else:
-                ok = not present
-            if not ok:
-                return False
-        return True
+        return all(fields.requirement_holds(key, op, values, labels) for key, op, values in self.expressions)
 
     def with_labels(self, pairs: Mapping[str, str]) -> Selector:
         """This selector and `pairs` too (matchLabelKeys: the pod's own values of the keys it names). An absent
