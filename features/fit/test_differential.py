@@ -15,10 +15,12 @@ the gpu-webhook leaves one: the round's map puts copy i (the index its name ends
 has that entry's CUDA_VISIBLE_DEVICES. gpu-scheduler's verdict is what the scheduler would do with the copy as the
 apiserver stored it (defaults and admission applied), its pinning taken out again and its schedulerName gpu-scheduler:
 its pods informer's view of it (decision.pod_view), queued only if decision.is_schedulable_pod, then decision.decide
-over the scheduler's node cache (every Node the API lists, as decision.node_view) and a framework.Snapshot of the
-NodeUsage its other-pods informer builds (the same field selector, fit.trimmed, fit.footprint) and a VolumeCache of
-every claim, volume, StorageClass and CSINode the API lists at the probe's time. Bound to the copy's node: it fits;
-the Unschedulable message is the reason.
+over the scheduler's node cache (every Node the API lists, as decision.node_view) and the snapshot of a
+scheduler.cache.Cache built as the scheduler builds its own (`_cache`): that node cache, every Namespace (their
+labels), a VolumeCache of every claim, volume, StorageClass and CSINode the API lists at the probe's time, and every
+bound pod of another scheduler observed as its other-pods informer has it (the same field selector, fit.trimmed,
+Cache.observe of fit.footprint: requests, ports, claims, namespace, labels, required anti-affinity, deletion). Bound
+to the copy's node: it fits; the Unschedulable message is the reason.
 
 Then the volume batches (VOLUME_BATCHES of VOLUME_ROUNDS_PER_BATCH rounds): fresh kwok nodes with their hostname
 label, most with a zone label (topology.kubernetes.io/zone), room for any probe, no taint. Four StorageClasses, made
@@ -55,11 +57,34 @@ the first round, kube-scheduler is shown every CSINode: the sync node's, made la
 and a pod pinned there with such a volume is made (again) until kube-scheduler refuses it for the count ("node(s)
 exceed max volume count").
 
-A difference is allowed only where gpu-scheduler refuses the pod as asking for a rule it does not support
-(required pod anti-affinity, DoNotSchedule topology spread); anything else fails with a table of the cases. Where
-both refuse, the reasons are compared too: both judge the node's own state first (cordon, taints), then node
-affinity, then host ports, then resources, stopping at the first rule the node breaks (resources: every shortage
-listed). One exception kube has: NodeAffinity's PreFilter, before every filter, refuses a node that no term's
+Last the topology batches (InterPodAffinity and PodTopologySpread; TOPOLOGY_BATCHES of TOPOLOGY_ROUNDS_PER_BATCH
+rounds, drawn from a seed of their own): fresh kwok nodes with their hostname label, most with a zone label (a, b,
+c), most with a disk label, some with a dedicated taint (NoSchedule, NoExecute or PreferNoSchedule), room for every
+pod. Pods are placed on them (bound by nodeName, another scheduler's) in two labelled namespaces (NAMESPACE_LABELS),
+each with role=placed, an app and maybe a tier label; some with a required anti-affinity term of their own (towards
+an app, every probe, or placed pods; by hostname or zone; of their namespace, a list, a namespaceSelector); some
+terminating (a finalizer of the test's and an annotation kwok leaves alone, then deleted). A round's probe
+(`topology_probe`) asks for required pod affinity and anti-affinity terms (hostname or zone; namespaces lists,
+namespaceSelector empty or by label; matchLabelKeys, mismatchLabelKeys; a term about the copy alone, the first of its
+group) or DoNotSchedule constraints (maxSkew 1 or 2, minDomains, nodeAffinityPolicy and nodeTaintsPolicy Honor or
+Ignore, matchLabelKeys, a selector the copy matches itself, an empty selector), maybe a nodeSelector and a
+toleration of the taints. The copies must not change each other's counts, whatever kube-scheduler has bound of them
+already: every copy has labels of its own (OWN_LABEL), and every selector a probe has matches placed pods only
+(role=placed), or the copy alone, or the copy and placed pods but none of the round's other copies (OWN_LABEL NotIn
+them). A node affinity pin would be the only domain a Honor policy counts, so copy i is pinned to node i by a host
+port instead: one pod per node, in a namespace of its own and matched by no selector, holds every copy's port but its
+node's (the sync node's holds all). kube-scheduler then judges every node; every other node is refused at the latest
+by NodePorts, before both topology plugins, and what its message says of the copy's node is what is left when each
+other node's first broken rule is taken off its counts (`node_reasons`).
+
+A difference is allowed only where gpu-scheduler refuses the pod as asking for a rule it does not support (Dynamic
+Resource Allocation claims, which no probe asks for); anything else fails with a table of the cases (a topology
+case's batch, its nodes and placed pods, in build/fit-differential-topology.json). Where both refuse, the reasons
+are compared too: both judge the node's own state first (cordon, taints), then node affinity, then host ports, then
+resources, then topology spread, then pod affinity, stopping at the first rule the node breaks (resources: every
+shortage listed; InterPodAffinity and PodTopologySpread by kube-scheduler's reasons, which gpu-scheduler's give in
+parentheses: the pod's affinity, its anti-affinity, existing pods' anti-affinity; a skew, a missing topology
+label). One exception kube has: NodeAffinity's PreFilter, before every filter, refuses a node that no term's
 metadata.name matchFields admits ("pod affinity terms conflict"); there the node must break the affinity for
 gpu-scheduler too, whatever rule it names first. Where both refuse a copy with claims, the test asks no more:
 kube-scheduler's message counts nodes per reason ("node(s) didn't find available persistent volumes to bind" stands
@@ -68,13 +93,16 @@ volume plugins refuse in an order of their own (a ReadWriteOncePod claim in use 
 Immediate claim in VolumeBinding's PreFilter; gpu-scheduler in PreFilter).
 
 Agreement means something only where the cases put every rule to the test both ways: for each rule (each resource,
-the pod count, host ports, nodeSelector, required node affinity, taints, cordons; VOLUME_RULES: a bound claim's
-volume's node affinity, a static volume for a WaitForFirstConsumer claim, allowedTopologies, a class without a
-provisioner, an Immediate claim bound, a selected node, VolumeZone, ReadWriteOncePod, NodeVolumeLimits) at least
-MIN_EACH_WAY cases where both refuse for it and MIN_EACH_WAY where both let the pod on a node although the rule was in
-play (rules_in_play, volume_rules_in_play say when: NodeVolumeLimits where the node's CSINode has a count for the
-driver of one of the copy's claims). A volume rule counts as refused where gpu-scheduler's reason names it and
-kube-scheduler's message says the same; the summary counts the refusals where kube-scheduler names another.
+the pod count, host ports, nodeSelector, required node affinity, taints, cordons, InterPodAffinity,
+PodTopologySpread; VOLUME_RULES: a bound claim's volume's node affinity, a static volume for a WaitForFirstConsumer
+claim, allowedTopologies, a class without a provisioner, an Immediate claim bound, a selected node, VolumeZone,
+ReadWriteOncePod, NodeVolumeLimits) at least MIN_EACH_WAY cases where both refuse for it and MIN_EACH_WAY where both
+let the pod on a node although the rule was in play (rules_in_play, volume_rules_in_play say when: NodeVolumeLimits
+where the node's CSINode has a count for the driver of one of the copy's claims). A volume rule counts as refused
+where gpu-scheduler's reason names it and kube-scheduler's message says the same; the summary counts the refusals
+where kube-scheduler names another. Of InterPodAffinity and PodTopologySpread, each refusal (the pod's affinity, its
+anti-affinity, existing pods' anti-affinity; a skew, a missing topology label) is asked for at least MIN_EACH_WAY
+times too, and the summary counts the topology cases whose verdict hangs on the terminating pods not being counted.
 
 Before a batch's first probe, kube-scheduler is shown to have every node write of the batch: a label is put on a
 sync node last and a pod that needs it is bound (node events reach it in resourceVersion order). Likewise before a
@@ -82,7 +110,8 @@ volume round's copies, for its claims and volumes: a volume of the no-provisione
 only it can take, used by a pod pinned to the sync node; kube-scheduler reserves that volume only once it sees both,
 and its claim and volume informers deliver in resourceVersion order (the StorageClasses are shown once, the same way:
 a claim's selected-node is written only once its class is seen). The suite takes about 90 s on a busy 2-core machine
-(about 35 s of it the volume batches, about 12 s the CSI batch); its summary goes to build/fit-differential.json.
+(about 35 s of it the volume batches, about 12 s the CSI batch), and the topology batches about 25 s more; its summary
+goes to build/fit-differential.json.
 """
 
 from __future__ import annotations
@@ -107,6 +136,7 @@ from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.informer import key_of
 from gpu_scheduling.kube.sync import SyncClient
 from gpu_scheduling.scheduler import decision, fit, framework, volumes
+from gpu_scheduling.scheduler.cache import Cache
 from gpu_scheduling.scheduler.plugins import node_affinity, unsupported
 from harness.components import start_kube_scheduler
 from harness.controlplane import ControlPlane, create_namespace, node_body, node_ready
@@ -441,12 +471,15 @@ def probe_spec(rng: random.Random, nodes: dict[str, dict[str, str]]) -> dict[str
             ]
         }
     elif rng.random() < 0.06 * rich:
+        # Ignore: the copies are pinned by a node affinity term (which Honor, the default, would make the only
+        # eligible domain); the topology batches judge Honor, with copies pinned another way.
         spec["topologySpreadConstraints"] = [
             {
                 "maxSkew": 1,
                 "topologyKey": "zone",
                 "whenUnsatisfiable": "DoNotSchedule",
                 "labelSelector": {"matchLabels": {"app": "web"}},
+                "nodeAffinityPolicy": "Ignore",
             }
         ]
     if affinity:
@@ -1019,16 +1052,26 @@ class Case:
     """Of a volume case: the volume rules in play for each of the copy's claims."""
     volume: bool = False
     """A case of a volume batch: where both refuse, which rule each names is not compared."""
+    kube_reasons: frozenset[str] | None = None
+    """Of a copy of a topology batch that kube-scheduler refused: what its message says of the copy's node alone
+    (`node_reasons`: kube-scheduler judged every node, and its message counts the reasons of all)."""
+    terminating_decisive: bool = False
+    """Of a copy of a topology batch: gpu-scheduler's verdict would be another, were the terminating pods counted."""
 
     @property
     def differs(self) -> bool:
         return self.kube != self.gpu
 
     @property
+    def kube_categories(self) -> set[str]:
+        """What kube-scheduler's message says the copy's node breaks."""
+        return set(self.kube_reasons) if self.kube_reasons is not None else kube_categories(self.kube_message)
+
+    @property
     def reasons_differ(self) -> bool:
         if self.kube != REFUSED or self.gpu != REFUSED or self.unsupported or self.volume:
             return False
-        ours, theirs = gpu_categories(self.gpu_reason), kube_categories(self.kube_message)
+        ours, theirs = gpu_categories(self.gpu_reason), self.kube_categories
         if theirs == {"affinity conflict"}:
             # NodeAffinity's PreFilter, which runs before every Filter (taints included), found that no term's
             # metadata.name matchFields can hold on this node.
@@ -1088,16 +1131,67 @@ _KUBE_REASONS = {
 }
 
 
+POD_AFFINITY = "pod affinity"
+POD_ANTI_AFFINITY = "pod anti-affinity"
+EXISTING_ANTI_AFFINITY = "existing pods' anti-affinity"
+SPREAD = "topology spread"
+SPREAD_LABEL = "topology spread: missing label"
+TOPOLOGY_CATEGORIES = {
+    POD_AFFINITY: "InterPodAffinity",
+    POD_ANTI_AFFINITY: "InterPodAffinity",
+    EXISTING_ANTI_AFFINITY: "InterPodAffinity",
+    SPREAD: "PodTopologySpread",
+    SPREAD_LABEL: "PodTopologySpread",
+}
+"""The refusals of InterPodAffinity and PodTopologySpread, each with its plugin: kube-scheduler's reasons, which
+gpu-scheduler's messages give in parentheses."""
+_TOPOLOGY_REASONS = (
+    ("node(s) didn't match pod affinity rules", POD_AFFINITY),
+    ("node(s) didn't match pod anti-affinity rules", POD_ANTI_AFFINITY),
+    ("node(s) didn't satisfy existing pods anti-affinity rules", EXISTING_ANTI_AFFINITY),
+    ("node(s) didn't match pod topology spread constraints (missing required label)", SPREAD_LABEL),
+)
+_SPREAD_REASON = re.compile(r"node\(s\) didn't match pod topology spread constraints(?! \(missing required label\))")
+
+
+def topology_categories(text: str) -> set[str]:
+    """The refusals of InterPodAffinity and PodTopologySpread that `text` (kube-scheduler's message, or
+    gpu-scheduler's reason) names."""
+    found = {category for phrase, category in _TOPOLOGY_REASONS if phrase in text}
+    if _SPREAD_REASON.search(text):
+        found.add(SPREAD)
+    return found
+
+
 def kube_categories(message: str) -> set[str]:
     """What kube-scheduler's message says the one node it judged breaks (the text before "preemption:")."""
     message = message.split("preemption:")[0]
     found = {category for text, category in _KUBE_REASONS.items() if text in message}
     found |= {f"insufficient {r}" for r in re.findall(r"Insufficient ([\w./-]+)", message)}
+    found |= topology_categories(message)
     return found or {"other"}
 
 
+def kube_node_counts(message: str) -> collections.Counter[str] | None:
+    """kube-scheduler's message on a pod it judged on every node ("0/13 nodes are available: 1 node(s) didn't match
+    pod affinity rules, 12 node(s) didn't have free ports for the requested pod ports. preemption: ..."): how many
+    nodes each category of reason refused (a node short of two resources counts for each). None when it has not
+    that shape."""
+    head = re.match(r"0/\d+ nodes are available: (.*)", message.split("preemption:")[0].strip())
+    if head is None:
+        return None
+    listed = head.group(1).split(". ", 1)[0].rstrip(".")
+    counts: collections.Counter[str] = collections.Counter()
+    for number, text in re.findall(r"(\d+) (.+?)(?=, \d+ |$)", listed):
+        for category in kube_categories(text):
+            counts[category] += int(number)
+    return counts
+
+
 def gpu_categories(reason: str) -> set[str]:
-    found = set()
+    found = topology_categories(reason)
+    if found:
+        return found
     if "is cordoned" in reason:
         found.add("cordon")
     elif "has taint" in reason:
@@ -1123,8 +1217,11 @@ RULES = (
     "node affinity",
     "taint",
     "cordon",
+    "InterPodAffinity",
+    "PodTopologySpread",
 )
-"""Every node rule of the fit the cases must put to the test both ways."""
+"""Every node rule of the fit the cases must put to the test both ways (InterPodAffinity: the pod's required pod
+affinity and anti-affinity, and placed pods' required anti-affinity; PodTopologySpread: DoNotSchedule constraints)."""
 
 PV_AFFINITY = "bound volume's node affinity"
 WFFC_STATIC = "WaitForFirstConsumer static volume"
@@ -1164,11 +1261,16 @@ KUBE_VOLUME_REASONS = {
 """What kube-scheduler's message says of a node refused for each volume rule."""
 
 
+POD_TERMS = ("podAffinity", "podAntiAffinity")
+
+
 def rules_in_play(spec: dict[str, Any], node: dict[str, Any], usage: fit.NodeUsage) -> frozenset[str]:
     """The rules a fit of the probe (as its owner wrote `spec`) on `node` (as the API has it) has to pass: each
     resource it asks for, the pod count where it would take the node's last pod slot, its host ports where pods on
     the node already hold some, its nodeSelector and required node affinity, the node's NoSchedule and NoExecute
-    taints and its cordon."""
+    taints and its cordon; InterPodAffinity where it has required pod affinity or anti-affinity terms (or, the
+    caller's to add, a placed pod's required anti-affinity is about it); PodTopologySpread where it has a
+    DoNotSchedule constraint."""
     name = node["metadata"]["name"]
     rules = {r for r in fit.pod_requests({"spec": spec}) if r in RULES}
     if usage.pods(name) + 1 == int(node["status"]["allocatable"]["pods"]):
@@ -1183,6 +1285,11 @@ def rules_in_play(spec: dict[str, Any], node: dict[str, Any], usage: fit.NodeUsa
         rules.add("taint")
     if node["spec"].get("unschedulable"):
         rules.add("cordon")
+    affinity = spec.get("affinity") or {}
+    if any((affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") for kind in POD_TERMS):
+        rules.add("InterPodAffinity")
+    if any(c.get("whenUnsatisfiable") == "DoNotSchedule" for c in spec.get("topologySpreadConstraints") or []):
+        rules.add("PodTopologySpread")
     return frozenset(rules)
 
 
@@ -1256,7 +1363,10 @@ def volume_refused_for(reason: str, claim_rules: Mapping[str, frozenset[str]]) -
 
 def refused_for(reason: str) -> set[str]:
     """The rules (of RULES) a refusal gpu-scheduler explains with `reason` names: the nodeSelector told apart from
-    required terms; within resources, every shortage."""
+    required terms; within resources, every shortage; InterPodAffinity and PodTopologySpread by their reasons."""
+    topology = {TOPOLOGY_CATEGORIES[c] for c in topology_categories(reason)}
+    if topology:
+        return topology
     for text, rule in (
         ("nodeSelector", "nodeSelector"),
         ("required node affinity", "node affinity"),
@@ -1531,25 +1641,41 @@ def _node_cache(api: SyncClient) -> dict[str, dict[str, Any]]:
     return {n["metadata"]["name"]: decision.node_view(n) for n in api.get(paths.NODES)["items"]}
 
 
-def _usage(api: SyncClient) -> fit.NodeUsage:
-    """The NodeUsage the scheduler builds from its other-pods informer (no pod here is gpu-scheduler's): what the
-    bound pods of other schedulers take, each kept as fit.trimmed keeps it (the probes are not there at that
-    moment)."""
-    usage = fit.NodeUsage()
+def _namespace_cache(api: SyncClient) -> dict[str, dict[str, Any]]:
+    """The scheduler's namespaces informer's cache: every Namespace (their labels are what the rules read)."""
+    return {key_of(ns): ns for ns in api.get(paths.NAMESPACES)["items"]}
+
+
+def _cache(
+    api: SyncClient,
+    nodes: dict[str, dict[str, Any]],
+    volume_cache: volumes.VolumeCache | None = None,
+    as_if_running: bool = False,
+) -> Cache:
+    """The scheduler's cache as its informers build it (no pod here is gpu-scheduler's): the node cache `nodes`,
+    the namespaces, the volume objects, and what every bound pod of another scheduler takes, its labels,
+    namespace, required anti-affinity and deletion included: each pod its other-pods informer lists (the same field
+    selector) kept as that informer's transform keeps it (fit.trimmed) and observed as its handler does
+    (Cache.observe of fit.footprint). The probes are not there at that moment. `as_if_running`: the terminating
+    pods as if they were not (to tell the cases their not being counted decides)."""
+    cache = Cache(volumes=volume_cache or volumes.VolumeCache(), nodes=nodes, namespaces=_namespace_cache(api))
     for pod in api.get(paths.ALL_PODS, fieldSelector=OTHER_PODS)["items"]:
         if PROBE_LABEL in (pod["metadata"].get("labels") or {}):
             continue
         view = fit.trimmed(pod)
-        usage.set(view["metadata"]["uid"], fit.footprint(view))
-    return usage
+        taken = fit.footprint(view)
+        if as_if_running and taken is not None:
+            taken = dataclasses.replace(taken, terminating=False)
+        cache.observe(view["metadata"]["uid"], taken)
+    return cache
 
 
 def _run_round(api: SyncClient, rng: random.Random, batch: int, rnd: int, names: list[str]) -> list[Case]:
     round_id = f"r{batch}-{rnd}"
     nodes = _node_cache(api)
     spec = probe_spec(rng, {name: nodes[name]["metadata"].get("labels") or {} for name in names})
-    usage = _usage(api)
-    snap = framework.Snapshot(usage, volumes.VolumeCache())  # no volume objects in a node batch
+    cache = _cache(api, nodes)  # no volume objects in a node batch
+    usage, snap = cache.usage, cache.snapshot
     maps = gpumap.ParseCache()
     mapped = seeing_gpus(spec)
     created: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -1669,15 +1795,15 @@ def _judge_volume_copies(
     _sync_volume_cache(api, batch, round_id)
 
     nodes = _node_cache(api)
-    usage = _usage(api)
     cache = _volume_cache(api)
+    scheduler_cache = _cache(api, nodes, cache)
+    usage, snap = scheduler_cache.usage, scheduler_cache.snapshot
     claimed = {name for name, pv in cache.volumes.items() if (pv.get("spec") or {}).get("claimRef")}
     selected = {
         pvc["metadata"]["name"]
         for pvc in cache.claims.values()
         if volumes.SELECTED_NODE in (pvc["metadata"].get("annotations") or {})
     }
-    snap = framework.Snapshot(usage, cache)
     maps = gpumap.ParseCache()
     bodies = [
         {
@@ -1737,6 +1863,444 @@ def _judge_volume_copies(
     return cases
 
 
+# ---- the topology batches: InterPodAffinity and PodTopologySpread -----------------------------------------------
+
+TOPOLOGY_BATCHES = 4
+TOPOLOGY_ROUNDS_PER_BATCH = 12
+OTHER_NAMESPACE = "fd-other"
+BLOCKER_NAMESPACE = "fd-blockers"
+NAMESPACE_LABELS = {NAMESPACE: {"env": "test", "team": "x"}, OTHER_NAMESPACE: {"env": "prod", "team": "y"}}
+"""The labels of the namespaces of the placed pods (pod affinity terms' namespaceSelectors read them)."""
+ROLE_LABEL = "role"
+"""placed (the pods of a topology batch that the probes' terms are about) or probe (a probe copy)."""
+OWN_LABEL = "fit-differential/own"
+"""On a probe copy of a topology batch: a value of its own (its round and index), no other pod has."""
+PLACED_LABEL = "fit-differential/placed"
+BLOCKER_LABEL = "fit-differential/blocker"
+APPS = ("web", "db", "cache")
+HOLD_FINALIZER = "example.com/fit-differential-hold"
+KWOK_STATUS = {"kwok.x-k8s.io/status": "custom"}
+"""kwok leaves a pod with this annotation alone (harness.controlplane): deleted with a finalizer, it stays
+terminating (kwok would take the finalizer off)."""
+PIN_PORT = 30100
+"""Copy i of a topology round asks for host port PIN_PORT + i, which a blocker pod holds on every node but node i."""
+OTHERS = "<the round's other copies>"
+"""In a probe's template: the values of a NotIn on OWN_LABEL, every other copy of the round (`_for_copy`)."""
+TOPOLOGY_WORLDS = ROOT / "build" / "fit-differential-topology.json"
+
+
+def topology_node_spec(rng: random.Random, name: str, batch: int) -> dict[str, Any]:
+    """A node of a topology batch: its hostname label, most with a zone label (ZONE: a, b or c) and a disk label,
+    some with a taint (NoSchedule, NoExecute or PreferNoSchedule), room for every pod."""
+    labels = {BATCH_LABEL: f"t{batch}"}
+    if rng.random() < 0.85:
+        labels[ZONE] = rng.choice("abc")
+    if rng.random() < 0.8:
+        labels["disk"] = rng.choice(("ssd", "ssd", "hdd"))
+    body = node_body(name, labels=labels)
+    resources = {"cpu": "16", "memory": "32Gi", "pods": "110"}
+    body["status"] = {"allocatable": dict(resources), "capacity": dict(resources)}
+    body["spec"] = {}
+    if rng.random() < 0.25:
+        effect = rng.choices(("NoSchedule", "NoExecute", "PreferNoSchedule"), weights=(3, 1, 1))[0]
+        body["spec"]["taints"] = [{"key": "dedicated", "value": rng.choice(("gpu", "infra")), "effect": effect}]
+    return body
+
+
+def _namespaces_term(rng: random.Random, term: dict[str, Any]) -> None:
+    """Which namespaces' pods a pod affinity term is about: its own pod's (none given), a list, a namespaceSelector
+    (empty: all; by label), or a list and a selector."""
+    roll = rng.random()
+    if roll < 0.4:
+        return
+    if roll < 0.52:
+        term["namespaces"] = [OTHER_NAMESPACE]
+    elif roll < 0.62:
+        term["namespaces"] = [NAMESPACE, OTHER_NAMESPACE]
+    elif roll < 0.74:
+        term["namespaceSelector"] = {}
+    elif roll < 0.84:
+        term["namespaceSelector"] = {"matchLabels": {"env": rng.choice(("prod", "test"))}}
+    elif roll < 0.92:
+        term["namespaceSelector"] = {"matchExpressions": [{"key": "team", "operator": "In", "values": ["x", "y"]}]}
+    else:
+        term["namespaces"] = [NAMESPACE]
+        term["namespaceSelector"] = {"matchLabels": {"env": "prod"}}
+
+
+def placed_anti_affinity(rng: random.Random) -> dict[str, Any]:
+    """A placed pod's required anti-affinity: one term about pods of an app (the probes have one too), about every
+    probe (by hostname only), or about placed pods only."""
+    roll = rng.random()
+    key = rng.choice((HOSTNAME, ZONE))
+    if roll < 0.4:
+        selector: dict[str, Any] = {"matchLabels": {"app": rng.choice(APPS)}}
+    elif roll < 0.65:
+        selector = {"matchExpressions": [{"key": "app", "operator": "In", "values": sorted(rng.sample(APPS, 2))}]}
+    elif roll < 0.85:
+        selector, key = {"matchLabels": {ROLE_LABEL: "probe"}}, HOSTNAME
+    else:
+        selector = {"matchLabels": {ROLE_LABEL: "placed"}}
+    term = {"labelSelector": selector, "topologyKey": key}
+    roll = rng.random()
+    if roll < 0.2:
+        term["namespaces"] = [NAMESPACE]
+    elif roll < 0.35:
+        term["namespaceSelector"] = {}
+    elif roll < 0.5:
+        term["namespaceSelector"] = {"matchLabels": {"env": rng.choice(("test", "prod"))}}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def placed_pod(rng: random.Random, name: str, node: str, batch: int) -> dict[str, Any]:
+    """A pod of a topology batch bound to `node` (another scheduler's), in NAMESPACE or OTHER_NAMESPACE, with an app
+    label and maybe a tier; some with required anti-affinity of their own; some to be terminating (a finalizer of
+    the test's, and KWOK_STATUS)."""
+    namespace = NAMESPACE if rng.random() < 0.6 else OTHER_NAMESPACE
+    labels = {ROLE_LABEL: "placed", PLACED_LABEL: f"t{batch}", "app": rng.choice(APPS)}
+    if rng.random() < 0.5:
+        labels["tier"] = rng.choice("12")
+    spec: dict[str, Any] = {
+        "nodeName": node,
+        "schedulerName": OTHER_SCHEDULER,
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [container("main", {})],
+    }
+    if rng.random() < 0.2:
+        spec["affinity"] = placed_anti_affinity(rng)
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    if rng.random() < 0.12:
+        meta["finalizers"] = [HOLD_FINALIZER]
+        meta["annotations"] = dict(KWOK_STATUS)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def blocker_pod(name: str, node: str, batch: int, ports: Iterable[int]) -> dict[str, Any]:
+    """A pod bound to `node` (another scheduler's, in BLOCKER_NAMESPACE, matched by no probe's term) holding
+    `ports` on the host: the copies that ask for one of them cannot go there."""
+    taken = [{"containerPort": p, "hostPort": p, "protocol": "TCP"} for p in ports]
+    spec = {
+        "nodeName": node,
+        "schedulerName": OTHER_SCHEDULER,
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [container("main", {}, taken)],
+    }
+    meta = {"name": name, "namespace": BLOCKER_NAMESPACE, "labels": {BLOCKER_LABEL: f"t{batch}"}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _probe_selector(rng: random.Random) -> tuple[dict[str, Any], list[str]]:
+    """A label selector of a probe's term or constraint that only placed pods can match (role=placed: never another
+    probe copy, so that no copy's placement changes another's counts), and its matchLabelKeys: the placed pods of
+    an app, of two apps, with or without a tier, of the probe's own app (matchLabelKeys), or all."""
+    selector: dict[str, Any] = {"matchLabels": {ROLE_LABEL: "placed"}}
+    roll = rng.random()
+    if roll < 0.3:
+        selector["matchLabels"]["app"] = rng.choice(APPS)
+    elif roll < 0.48:
+        selector["matchExpressions"] = [{"key": "app", "operator": "In", "values": sorted(rng.sample(APPS, 2))}]
+    elif roll < 0.7:
+        return selector, ["app"]
+    elif roll < 0.82:
+        selector["matchExpressions"] = [{"key": "tier", "operator": rng.choice(("Exists", "DoesNotExist"))}]
+    return selector, []
+
+
+def _pod_term(rng: random.Random, app: str, anti: bool) -> dict[str, Any]:
+    """A required pod affinity (or anti-affinity) term of a probe: about placed pods (`_probe_selector`, maybe
+    mismatchLabelKeys on the tier), by hostname or zone, of some namespaces; or (affinity, 1 in 8) about the copy
+    itself alone (its app and matchLabelKeys on OWN_LABEL: the first pod of its group)."""
+    key = rng.choice((HOSTNAME, ZONE, ZONE))
+    if not anti and rng.random() < 0.12:
+        own_app = app if rng.random() < 0.8 else rng.choice(APPS)
+        return {"labelSelector": {"matchLabels": {"app": own_app}}, "topologyKey": key, "matchLabelKeys": [OWN_LABEL]}
+    selector, keys = _probe_selector(rng)
+    term: dict[str, Any] = {"labelSelector": selector, "topologyKey": key}
+    if keys:
+        term["matchLabelKeys"] = keys
+    if rng.random() < 0.2 and "matchExpressions" not in selector:
+        term["mismatchLabelKeys"] = ["tier"]
+    _namespaces_term(rng, term)
+    return term
+
+
+def _spread_constraint(rng: random.Random, app: str) -> dict[str, Any]:
+    """A DoNotSchedule constraint of a probe: maxSkew 1 or 2, by zone or hostname, maybe minDomains, the node
+    inclusion policies (absent, Honor or Ignore), a selector of placed pods (`_probe_selector`); or one the copy
+    matches itself but no other copy (its app, and OWN_LABEL NotIn the round's other copies); or (1 in 8) an empty
+    selector."""
+    c: dict[str, Any] = {
+        "maxSkew": rng.choice((1, 1, 2)),
+        "topologyKey": rng.choice((ZONE, ZONE, HOSTNAME)),
+        "whenUnsatisfiable": "DoNotSchedule",
+    }
+    roll = rng.random()
+    if roll < 0.12:
+        # kube-scheduler v1.34 counts no placed pod for an empty selector (countPodsMatchSelector: selector.Empty()),
+        # though the copy matches it itself.
+        c["labelSelector"] = {}
+    elif roll < 0.22:
+        c["labelSelector"] = {
+            "matchLabels": {"app": app},
+            "matchExpressions": [{"key": OWN_LABEL, "operator": "NotIn", "values": [OTHERS]}],
+        }
+    else:
+        selector, keys = _probe_selector(rng)
+        c["labelSelector"] = selector
+        if keys:
+            c["matchLabelKeys"] = keys
+    if rng.random() < 0.3:
+        c["minDomains"] = rng.randint(2, 4)
+    for field in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+        policy = rng.choice((None, None, "Honor", "Ignore"))
+        if policy:
+            c[field] = policy
+    return c
+
+
+def topology_probe(rng: random.Random, rnd: int) -> tuple[dict[str, str], dict[str, Any]]:
+    """A probe of a topology round: its labels (role=probe, an app, maybe a tier) and its spec's template (see
+    `_for_copy`). Rounds take turns: required pod affinity and anti-affinity terms, or DoNotSchedule constraints;
+    one in four has both. Maybe a nodeSelector on the disk label (what the node affinity policy honours or
+    ignores), maybe a toleration of the dedicated taints."""
+    app = rng.choice(APPS)
+    labels = {ROLE_LABEL: "probe", "app": app}
+    if rng.random() < 0.5:
+        labels["tier"] = rng.choice("12")
+    spec: dict[str, Any] = {"schedulerName": KUBE_SCHEDULER, "containers": [container("main", {})]}
+    both = rng.random() < 0.25
+    spreading = rnd % 2 == 1
+    if not spreading or both:
+        kinds = rng.choice((("podAffinity",), ("podAffinity",), ("podAntiAffinity",), POD_TERMS))
+        affinity: dict[str, Any] = {}
+        for kind in kinds:
+            terms = [_pod_term(rng, app, kind == "podAntiAffinity") for _ in range(rng.choice((1, 1, 2)))]
+            affinity[kind] = {"requiredDuringSchedulingIgnoredDuringExecution": terms}
+        spec["affinity"] = affinity
+    if spreading or both:
+        constraints = [_spread_constraint(rng, app) for _ in range(rng.choice((1, 1, 1, 2)))]
+        if len(constraints) == 2:  # one per topology key (the API refuses two of a key)
+            constraints[0]["topologyKey"], constraints[1]["topologyKey"] = ZONE, HOSTNAME
+        spec["topologySpreadConstraints"] = constraints
+    if rng.random() < (0.35 if spreading else 0.1):
+        spec["nodeSelector"] = {"disk": rng.choice(("ssd", "hdd"))}
+    roll = rng.random()
+    if roll < 0.35:
+        spec["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    elif roll < 0.5:
+        spec["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "gpu"}]
+    return labels, spec
+
+
+def _for_copy(value: Any, others: list[str]) -> Any:
+    """`value` (a probe's template) for one copy: the OTHERS placeholder replaced by the other copies' OWN_LABEL
+    values."""
+    if isinstance(value, dict):
+        return {k: _for_copy(v, others) for k, v in value.items()}
+    if isinstance(value, list):
+        return list(others) if value == [OTHERS] else [_for_copy(v, others) for v in value]
+    return value
+
+
+def node_reasons(
+    message: str, pod: dict[str, Any], node: str, nodes: Mapping[str, dict[str, Any]], snap: framework.Snapshot
+) -> frozenset[str]:
+    """What kube-scheduler's `message` on a copy pinned to `node` by its host port says of that node alone. It
+    judged every node; each other node is refused by the first rule it breaks, at the latest its blocker's port
+    (NodePorts, before both topology plugins): those are taken off the message's counts. Where what is left is not
+    one node's reasons, a category saying so (a wrong reason)."""
+    counts = kube_node_counts(message)
+    if counts is None:
+        return frozenset({f"unexplained: {message}"})
+    attempt = decision.cycle(pod, snap)
+    if isinstance(attempt, str):
+        return frozenset(kube_categories(message))
+    for name, other in nodes.items():
+        if name == node:
+            continue
+        refused = attempt.refusal(other)
+        if refused is None:
+            return frozenset({f"unexplained: gpu-scheduler would let the copy on {name}"})
+        for category in gpu_categories(refused[1]()):
+            counts[category] -= 1
+    left = {category: n for category, n in counts.items() if n}
+    if not left or any(n != 1 for n in left.values()):
+        return frozenset({f"unexplained: {left}"})
+    return frozenset(left)
+
+
+def describe_node(node: Mapping[str, Any]) -> str:
+    labels = node["metadata"].get("labels") or {}
+    parts = [f"zone={labels.get(ZONE, '-')}", f"disk={labels.get('disk', '-')}"]
+    parts += [f"taint {t['key']}={t.get('value', '')}:{t['effect']}" for t in node["spec"].get("taints") or []]
+    return " ".join(parts)
+
+
+def summarize_topology(pod: Mapping[str, Any]) -> str:
+    """A line of what a stored copy asks of its topology (the apiserver merged its matchLabelKeys into its
+    selectors): its labels but the test's, its pod affinity terms and spread constraints, nodeSelector, the
+    tolerations it asked for."""
+    spec = pod["spec"]
+    labels = {k: v for k, v in pod["metadata"]["labels"].items() if k not in (PROBE_LABEL, OWN_LABEL)}
+    shown: dict[str, Any] = {"labels": labels}
+    for kind in POD_TERMS:
+        terms = ((spec.get("affinity") or {}).get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+        if terms:
+            shown[kind] = terms
+    for field in ("topologySpreadConstraints", "nodeSelector"):
+        if spec.get(field):
+            shown[field] = spec[field]
+    # The tolerations the probe asked for (admission adds the not-ready and unreachable ones to every pod).
+    tolerations = [t for t in spec.get("tolerations") or [] if "tolerationSeconds" not in t]
+    if tolerations:
+        shown["tolerations"] = tolerations
+    return json.dumps(shown, separators=(",", ":"))
+
+
+def _labelled_in(api: SyncClient, namespace: str, selector: str) -> list[dict[str, Any]]:
+    return list(api.pods(namespace, labelSelector=selector))
+
+
+def _create_topology_batch(api: SyncClient, rng: random.Random, batch: int) -> tuple[list[str], dict[str, Any]]:
+    """The batch's nodes, the pods placed on them (some terminating), a blocker pod on every node (the sync node
+    too, holding every copy's port), and kube-scheduler shown them all (`_sync_node_cache`: its one pod informer
+    delivers pod events in order, so the sync pod's binding means it has the earlier pods too). The node names, and
+    the batch as the API has it (nodes, placed pods) for the report."""
+    names = [f"t{batch}-n{i}" for i in range(NODES_PER_BATCH)]
+    _create_nodes(api, [topology_node_spec(rng, name, batch) for name in names])
+    placed = [
+        placed_pod(rng, f"t{batch}-n{i}-e{k}", name, batch)
+        for i, name in enumerate(names)
+        for k in range(rng.choice((0, 1, 1, 2, 2, 3)))
+    ]
+    for namespace in NAMESPACE_LABELS:
+        _create_all(api, paths.pods(namespace), [p for p in placed if p["metadata"]["namespace"] == namespace])
+    for pod in placed:
+        if pod["metadata"].get("finalizers"):
+            api.delete(paths.pod(pod["metadata"]["namespace"], pod["metadata"]["name"]), gracePeriodSeconds="0")
+    ports = [PIN_PORT + i for i in range(len(names))]
+    blockers = [
+        blocker_pod(f"b{batch}-{i}", name, batch, [p for j, p in enumerate(ports) if j != i])
+        for i, name in enumerate(names)
+    ]
+    blockers.append(blocker_pod(f"b{batch}-sync", SYNC_NODE, batch, ports))
+    _create_all(api, paths.pods(BLOCKER_NAMESPACE), blockers)
+    _sync_node_cache(api, f"t{batch}")
+    listed = [pod for namespace in NAMESPACE_LABELS for pod in _labelled_in(api, namespace, f"{PLACED_LABEL}=t{batch}")]
+    world = {
+        "nodes": {
+            n["metadata"]["name"]: {
+                "labels": {k: v for k, v in (n["metadata"].get("labels") or {}).items() if k in (ZONE, "disk")},
+                "taints": n["spec"].get("taints") or [],
+            }
+            for n in api.get(paths.NODES)["items"]
+            if n["metadata"]["name"] in names
+        },
+        "namespaces": NAMESPACE_LABELS,
+        "placed": [
+            {
+                "name": p["metadata"]["name"],
+                "namespace": p["metadata"]["namespace"],
+                "node": p["spec"]["nodeName"],
+                "labels": {k: v for k, v in p["metadata"]["labels"].items() if k != PLACED_LABEL},
+                **({"affinity": p["spec"]["affinity"]} if p["spec"].get("affinity") else {}),
+                **({"terminating": True} if p["metadata"].get("deletionTimestamp") else {}),
+            }
+            for p in listed
+        ],
+    }
+    terminating = sum(bool(p["metadata"].get("finalizers")) for p in placed)
+    assert sum("terminating" in p for p in world["placed"]) == terminating, world["placed"]
+    return names, world
+
+
+def _delete_topology_batch(api: SyncClient, batch: int, names: Iterable[str]) -> None:
+    """The batch's pods (the terminating ones let go of: their finalizer taken off) and nodes."""
+    for namespace in NAMESPACE_LABELS:
+        for pod in _labelled_in(api, namespace, f"{PLACED_LABEL}=t{batch}"):
+            if pod["metadata"].get("finalizers"):
+                api.patch(paths.pod(namespace, pod["metadata"]["name"]), {"metadata": {"finalizers": None}})
+        api.delete(paths.pods(namespace), labelSelector=f"{PLACED_LABEL}=t{batch}", gracePeriodSeconds="0")
+    api.delete(paths.pods(BLOCKER_NAMESPACE), gracePeriodSeconds="0")
+
+    def gone() -> bool:
+        placed = any(_labelled_in(api, ns, f"{PLACED_LABEL}=t{batch}") for ns in NAMESPACE_LABELS)
+        return not placed and not _labelled_in(api, BLOCKER_NAMESPACE, f"{BLOCKER_LABEL}=t{batch}")
+
+    wait_for(f"the pods of topology batch {batch} deleted", gone, timeout=30)
+    for name in names:
+        api.delete(paths.node(name))
+
+
+def _run_topology_round(api: SyncClient, rng: random.Random, batch: int, rnd: int, names: list[str]) -> list[Case]:
+    """One probe spec, one copy per node of the batch, copy i pinned to node i by its host port (PIN_PORT + i: the
+    blockers hold it on every other node; a node affinity pin would be the only domain a Honor policy counts), with
+    labels of its own (OWN_LABEL); both verdicts on each, then the copies gone."""
+    round_id = f"t{batch}-{rnd}"
+    labels, template = topology_probe(rng, rnd)
+    nodes = _node_cache(api)
+    cache = _cache(api, nodes)
+    usage, snap = cache.usage, cache.snapshot
+    running = _cache(api, nodes, as_if_running=True).snapshot
+    maps = gpumap.ParseCache()
+    owns = [f"{round_id}-{i}" for i in range(len(names))]
+    bodies = []
+    for i in range(len(names)):
+        spec = seeing_gpus(_for_copy(template, [own for own in owns if own != owns[i]]))
+        spec["containers"][0]["ports"] = [{"containerPort": PIN_PORT + i, "hostPort": PIN_PORT + i, "protocol": "TCP"}]
+        meta = {
+            "name": f"t{batch}-{rnd}-{i}",
+            "labels": {**labels, PROBE_LABEL: round_id, OWN_LABEL: owns[i]},
+            "annotations": {constants.MAP_ANNOTATION: round_map(names)},
+        }
+        bodies.append({"metadata": meta, "spec": spec})
+    stored_copies = _create_all(api, paths.pods(NAMESPACE), bodies)
+    created = {s["metadata"]["name"]: (name, s) for name, s in zip(names, stored_copies, strict=True)}
+
+    def decided() -> dict[str, tuple[str, str]] | None:
+        verdicts = {}
+        for pod in _labelled(api, PROBE_LABEL, round_id):
+            verdict = kube_verdict(pod)
+            if verdict is None:
+                return None
+            verdicts[pod["metadata"]["name"]] = verdict
+        return verdicts if len(verdicts) == len(created) else None
+
+    verdicts = wait_for(f"kube-scheduler's verdicts on round {round_id}", decided, timeout=ROUND_TIMEOUT, interval=0.1)
+    # A placed pod's required anti-affinity is about the probe (its labels but OWN_LABEL, which no term names).
+    towards = any(
+        term.matches(NAMESPACE, labels, snap.namespace_labels(NAMESPACE))
+        for _, taken in usage.with_anti_affinity()
+        for term in taken.anti_affinity
+    )
+    cases = []
+    for pod_name, (node_name, stored) in created.items():
+        judged = copy.deepcopy(stored)
+        judged["spec"]["schedulerName"] = GPU_SCHEDULER
+        judged = decision.pod_view(judged)
+        kube, message = verdicts[pod_name]
+        gpu, reason, unsupported = gpu_verdict(judged, node_name, nodes, snap, maps)
+        node = nodes[node_name]
+        reasons = node_reasons(message, judged, node_name, nodes, snap) if kube == REFUSED else None
+        # Every copy asks for a host port, free on its node: not a case of the host port rule.
+        rules = rules_in_play(judged["spec"], node, usage) - {"host port"}
+        if towards:
+            rules |= {"InterPodAffinity"}
+        probe = f"{describe_node(node)}; {summarize_topology(stored)}"
+        case = Case(f"t{batch}", rnd, node_name, probe, kube, message, gpu, reason, unsupported, False, rules)
+        decisive = gpu_verdict(judged, node_name, nodes, running, maps)[0] != gpu
+        cases.append(dataclasses.replace(case, kube_reasons=reasons, terminating_decisive=decisive))
+    _delete_labelled(api, PROBE_LABEL, round_id)
+    return cases
+
+
+def _prepare_topology_namespaces(api: SyncClient) -> None:
+    """Label the probes' namespace, make the other namespace of placed pods (labelled) and the blockers' one."""
+    api.patch(paths.namespace(NAMESPACE), {"metadata": {"labels": NAMESPACE_LABELS[NAMESPACE]}})
+    create_namespace(api, OTHER_NAMESPACE, labels=NAMESPACE_LABELS[OTHER_NAMESPACE])
+    create_namespace(api, BLOCKER_NAMESPACE)
+
+
 def _table(cases: list[Case], limit: int = 40) -> str:
     lines = ["batch round node   | probe | kube-scheduler | gpu-scheduler"]
     lines += [
@@ -1750,7 +2314,25 @@ def _table(cases: list[Case], limit: int = 40) -> str:
 
 
 def _unsupported_rule(reason: str) -> str:
-    return "pod anti-affinity" if "podAntiAffinity" in reason else "topology spread" if "topology" in reason else reason
+    return "resource claims" if "resourceClaims" in reason else reason
+
+
+def _topology_report(cases: list[Case], worlds: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The topology cases of `cases`, each with what it was judged on: its batch's nodes and placed pods (`worlds`),
+    the copy's node, what it asks, both verdicts."""
+    return [
+        {
+            "batch": c.batch,
+            "round": c.round,
+            "node": c.node,
+            "world": str(c.batch),
+            "probe": c.probe,
+            "kube_scheduler": [c.kube, c.kube_message, sorted(c.kube_categories) if c.kube == REFUSED else []],
+            "gpu_scheduler": [c.gpu, c.gpu_reason],
+        }
+        for c in cases
+        if str(c.batch) in worlds
+    ]
 
 
 def _refusals(cases: list[Case]) -> tuple[collections.Counter[str], collections.Counter[str]]:
@@ -1766,7 +2348,7 @@ def _refusals(cases: list[Case]) -> tuple[collections.Counter[str], collections.
         if c.volume:
             for rule in volume_refused_for(c.gpu_reason, c.claim_rules):
                 (refused if KUBE_VOLUME_REASONS[rule] in c.kube_message else otherwise)[rule] += 1
-        elif gpu_categories(c.gpu_reason) == kube_categories(c.kube_message):
+        elif gpu_categories(c.gpu_reason) == c.kube_categories:
             refused.update(refused_for(c.gpu_reason))
     return refused, otherwise
 
@@ -1803,8 +2385,20 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
         cases += _run_csi_round(api, rng, VOLUME_BATCHES, rnd, zones, drivers)
     assert plane.scheduler.running, plane.scheduler.tail()
     _delete_volume_batch(api, VOLUME_BATCHES, zones)
+    csi_seconds = time.monotonic() - started - node_seconds - volume_seconds
+    # The topology batches (InterPodAffinity, PodTopologySpread), drawn from a seed of their own.
+    topology_from = len(cases)
+    topology_rng = random.Random(SEED + 1)
+    worlds: dict[str, Any] = {}
+    _prepare_topology_namespaces(api)
+    for batch in range(TOPOLOGY_BATCHES):
+        names, worlds[f"t{batch}"] = _create_topology_batch(api, topology_rng, batch)
+        for rnd in range(TOPOLOGY_ROUNDS_PER_BATCH):
+            cases += _run_topology_round(api, topology_rng, batch, rnd, names)
+        assert plane.scheduler.running, plane.scheduler.tail()
+        _delete_topology_batch(api, batch, names)
     elapsed = time.monotonic() - started
-    csi_seconds = elapsed - node_seconds - volume_seconds
+    topology_seconds = elapsed - node_seconds - volume_seconds - csi_seconds
 
     differing = [c for c in cases if c.differs]
     wrong = [c for c in differing if not (c.unsupported and c.gpu == REFUSED)]
@@ -1817,7 +2411,17 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
     fits = sum(c.kube == FITS for c in cases)
     gated = sum(c.kube == GATED for c in cases)
     volume_cases = [c for c in cases if c.volume]
-    csi_cases = cases[csi_from:]
+    csi_cases = cases[csi_from:topology_from]
+    topology_cases = cases[topology_from:]
+    # Per refusal of InterPodAffinity and PodTopologySpread (affinity, anti-affinity, existing pods' anti-affinity;
+    # spread, a missing topology label): the cases where both refuse for it.
+    topology_refused = collections.Counter(
+        category
+        for c in cases
+        if c.kube == REFUSED and c.gpu == REFUSED and gpu_categories(c.gpu_reason) == c.kube_categories
+        for category in gpu_categories(c.gpu_reason)
+        if category in TOPOLOGY_CATEGORIES
+    )
     by_reason = collections.Counter(
         f"unsupported: {_unsupported_rule(c.gpu_reason)}" if c.unsupported else "wrong" for c in differing
     )
@@ -1829,10 +2433,13 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
         "volume_batches": VOLUME_BATCHES,
         "volume_rounds_per_batch": VOLUME_ROUNDS_PER_BATCH,
         "csi_rounds": CSI_ROUNDS,
+        "topology_batches": TOPOLOGY_BATCHES,
+        "topology_rounds_per_batch": TOPOLOGY_ROUNDS_PER_BATCH,
         "nodes_per_batch": NODES_PER_BATCH,
         "cases": len(cases),
         "volume_cases": len(volume_cases),
         "csi_cases": len(csi_cases),
+        "topology_cases": len(topology_cases),
         "agreements": len(cases) - len(differing),
         "differences": len(differing),
         "differences_by_reason": dict(by_reason),
@@ -1842,34 +2449,52 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
         "volume_fits": sum(c.kube == FITS for c in volume_cases),
         "volume_fits_decided_in_prebind": sum(c.kube_message.startswith("PreBind") for c in volume_cases),
         "csi_fits": sum(c.kube == FITS for c in csi_cases),
+        "topology_fits": sum(c.kube == FITS for c in topology_cases),
+        "topology_terminating_decisive": sum(c.terminating_decisive for c in topology_cases),
         "gated": gated,
         "unsupported": sum(c.unsupported for c in cases),
         "rules": by_rule,
         "volume_refusals_kube_names_otherwise": dict(otherwise),
+        "topology_refusals": {category: topology_refused[category] for category in TOPOLOGY_CATEGORIES},
         "seconds": round(elapsed, 1),
         "volume_seconds": round(volume_seconds, 1),
         "csi_seconds": round(csi_seconds, 1),
+        "topology_seconds": round(topology_seconds, 1),
     }
     SUMMARY.parent.mkdir(parents=True, exist_ok=True)
     SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
+    # What a topology case that went wrong was judged on (its batch's nodes and placed pods), for the report.
+    report = {
+        "worlds": worlds,
+        "wrong": _topology_report(wrong, worlds),
+        "wrong_reasons": _topology_report(wrong_reasons, worlds),
+    }
+    TOPOLOGY_WORLDS.write_text(json.dumps(report, indent=2) + "\n")
     shown = ", ".join(f"{rule} {n['fits']}/{n['refused']}" for rule, n in by_rule.items())
     print(
         f"\nfit differential: {len(cases)} cases ({len(volume_cases)} with volumes, {len(csi_cases)} of them with "
-        f"CSINodes), {summary['agreements']} agree, {len(differing)} differ ({dict(by_reason)}), {len(wrong_reasons)} "
-        f"with other reasons; {fits} fit, {gated} gated; by rule (fits/refused) {shown}; {elapsed:.0f}s "
-        f"({volume_seconds:.0f}s volumes, {csi_seconds:.0f}s CSINodes)"
+        f"CSINodes; {len(topology_cases)} of the topology batches), {summary['agreements']} agree, {len(differing)} "
+        f"differ ({dict(by_reason)}), {len(wrong_reasons)} with other reasons; {fits} fit, {gated} gated; by rule "
+        f"(fits/refused) {shown}; topology refusals {dict(summary['topology_refusals'])}; {elapsed:.0f}s "
+        f"({volume_seconds:.0f}s volumes, {csi_seconds:.0f}s CSINodes, {topology_seconds:.0f}s topology)"
     )
 
-    assert not wrong, f"{len(wrong)} case(s) where gpu-scheduler and kube-scheduler disagree:\n" + _table(wrong)
-    assert not wrong_reasons, f"{len(wrong_reasons)} case(s) where both refuse for different reasons:\n" + _table(
-        wrong_reasons
+    where = f"(a topology case's nodes and placed pods: {TOPOLOGY_WORLDS.relative_to(ROOT)})"
+    problems = (
+        [f"{len(wrong)} case(s) where gpu-scheduler and kube-scheduler disagree:\n{_table(wrong)}"] if wrong else []
     )
+    if wrong_reasons:
+        problems.append(
+            f"{len(wrong_reasons)} case(s) where both refuse for different reasons:\n{_table(wrong_reasons)}"
+        )
+    assert not problems, f"{where}\n" + "\n\n".join(problems)
     # The cases must have put every rule to the test both ways, so that agreement means something.
-    untested = {r: n for r, n in by_rule.items() if min(n.values()) < MIN_EACH_WAY}
+    untested: dict[str, Any] = {r: n for r, n in by_rule.items() if min(n.values()) < MIN_EACH_WAY}
+    # And every refusal of InterPodAffinity and PodTopologySpread, each at least MIN_EACH_WAY times.
+    untested |= {r: {"refused": n} for r, n in summary["topology_refusals"].items() if n < MIN_EACH_WAY}
     assert not untested, (
         f"rules not put to the test both ways at least {MIN_EACH_WAY} times (both fit / both refuse for it): "
         f"{untested}; all: {by_rule}"
     )
     assert gated >= 1, "no probe was gated"
-    assert any(c.unsupported for c in cases), "no probe asked for an unsupported rule"
     assert fits >= 0.3 * len(cases), f"only {fits} of {len(cases)} cases fit"
