@@ -29,6 +29,11 @@ class Selector:
     expressions: tuple[tuple[str, str, frozenset[str]], ...] = ()
     nothing: bool = False
 
+    @property
+    def empty(self) -> bool:
+        """A selector of no requirement ({}): it matches every label set."""
+        return not self.nothing and not self.match_labels and not self.expressions
+
     def matches(self, labels: Labels) -> bool:
         if self.nothing:
             return False

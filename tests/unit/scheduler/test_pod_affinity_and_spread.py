@@ -255,3 +255,19 @@ def test_asks_for_domains_names_the_rules_other_nodes_pods_can_change():
     assert not decision.asks_for_domains(pod("p", topologySpreadConstraints=[anyway]))
     assert not decision.asks_for_domains(pod("p"))
     assert not decision.asks_for_domains({"spec": "x"})
+
+
+def test_an_empty_selector_counts_no_pod_but_the_pod_itself():
+    """kube-scheduler counts no placed pod for `labelSelector: {}` (and the pod itself, which it matches): such a
+    constraint never refuses a node (found by features/fit's differential)."""
+    placed = [pod(f"w{i}", {"app": "w"}, bound_to="a1") for i in range(3)]
+    empty = {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {}}
+    assert fitting(pod("w9", {"app": "w"}, topologySpreadConstraints=[empty]), snapshot(*placed)) == {"a1", "a2", "b1"}
+
+
+def test_the_pods_own_affinity_is_judged_before_the_placed_pods_anti_affinity():
+    """kube's order (its reason names the first broken: found by features/fit's differential)."""
+    loner = pod("loner", {"app": "loner"}, bound_to="a1", affinity=anti(term(HOST, {"app": "db"})))
+    p = pod("db", {"app": "db"}, affinity=affinity(term(HOST, {"app": "cache"})))
+    said = verdicts(p, snapshot(loner, pod("cache", {"app": "cache"}, bound_to="b1")))
+    assert "didn't match pod affinity rules" in str(said["a1"]), said

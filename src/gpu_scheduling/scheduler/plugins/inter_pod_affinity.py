@@ -1,8 +1,9 @@
 """InterPodAffinity: required pod affinity and anti-affinity, as kube-scheduler's plugin of the same name judges
 them (its Filter; the preferred terms are Score's business, not judged here).
 
-PreFilter reads the pod's terms (selectors.terms) and counts, once per attempt, per topology pair (a node label's key
-and value):
+Filter checks, in kube-scheduler's order, the pod's affinity, its anti-affinity, then the placed pods'
+anti-affinity. PreFilter reads the pod's terms (selectors.terms) and counts, once per attempt, per topology pair (a
+node label's key and value):
 - the pods already placed (bound, or assumed by this scheduler: the snapshot's NodeUsage) whose required
   anti-affinity terms match the incoming pod (`existing`): it may not go where one of them is;
 - the placed pods that match all of its affinity terms (`affinity`): for each term, its node's domain must hold one;
@@ -84,13 +85,6 @@ class InterPodAffinity(framework.Plugin):
     def filter(self, state: State, node: Mapping[str, Any], snap: Snapshot) -> Reason | None:
         name = node["metadata"]["name"]
         labels: Mapping[str, str] = node["metadata"].get("labels") or {}
-        if state.existing:
-            for key, value in labels.items():
-                if state.existing.get((key, value), 0) > 0:
-                    return lambda: (
-                        f"node {name}: a pod in its {key}={value} domain has required anti-affinity against this pod "
-                        "(node(s) didn't satisfy existing pods anti-affinity rules)"
-                    )
         if state.affinity:
             found = True
             for term in state.affinity:
@@ -116,6 +110,13 @@ class InterPodAffinity(framework.Plugin):
                     return lambda: (
                         f"node {name}: a pod the pod's anti-affinity names runs in its {key}={there} domain "
                         "(node(s) didn't match pod anti-affinity rules)"
+                    )
+        if state.existing:
+            for key, value in labels.items():
+                if state.existing.get((key, value), 0) > 0:
+                    return lambda: (
+                        f"node {name}: a pod in its {key}={value} domain has required anti-affinity against this pod "
+                        "(node(s) didn't satisfy existing pods anti-affinity rules)"
                     )
         return None
 

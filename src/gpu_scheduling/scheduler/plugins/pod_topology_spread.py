@@ -3,14 +3,14 @@ kube-scheduler's plugin of the same name judges them (its Filter; ScheduleAnyway
 here).
 
 PreFilter counts, per constraint, the placed pods (bound, or assumed by this scheduler) of the pod's namespace that
-its selector matches (`labelSelector`, with the pod's own values of `matchLabelKeys`; terminating pods do not
-count), per value of the topology key, over the eligible nodes: those with every constraint's topology key that
-pass its node inclusion policies (`nodeAffinityPolicy`, Honor by default: the pod's nodeSelector and required node
-affinity; `nodeTaintsPolicy`, Ignore by default: Honor leaves out nodes with a NoSchedule or NoExecute taint the pod
-does not tolerate). Filter: a node without the topology key is refused; otherwise the count of its domain, plus one
-if the pod matches its own selector, minus the fewest of any eligible domain (0 while there are fewer domains than
-`minDomains`) may not exceed `maxSkew`.
-"""
+its selector matches (`labelSelector`, with the pod's own values of `matchLabelKeys`; terminating pods do not count;
+an empty selector, `{}`, counts none, as kube's, though the pod matches it itself), per value of the topology key,
+over the eligible nodes: those with every constraint's topology key that pass its node inclusion policies
+(`nodeAffinityPolicy`, Honor by default: the pod's nodeSelector and required node affinity; `nodeTaintsPolicy`,
+Ignore by default: Honor leaves out nodes with a NoSchedule or NoExecute taint the pod does not tolerate). Filter: a
+node without the topology key is refused; otherwise the count of its domain, plus one if the pod matches its own
+selector, minus the fewest of any eligible domain (0 while there are fewer domains than `minDomains`) may not exceed
+`maxSkew`."""
 
 from __future__ import annotations
 
@@ -72,13 +72,17 @@ class PodTopologySpread(framework.Plugin):
                 if c.honor_taints and taint_toleration.refusal(node, tolerations) is not None:
                     continue
                 value = node_labels[c.topology_key]
-                counts[i][value] = counts[i].get(value, 0) + sum(
-                    1
-                    for other, taken in snap.usage.pods_on(name)
-                    if other != uid
-                    and taken.namespace == namespace
-                    and not taken.terminating
-                    and c.selector.matches(dict(taken.labels))
+                counts[i][value] = counts[i].get(value, 0) + (
+                    0  # kube counts no pod for an empty selector (and the pod itself, which it matches, still)
+                    if c.selector.empty
+                    else sum(
+                        1
+                        for other, taken in snap.usage.pods_on(name)
+                        if other != uid
+                        and taken.namespace == namespace
+                        and not taken.terminating
+                        and c.selector.matches(dict(taken.labels))
+                    )
                 )
         self_match = tuple(c.selector.matches(labels) for c in constraints)
         return State(constraints, tuple(counts), self_match)
