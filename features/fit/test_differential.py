@@ -1,4 +1,4 @@
-"""A differential test of gpu-scheduler's own decision (decision.decide, the call Scheduler._schedule_map_pod makes)
+"""A differential test of gpu-scheduler's own decision (decision.decide, the call Scheduler._reserve_map makes)
 against the real kube-scheduler v1.34 with its default profile: random nodes, random pods already on them, random
 probe pods, and for every (probe, node) both verdicts: does the pod fit that node now?
 
