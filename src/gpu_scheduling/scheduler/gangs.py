@@ -304,6 +304,9 @@ class GangPath:
             message = gangs.explain(spec, outcome)
             self._failed[gang] = (generation, message)
             self._reserve(gang, waiting)
+            for k, p in waiting.items():  # pod affinity or spread: a pod or node anywhere may change the verdict
+                if decision.asks_for_domains(p):
+                    s.queue.wait_for_domains(k)
             await self._waits(waiting, message)
             return "unschedulable"
         self._failed.pop(gang, None)
