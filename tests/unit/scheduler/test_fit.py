@@ -831,6 +831,12 @@ def put(p: dict[str, Any], path: tuple, value: Any) -> None:
     at[path[-1]] = value
 
 
+ANTI_PATH = ("spec", "affinity", "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+FUZZ_SPREAD = {"maxSkew": 1, "topologyKey": "k", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {}}
+FUZZ_TERM = {
+    "topologyKey": "k",
+    "labelSelector": {"matchExpressions": [{"key": "k", "operator": "In", "values": ["1"]}]},
+}
 FUZZ_PATHS = [
     ("metadata",),
     ("spec",),
@@ -860,6 +866,30 @@ FUZZ_PATHS = [
     (*TERMS_PATH, "nodeSelectorTerms", 0, "matchFields"),
     ("spec", "affinity", "podAffinity"),
     ("spec", "affinity", "podAntiAffinity"),
+    ANTI_PATH,
+    (*ANTI_PATH, 0),
+    (*ANTI_PATH, 0, "topologyKey"),
+    (*ANTI_PATH, 0, "labelSelector"),
+    (*ANTI_PATH, 0, "labelSelector", "matchLabels"),
+    (*ANTI_PATH, 0, "labelSelector", "matchExpressions"),
+    (*ANTI_PATH, 0, "labelSelector", "matchExpressions", 0),
+    (*ANTI_PATH, 0, "labelSelector", "matchExpressions", 0, "operator"),
+    (*ANTI_PATH, 0, "namespaces"),
+    (*ANTI_PATH, 0, "namespaceSelector"),
+    (*ANTI_PATH, 0, "matchLabelKeys"),
+    (*ANTI_PATH, 0, "mismatchLabelKeys"),
+    ("spec", "topologySpreadConstraints"),
+    ("spec", "topologySpreadConstraints", 0),
+    ("spec", "topologySpreadConstraints", 0, "maxSkew"),
+    ("spec", "topologySpreadConstraints", 0, "minDomains"),
+    ("spec", "topologySpreadConstraints", 0, "labelSelector"),
+    ("spec", "topologySpreadConstraints", 0, "whenUnsatisfiable"),
+    ("spec", "topologySpreadConstraints", 0, "nodeAffinityPolicy"),
+    ("spec", "topologySpreadConstraints", 0, "nodeTaintsPolicy"),
+    ("spec", "topologySpreadConstraints", 0, "matchLabelKeys"),
+    ("metadata", "labels"),
+    ("metadata", "namespace"),
+    ("metadata", "deletionTimestamp"),
     ("spec", "overhead"),
     ("spec", "resources"),
     ("spec", "topologySpreadConstraints"),
@@ -875,6 +905,13 @@ FUZZ_PATHS = [
 ]
 # Field names the rules read, so that generated objects reach them.
 FIELD_NAMES = [
+    "labelSelector",
+    "matchLabels",
+    "matchExpressions",
+    "topologyKey",
+    "namespaceSelector",
+    "maxSkew",
+    "whenUnsatisfiable",
     "ports",
     "matchFields",
     "key",
@@ -953,16 +990,31 @@ FUZZ_VOLUMES = volumes.VolumeCache(
 @given(st.lists(st.tuples(st.sampled_from(FUZZ_PATHS), JSON), min_size=1, max_size=3))
 def test_fuzz_pod_fit_and_footprint_never_raise(changes):
     p = base_pod()
+    p["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [FUZZ_TERM]}}
+    p["spec"]["topologySpreadConstraints"] = [dict(FUZZ_SPREAD)]
     for path, value in changes:
         try:
             put(p, path, copy.deepcopy(value))
         except (KeyError, IndexError, TypeError):
             continue  # an earlier change removed the way there
-    said = decision.cycle(p, framework.Snapshot(fit.NodeUsage(), FUZZ_VOLUMES))
+    usage = fit.NodeUsage()  # a placed pod with anti-affinity, so the pod is judged against it too
+    usage.set(
+        "placed",
+        fit.footprint(
+            pod(
+                [container()],
+                node_name="n1",
+                affinity=copy.deepcopy(p["spec"].get("affinity")) if isinstance(p.get("spec"), dict) else None,
+            )
+        ),
+    )
+    nodes = {"n1": node(labels={"k": "1"})}
+    said = decision.cycle(p, framework.Snapshot(usage, FUZZ_VOLUMES, nodes=nodes))
     assert isinstance(said, framework.Cycle) or (isinstance(said, str) and said)
-    if isinstance(said, framework.Cycle):  # what the PreFilters accept, the Filters judge without raising
-        judged = said.problem(node(labels={"k": "1"}))
-        assert judged is None or isinstance(judged, str)
+    if isinstance(said, framework.Cycle):  # what the PreFilters accept, every Filter judges without raising
+        for plugin, state in said.active:
+            reason = plugin.filter(state, nodes["n1"], said.snap)
+            assert reason is None or isinstance(reason(), str)
     f = fit.footprint(p)
     assert f is None or isinstance(f, fit.Footprint)
     assert fit.footprint(fit.trimmed(p)) == f, "the informer's trimmed view must take what the pod takes"
