@@ -582,7 +582,7 @@ def write(results: dict[str, Any], out: pathlib.Path, docs: pathlib.Path | None)
     for wl in ("w1", "w2", "w3"):
         plot(results["runs"], wl, out / f"{wl}-bound-over-time.png")
     assets_dir = out if docs is None else docs.parent / docs.stem
-    if docs is not None:
+    if docs is not None and assets_dir.resolve() != out.resolve():  # --docs X/run.md with --out X/run: in place
         assets_dir.mkdir(parents=True, exist_ok=True)
         for name in ("results.json", "runs.csv", *(f"{wl}-bound-over-time.png" for wl in ("w1", "w2", "w3"))):
             if (out / name).exists():
