@@ -73,7 +73,7 @@ def selector(value: Any, field: str) -> Selector:
         if not isinstance(e, Mapping) or not isinstance(e.get("key"), str):
             raise fields.FitError(f"{where} is not an object with a string key")
         op = e.get("operator")
-        if op not in _OPERATORS:
+        if not isinstance(op, str) or op not in _OPERATORS:
             raise fields.FitError(f"{where}.operator is {op!r}; expected In, NotIn, Exists or DoesNotExist")
         values = e.get("values") or []
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):

@@ -271,3 +271,11 @@ def test_the_pods_own_affinity_is_judged_before_the_placed_pods_anti_affinity():
     p = pod("db", {"app": "db"}, affinity=affinity(term(HOST, {"app": "cache"})))
     said = verdicts(p, snapshot(loner, pod("cache", {"app": "cache"}, bound_to="b1")))
     assert "didn't match pod affinity rules" in str(said["a1"]), said
+
+
+def test_an_operator_of_the_wrong_type_refuses_the_pod_naming_the_field():
+    """An operator that is not a string (a list, here) is a refusal naming it, not a crash (found by the fuzz)."""
+    bad = {"topologyKey": ZONE, "labelSelector": {"matchExpressions": [{"key": "a", "operator": ["In"]}]}}
+    refusal = framework.prepare(pod("p", affinity=anti(bad)), snapshot(), plugins.PROFILE)
+    assert isinstance(refusal, framework.PodRefusal)
+    assert "labelSelector.matchExpressions[0].operator" in refusal.message
