@@ -43,6 +43,9 @@ class State:
     counts: tuple[dict[str, int], ...]
     """Per constraint: matching pods per value of its topology key, over the eligible nodes (a domain with none: 0)."""
     self_match: tuple[bool, ...]
+    fewest: tuple[int, ...]
+    """Per constraint: the global minimum the skew is measured from (the fewest of any domain; 0 while there are
+    fewer domains than `minDomains`), worked out once in PreFilter, not per node judged."""
 
 
 class PodTopologySpread(framework.Plugin):
@@ -66,11 +69,19 @@ class PodTopologySpread(framework.Plugin):
             node_labels = node["metadata"].get("labels") or {}
             if not all(c.topology_key in node_labels for c in constraints):
                 continue
+            # The node inclusion policies, judged at most once per node whatever the number of constraints.
+            affinity_ok = taints_ok = None
             for i, c in enumerate(constraints):
-                if c.honor_affinity and node_affinity.refusal(wanted, node) is not None:
-                    continue
-                if c.honor_taints and taint_toleration.refusal(node, tolerations) is not None:
-                    continue
+                if c.honor_affinity:
+                    if affinity_ok is None:
+                        affinity_ok = node_affinity.refusal(wanted, node) is None
+                    if not affinity_ok:
+                        continue
+                if c.honor_taints:
+                    if taints_ok is None:
+                        taints_ok = taint_toleration.refusal(node, tolerations) is None
+                    if not taints_ok:
+                        continue
                 value = node_labels[c.topology_key]
                 counts[i][value] = counts[i].get(value, 0) + (
                     0  # kube counts no pod for an empty selector (and the pod itself, which it matches, still)
@@ -85,12 +96,16 @@ class PodTopologySpread(framework.Plugin):
                     )
                 )
         self_match = tuple(c.selector.matches(labels) for c in constraints)
-        return State(constraints, tuple(counts), self_match)
+        fewest = tuple(
+            0 if len(n) < c.min_domains else min(n.values(), default=0)
+            for c, n in zip(constraints, counts, strict=True)
+        )
+        return State(constraints, tuple(counts), self_match, fewest)
 
     def filter(self, state: State, node: Mapping[str, Any], snap: Snapshot) -> Reason | None:
         name = node["metadata"]["name"]
         labels: Mapping[str, str] = node["metadata"].get("labels") or {}
-        for c, counts, own in zip(state.constraints, state.counts, state.self_match, strict=True):
+        for c, counts, own, fewest in zip(state.constraints, state.counts, state.self_match, state.fewest, strict=True):
             key = c.topology_key
             value = labels.get(key)
             if value is None:
@@ -98,7 +113,6 @@ class PodTopologySpread(framework.Plugin):
                     f"node {name} has no {key} label (node(s) didn't match pod topology spread constraints "
                     "(missing required label))"
                 )
-            fewest = 0 if len(counts) < c.min_domains else min(counts.values(), default=0)
             here = counts.get(value, 0)
             if here + own - fewest > c.max_skew:
                 return lambda: (
