@@ -1414,7 +1414,25 @@ def breaks_affinity(pod: dict[str, Any], node: dict[str, Any]) -> bool:
 
 
 def _labelled(api: SyncClient, label: str, value: str) -> list[dict[str, Any]]:
-    return list(api.pods(NAMESPACE, labelSelector=f"{label}={value}"))
+    return _labelled_in(api, NAMESPACE, f"{label}={value}")
+
+
+def _kube_verdicts(api: SyncClient, round_id: str, copies: int) -> dict[str, tuple[str, str]]:
+    """kube-scheduler's verdict on each of the round's `copies` probe copies (kube_verdict), once it has one on all."""
+
+    def decided() -> dict[str, tuple[str, str]] | None:
+        verdicts = {}
+        for pod in _labelled(api, PROBE_LABEL, round_id):
+            verdict = kube_verdict(pod)
+            if verdict is None:
+                return None
+            verdicts[pod["metadata"]["name"]] = verdict
+        return verdicts if len(verdicts) == copies else None
+
+    found: dict[str, tuple[str, str]] = wait_for(
+        f"kube-scheduler's verdicts on round {round_id}", decided, timeout=ROUND_TIMEOUT, interval=0.1
+    )
+    return found
 
 
 def _delete_labelled(api: SyncClient, label: str, value: str) -> None:
@@ -1692,16 +1710,7 @@ def _run_round(api: SyncClient, rng: random.Random, batch: int, rnd: int, names:
         assert stored is not None
         created[stored["metadata"]["name"]] = (name, stored)
 
-    def decided() -> dict[str, tuple[str, str]] | None:
-        verdicts = {}
-        for pod in _labelled(api, PROBE_LABEL, round_id):
-            verdict = kube_verdict(pod)
-            if verdict is None:
-                return None
-            verdicts[pod["metadata"]["name"]] = verdict
-        return verdicts if len(verdicts) == len(created) else None
-
-    verdicts = wait_for(f"kube-scheduler's verdicts on round {round_id}", decided, timeout=ROUND_TIMEOUT, interval=0.1)
+    verdicts = _kube_verdicts(api, round_id, len(created))
     cases = []
     summary = summarize(spec)
     for pod_name, (node_name, stored) in created.items():
@@ -2257,16 +2266,7 @@ def _run_topology_round(api: SyncClient, rng: random.Random, batch: int, rnd: in
     stored_copies = _create_all(api, paths.pods(NAMESPACE), bodies)
     created = {s["metadata"]["name"]: (name, s) for name, s in zip(names, stored_copies, strict=True)}
 
-    def decided() -> dict[str, tuple[str, str]] | None:
-        verdicts = {}
-        for pod in _labelled(api, PROBE_LABEL, round_id):
-            verdict = kube_verdict(pod)
-            if verdict is None:
-                return None
-            verdicts[pod["metadata"]["name"]] = verdict
-        return verdicts if len(verdicts) == len(created) else None
-
-    verdicts = wait_for(f"kube-scheduler's verdicts on round {round_id}", decided, timeout=ROUND_TIMEOUT, interval=0.1)
+    verdicts = _kube_verdicts(api, round_id, len(created))
     # A placed pod's required anti-affinity is about the probe (its labels but OWN_LABEL, which no term names).
     towards = any(
         term.matches(NAMESPACE, labels, snap.namespace_labels(NAMESPACE))
