@@ -322,8 +322,8 @@ class Scheduler:
 
     def _on_namespace(self, kind: str, _obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
         """A namespace's labels changed: a pod affinity term's namespace selector may now match it (the pods
-        waiting for pod affinity are tried again, as for any change of a topology domain)."""
-        self.queue.changed(framework.ClusterEvent(framework.POD_ADDED))
+        waiting for a topology domain's rule are tried again)."""
+        self.queue.changed(framework.ClusterEvent(framework.NAMESPACE))
 
     def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "MODIFIED" and decision.same_node(old, node):
@@ -350,16 +350,17 @@ class Scheduler:
         # the ledger takes the two in any order.
         await self.nodes.synced.wait()
         tasks += await self.claim_path.watch()
-        volume_informers = (
+        # The objects the rules read besides pods and nodes: the volume objects, and the namespaces' labels.
+        rule_informers = (
             self.volume_claims,
             self.volume_objects,
             self.storage_classes,
             self.csi_nodes,
             self.namespaces,
         )
-        for informer in volume_informers:
+        for informer in rule_informers:
             tasks.append(asyncio.create_task(informer.run(), name=f"{informer.name}-informer"))
-        for informer in volume_informers:
+        for informer in rule_informers:
             await informer.synced.wait()
         tasks.append(asyncio.create_task(self.others.run(), name="other-pods-informer"))
         tasks.append(asyncio.create_task(self.pods.run(), name="pods-informer"))

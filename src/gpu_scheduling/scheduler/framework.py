@@ -60,6 +60,8 @@ POD_ADDED: Final = "PodAdded"
 """A pod was bound to a node (or assumed there). A rule that judges the pods of a whole topology domain names it
 (InterPodAffinity, PodTopologySpread): a pod waiting for such a rule is woken by a pod added to or gone from any
 node, and by any node's change."""
+NAMESPACE: Final = "Namespace"
+"""A namespace's labels changed: a pod affinity term's namespace selector may match it now, or no more."""
 PVC: Final = "PersistentVolumeClaim"
 PV: Final = "PersistentVolume"
 STORAGE_CLASS: Final = "StorageClass"

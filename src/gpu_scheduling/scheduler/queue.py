@@ -172,7 +172,7 @@ class SchedulingQueue:
     def changed(self, event: ClusterEvent) -> None:
         """A change the informers saw: retry the pods it can help (see the module's docstring)."""
         kind = event.kind
-        if kind == framework.POD_ADDED and not self._domain:
+        if kind in (framework.POD_ADDED, framework.NAMESPACE) and not self._domain:
             return  # every pod bound says so: a change only for the pods a domain's rule refused, if any wait
         self.generation += 1
         if kind not in _EXACT:
@@ -192,7 +192,7 @@ class SchedulingQueue:
             for key in [k for k in waiting or () if kind in self._waits_on[k][1]]:
                 self.unwait_node(key)
                 self.retry(key)
-        if kind in (framework.NODE, framework.POD_GONE, framework.POD_ADDED):
+        if kind in (framework.NODE, framework.POD_GONE, framework.POD_ADDED, framework.NAMESPACE):
             for key in list(self._domain):  # a pod or node anywhere may change a topology domain's counts
                 self.unwait_node(key)
                 self.retry(key)

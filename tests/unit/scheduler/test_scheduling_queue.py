@@ -66,6 +66,9 @@ def test_a_pod_refused_by_a_rule_of_topology_domains_wakes_on_a_pod_or_node_chan
         q.wait_for_domains("ns/claimer")  # a claim pod: no node of its own
         q.changed(on(framework.POD_ADDED, "node9"))
         assert await drain(q) == ["ns/claimer"]
+        q.wait_for_domains("ns/claimer")
+        q.changed(ClusterEvent(framework.NAMESPACE))
+        assert await drain(q) == ["ns/claimer"], "a namespace's labels may change what a term's selector matches"
 
     run_async(scenario)
 

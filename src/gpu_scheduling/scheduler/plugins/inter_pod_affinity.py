@@ -41,7 +41,7 @@ class State:
 
 class InterPodAffinity(framework.Plugin):
     name = "InterPodAffinity"
-    wakes_on = frozenset({framework.NODE, framework.POD_GONE, framework.POD_ADDED})
+    wakes_on = frozenset({framework.NODE, framework.POD_GONE, framework.POD_ADDED, framework.NAMESPACE})
 
     def pre_filter(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
         try:
