@@ -56,6 +56,12 @@ LOG_FORMAT_ENV: Final = "LOG_FORMAT"
 REASON_UNSCHEDULABLE: Final = "Unschedulable"
 EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"
 EVENT_SCHEDULED: Final = "Scheduled"
+EVENT_PREEMPTED: Final = "Preempted"
+"""The event a preempted pod gets (kube-scheduler's reason)."""
+CONDITION_DISRUPTION_TARGET: Final = "DisruptionTarget"
+"""The condition a pod about to be deleted for a disruption gets (status True), before the deletion."""
+REASON_PREEMPTION_BY_SCHEDULER: Final = "PreemptionByScheduler"
+"""Its reason when a scheduler preempts it."""
 
 # ---- GpuClaim (see docs/claims.md) ------------------------------------------------------------------------------
 

@@ -146,8 +146,9 @@ class Client:
     async def post(self, path: str, body: Any) -> JSON:
         return await self.request("POST", path, body=body)
 
-    async def delete(self, path: str) -> JSON:
-        return await self.request("DELETE", path)
+    async def delete(self, path: str, body: Any = None) -> JSON:
+        """DELETE; `body`: DeleteOptions (preconditions, a grace period)."""
+        return await self.request("DELETE", path, body=body)
 
     async def patch(self, path: str, body: Any, kind: str = "merge") -> JSON:
         return await self.request("PATCH", path, body=body, content_type=PATCH_CONTENT_TYPES[kind])

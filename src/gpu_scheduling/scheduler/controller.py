@@ -45,6 +45,7 @@ from gpu_scheduling.scheduler.gangs import GangPath
 from gpu_scheduling.scheduler.leases import LeaseReconciler
 from gpu_scheduling.scheduler.metrics import Metrics, SchedulerState
 from gpu_scheduling.scheduler.policy import RuntimePolicy
+from gpu_scheduling.scheduler.postfilter import PostFilter
 from gpu_scheduling.scheduler.queue import SchedulingQueue
 from gpu_scheduling.scheduler.volumebinder import Outcome, VolumeBinder
 
@@ -206,6 +207,7 @@ class Scheduler:
             leases_released=self.leases.reconcile,
         )
         self.gangs = GangPath(self, config.gang_timeout_seconds)
+        self.postfilter = PostFilter(self)  # preemption; reads the PodDisruptionBudgets
         self.leading = False  # the leader's workers run (only then are events and statuses written)
         self._background: set[asyncio.Task[Any]] = set()
         self._watching = False
@@ -267,6 +269,7 @@ class Scheduler:
             self.leases.reconcile(self.ledger.pod_gone(uid))
             self.queue.ledger_changed(self.ledger)
             self.gangs.member_gone(key, (pod.get("status") or {}).get("phase") == "Succeeded")
+            self.postfilter.forget(key)
             claim = self.claim_path.pod_gone(hold) if hold is not None and hold.bound else None
             if claim is not None and self.leading:
                 self.spawn(self.claim_path.write_allocations(claim))
@@ -277,6 +280,7 @@ class Scheduler:
             self.cache.observe(uid, fit.footprint(pod))
             if old is None or not (old.get("spec") or {}).get("nodeName"):
                 self.queue.forget(key)
+                self.postfilter.forget(key)
                 self.queue.changed(framework.ClusterEvent(framework.POD_ADDED, frozenset({pod["spec"]["nodeName"]})))
                 hold = objects.hold_from_pod(pod, self.maps)
                 if hold is not None:
@@ -357,6 +361,7 @@ class Scheduler:
             self.storage_classes,
             self.csi_nodes,
             self.namespaces,
+            self.postfilter.budgets,
         )
         for informer in rule_informers:
             tasks.append(asyncio.create_task(informer.run(), name=f"{informer.name}-informer"))
@@ -485,7 +490,10 @@ class Scheduler:
             if kind == "claim" and decision.asks_for_domains(pod):
                 self.queue.wait_for_domains(key)
             if reserved.message is not None:
-                await self.report_unschedulable(key, pod, reserved.message)
+                # PostFilter: preempting pods of lower priority may make room (said in the same message).
+                preempting = await self.postfilter.preempt(key, pod, kind)
+                message = reserved.message if preempting is None else f"{reserved.message}; {preempting}"
+                await self.report_unschedulable(key, pod, message)
             return "unschedulable", reserved.strategy
         hold, placed = reserved
         outcome = await self.bind(key, pod, hold.node, placed)

@@ -133,9 +133,9 @@ _UNREAD_POD_SPEC_FIELDS = frozenset(
 def pod_view(pod: dict[str, Any]) -> dict[str, Any]:
     """What the scheduler keeps of its own pods (its pods informer's transform): the pod without what no decision
     reads (volumes other than claims, images, commands, probes, mounts, security contexts; managed fields; of the
-    status only the phase and the PodScheduled condition), so thousands of waiting pods and every bound one cost as
-    little memory as their decisions allow. Fields it does not know are kept: a reader added later is never silently
-    starved.
+    status only the phase, start, nominated node and PodScheduled condition), so thousands of waiting pods and every
+    bound one cost as little memory as their decisions allow. Fields it does not know are kept: a reader added later
+    is never silently starved.
     tests/unit/scheduler/test_decision.py checks every reader answers the same on the view as on the whole pod."""
     out = dict(pod)
     meta = pod.get("metadata")
@@ -158,7 +158,7 @@ def pod_view(pod: dict[str, Any]) -> dict[str, Any]:
     status = pod.get("status")
     if isinstance(status, dict):
         conditions = status.get("conditions")
-        kept: dict[str, Any] = {k: status[k] for k in ("phase",) if k in status}
+        kept: dict[str, Any] = {k: status[k] for k in ("phase", "startTime", "nominatedNodeName") if k in status}
         if isinstance(conditions, list):
             kept["conditions"] = [c for c in conditions if isinstance(c, dict) and c.get("type") == "PodScheduled"]
         out["status"] = kept

@@ -242,6 +242,12 @@ class Footprint:
     """Its required pod anti-affinity terms: no pod they match may join it in their topology domains."""
     terminating: bool = False
     """It has a deletion timestamp (PodTopologySpread does not count it)."""
+    name: str = ""
+    """Its name (preemption deletes it by name and uid)."""
+    priority: int = 0
+    """Its `spec.priority` (preemption takes only pods of lower priority than the preemptor's)."""
+    started: str = ""
+    """When it started (`status.startTime`, else its creation): of two equal victims preemption keeps the older."""
 
 
 def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | None:
@@ -278,12 +284,26 @@ def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | No
         labels,
         anti,
         bool(meta.get("deletionTimestamp")),
+        str(meta.get("name") or ""),
+        _priority(spec),
+        _started(meta, status),
     )
+
+
+def _priority(spec: Any) -> int:
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _started(meta: Mapping[str, Any], status: Any) -> str:
+    started = status.get("startTime") if isinstance(status, Mapping) else None
+    return str(started or meta.get("creationTimestamp") or "")
 
 
 def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     """What `footprint` reads of a pod, and no more (its requests and host ports, claims, node and phase; its
-    namespace, labels, deletion timestamp and required pod anti-affinity): what the scheduler's informer keeps of
+    namespace, labels, deletion timestamp and required pod anti-affinity; its name, priority and start, which
+    preemption reads): what the scheduler's informer keeps of
     each of possibly many thousands of other schedulers' pods. Kept beside the readers it must serve;
     tests/unit/scheduler/test_fit.py checks that `footprint(trimmed(pod)) == footprint(pod)`."""
 
@@ -308,7 +328,15 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     view_meta = (
         {
             k: meta[k]
-            for k in ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
+            for k in (
+                "name",
+                "namespace",
+                "uid",
+                "resourceVersion",
+                "labels",
+                "deletionTimestamp",
+                "creationTimestamp",
+            )
             if k in meta
         }
         if isinstance(meta, dict)
@@ -318,7 +346,7 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(spec, dict):
         view_spec: Any = spec
     else:
-        view_spec = {k: spec[k] for k in ("nodeName", "overhead", "resources") if k in spec}
+        view_spec = {k: spec[k] for k in ("nodeName", "overhead", "resources", "priority") if k in spec}
         affinity = spec.get("affinity")
         if isinstance(affinity, dict) and isinstance(affinity.get("podAntiAffinity"), dict):
             required = affinity["podAntiAffinity"].get("requiredDuringSchedulingIgnoredDuringExecution")
@@ -337,7 +365,7 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     return {
         "metadata": view_meta,
         "spec": view_spec,
-        "status": {"phase": status.get("phase")} if isinstance(status, dict) else status,
+        "status": {k: status[k] for k in ("phase", "startTime") if k in status} if isinstance(status, dict) else status,
     }
 
 
@@ -362,6 +390,7 @@ class NodeUsage:
         self._claim_users: Counter[str] = Counter()  # claim -> how many counted pods use it, on any node
         self._on_node: dict[str, set[str]] = {}  # node -> the uids counted on it
         self._anti: set[str] = set()  # the uids whose pods have required pod anti-affinity
+        self._priorities: Counter[int] = Counter()  # priority -> how many counted pods have it
         self._shared: set[str] = set()
         """The nodes whose per-node totals are shared with a fork or the usage it was forked from (each side copies
         them before its first change of them)."""
@@ -382,6 +411,7 @@ class NodeUsage:
         child._claim_users = Counter(self._claim_users)
         child._on_node = dict(self._on_node)
         child._anti = set(self._anti)
+        child._priorities = Counter(self._priorities)
         nodes = set(self._requested) | set(self._ports) | set(self._claims) | set(self._on_node)
         self._shared |= nodes
         child._shared = nodes
@@ -411,7 +441,9 @@ class NodeUsage:
                 if not here:
                     del self._on_node[before.node]
             self._anti.discard(uid)
+            _discount(self._priorities, (before.priority,))
         if taken is not None:
+            self._priorities[taken.priority] += 1
             self._on_node.setdefault(taken.node, set()).add(uid)
             if taken.anti_affinity:
                 self._anti.add(uid)
@@ -514,6 +546,11 @@ class NodeUsage:
     def pods_on(self, node: str) -> Iterable[tuple[str, Footprint]]:
         """The pods counted on `node`."""
         return ((uid, self._by_uid[uid]) for uid in self._on_node.get(node, ()))
+
+    def lowest_priority(self) -> int | None:
+        """The lowest priority of any counted pod (None: no pod): preemption has nothing to do for a pod of that
+        priority or lower. O(distinct priorities)."""
+        return min(self._priorities, default=None)
 
     def with_anti_affinity(self) -> Iterable[tuple[str, Footprint]]:
         """The counted pods with required pod anti-affinity (few, usually none: what every pod is judged against)."""

@@ -21,8 +21,11 @@ One decision, in three steps:
 
 A waiting gang holds nothing and keeps no nodes from others; gangs are tried as their members are (priority, then
 age, on every change that could help) and a gang's failed decision is not repeated until something changed.
-After start, a gang whose bound members drop below its minimum is reported (GangBelowMinimum) and kept running:
-there is no eviction and no preemption.
+After start, a gang whose bound members drop below its minimum is reported (GangBelowMinimum) and kept running.
+
+Preemption (scheduler.postfilter, scheduler.preemption): a gang that no domain takes may preempt pods of lower
+priority than its lowest waiting member, for all of its members in one domain or not at all (`_fits_whole` tries
+the whole gang on a trial); a running gang is a victim only whole, every placed member at once.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
     from gpu_scheduling.scheduler.claims import ClaimPath
     from gpu_scheduling.scheduler.events import Recorder
     from gpu_scheduling.scheduler.metrics import Metrics
+    from gpu_scheduling.scheduler.postfilter import PostFilter
     from gpu_scheduling.scheduler.queue import SchedulingQueue
     from gpu_scheduling.scheduler.volumebinder import VolumeBinder
 
@@ -88,6 +92,7 @@ class Host(Protocol):
     binder: VolumeBinder
     metrics: Metrics
     recorder: Recorder
+    postfilter: PostFilter
     leading: bool
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
@@ -189,6 +194,7 @@ class GangPath:
 
     def _forget(self, gang: str) -> None:
         self.s.queue.release(_waiter(gang))
+        self.s.postfilter.forget(gang)
         self._failed.pop(gang, None)
         self._incomplete_since.pop(gang, None)
         self._overdue.discard(gang)
@@ -302,6 +308,12 @@ class GangPath:
             return "error"
         if isinstance(outcome, list):
             message = gangs.explain(spec, outcome)
+            # PostFilter: preempting pods of lower priority in one domain may let the whole gang in.
+            preempting = await s.postfilter.preempt_gang(
+                gang, waiting, plan.candidates, lambda t, d: self._fits_whole(t, plan.place, d)
+            )
+            if preempting is not None:
+                message = f"{message}; {preempting}"
             self._failed[gang] = (generation, message)
             self._reserve(gang, waiting)
             for k, p in waiting.items():  # pod affinity or spread: a pod or node anywhere may change the verdict
@@ -427,6 +439,22 @@ class GangPath:
         claim_key = f"{meta['namespace']}/{claim_name}"
         claim = self.s.claim_path.claims.cache[claim_key]
         return Placement(member, hold, Placed(claim, hold, message, self.s.claim_path.strategy_of(claim_key)))
+
+    def _fits_whole(self, trial: Trial, members: list[Member], domain: gangs.Domain) -> bool:
+        """Whether every member in `members` fits in `domain` on `trial` (preemption's question); nothing of the
+        attempt stays on the trial."""
+        outcome = gangs.transact(
+            members,
+            [domain],
+            lambda member, d: self._place(trial, member, d),
+            lambda placement: trial.retract(placement.hold.uid),
+            lambda m: m.key,
+        )
+        if isinstance(outcome, list):
+            return False
+        for placement in outcome.placements:
+            trial.retract(placement.hold.uid)
+        return True
 
     def _place_map(self, trial: Trial, member: Member, within: frozenset[str] | None) -> Placement | str:
         s = self.s

@@ -140,6 +140,16 @@ class Metrics:
             " does not count).",
             registry=r,
         )
+        self._preemptions = prometheus_client.Counter(
+            "gpu_scheduler_preemption_attempts_total",
+            "Times a pod that fit nowhere preempted pods of lower priority (scheduler/preemption.py).",
+            registry=r,
+        )
+        self._preemption_victims = prometheus_client.Counter(
+            "gpu_scheduler_preemption_victims_total",
+            "Pods deleted to make room for pods of higher priority.",
+            registry=r,
+        )
         self._policy: tuple[str, str] | None = None
         r.register(_StateCollector(self))
         for result in GANG_RESULTS:
@@ -198,6 +208,11 @@ class Metrics:
 
     def gang_broken(self) -> None:
         self._gangs_broken.inc()
+
+    def preempted(self, victims: int) -> None:
+        """A pod preempted `victims` pods."""
+        self._preemptions.inc()
+        self._preemption_victims.inc(victims)
 
     def lease_reconciled(self, outcome: str) -> None:
         """A GPU lease was reconciled: "released", "updated", "recreated" or "retried"."""

@@ -201,6 +201,8 @@ def test_a_trial_reads_as_a_ledger_with_its_holds_would(base, leases, tried, ret
         holders = tuple(h for h in lease.holders if h not in removed)
         if holders:
             same.lease_seen(dataclasses.replace(lease, holders=holders))
+        else:  # the same Lease seen again naming only removed pods: what it said before holds no more
+            same.lease_deleted((lease.node, lease.gpu))
     for hold in base:
         if ledger.hold(hold.uid) is None and ledger.assume(hold) == [] and hold.uid not in removed:
             same.assume(hold)

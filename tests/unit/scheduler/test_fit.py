@@ -775,7 +775,7 @@ def test_a_non_array_ports_field_never_raises(value):
     p = base_pod()
     put(p, ("spec", "containers", 0, "ports"), value)
     assert isinstance(pod_fit(p), str)
-    assert fit.footprint(p) == fit.Footprint("n1", (), (), BASE_POD_CLAIMS, "default")
+    assert fit.footprint(p) == fit.Footprint("n1", (), (), BASE_POD_CLAIMS, "default", name="p")
 
 
 @pytest.mark.parametrize(
@@ -1029,8 +1029,20 @@ def test_footprint_of_a_bound_pod():
         phase="Running",
     )
     assert fit.footprint(p) == fit.Footprint(
-        "n1", (("cpu", 1000), ("memory", 2**30)), (("0.0.0.0", "TCP", 80),), namespace="default"
+        "n1", (("cpu", 1000), ("memory", 2**30)), (("0.0.0.0", "TCP", 80),), namespace="default", name="p"
     )
+
+
+def test_footprint_keeps_what_preemption_reads():
+    p = pod([container({"cpu": "1"})], node_name="n1", priority=1000)
+    p["metadata"]["creationTimestamp"] = "2026-11-28T10:00:00Z"
+    taken = fit.footprint(p)
+    assert (taken.name, taken.priority, taken.started) == ("p", 1000, "2026-11-28T10:00:00Z")
+    p["status"] = {"phase": "Running", "startTime": "2026-11-28T10:00:05Z"}
+    assert fit.footprint(p).started == "2026-11-28T10:00:05Z"
+    assert fit.footprint(fit.trimmed(p)) == fit.footprint(p)
+    p["spec"]["priority"] = "high"  # never stored by the apiserver: counts as 0
+    assert fit.footprint(p).priority == 0
 
 
 def test_footprint_is_none_unbound_or_finished():
@@ -1047,7 +1059,7 @@ def test_footprint_uses_the_given_node():
     p = pod([container({"cpu": "1"})], node_name="n1")
     assert fit.footprint(p, "n2").node == "n2"
     assert fit.footprint(pod([container({"cpu": "1"})]), "n3") == fit.Footprint(
-        "n3", (("cpu", 1000),), (), namespace="default"
+        "n3", (("cpu", 1000),), (), namespace="default", name="p"
     )
 
 
@@ -1079,7 +1091,7 @@ def test_trimmed_keeps_only_the_claims_of_the_volumes():
 
 def test_footprint_of_unreadable_resources_is_a_pod_without_requests():
     p = pod([container({"cpu": "lots"}, ports=[{"containerPort": 80, "hostPort": 80}])], node_name="n1")
-    assert fit.footprint(p) == fit.Footprint("n1", (), (), namespace="default")
+    assert fit.footprint(p) == fit.Footprint("n1", (), (), namespace="default", name="p")
 
 
 # ---- NodeUsage --------------------------------------------------------------------------------------------------
