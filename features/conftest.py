@@ -46,6 +46,8 @@ from features.support import (
     TAKE_HOME_MAP,
     TESTBED,
     WORKER_NODES,
+    ZONE_LABEL,
+    ZONES,
     Cluster,
     StatefulSet,
     World,
@@ -637,6 +639,13 @@ def bound_once_with_event(world: World) -> None:
 
 
 # ---- GpuClaims and their GPUs (claims, claims_scheduling, faults, security, kind, chart) -----------------------
+
+
+@given('node1 and node2 are in zone "a", node3 and node4 in zone "b"')
+def zones(world: World) -> None:
+    for node, zone in ZONES.items():
+        world.api.patch(paths.node(node), {"metadata": {"labels": {ZONE_LABEL: zone}}}, kind="strategic")
+        world.node_undo.append((node, {"metadata": {"labels": {ZONE_LABEL: None}}}))
 
 
 @given("every kwok node has the simulated inventory of 8 GPUs in two NVLink islands")

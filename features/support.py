@@ -247,6 +247,11 @@ def statefulset_body(name: str, replicas: int, gpu_map: str, parallel: bool = Fa
     }
 
 
+ZONE_LABEL = "testbed.gpu.scheduling/zone"
+ZONES = {"node1": "a", "node2": "a", "node3": "b", "node4": "b"}
+"""The zones the step 'node1 and node2 are in zone "a", ...' (conftest) gives the kwok nodes."""
+
+
 def on_node(node: str) -> dict[str, Any]:
     """A claim's selector of the one node `node`."""
     return {"matchLabels": {HOSTNAME_LABEL: node}}

@@ -6,11 +6,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pytest_bdd import given, parsers, scenarios, then, when
+from pytest_bdd import parsers, scenarios, then, when
 
 from features.support import (
     HOSTNAME_LABEL,
     JOB_NAME_LABEL,
+    ZONE_LABEL,
+    ZONES,
     World,
     claim_status,
     gang_member_body,
@@ -26,16 +28,6 @@ from gpu_scheduling.kube.errors import NotFound
 from harness.wait import wait_for
 
 scenarios("gangs.feature")
-
-ZONE_LABEL = "testbed.gpu.scheduling/zone"
-ZONES = {"node1": "a", "node2": "a", "node3": "b", "node4": "b"}
-
-
-@given('node1 and node2 are in zone "a", node3 and node4 in zone "b"')
-def zones(world: World) -> None:
-    for node, zone in ZONES.items():
-        world.api.patch(paths.node(node), {"metadata": {"labels": {ZONE_LABEL: zone}}}, kind="strategic")
-        world.node_undo.append((node, {"metadata": {"labels": {ZONE_LABEL: None}}}))
 
 
 def _member(name: str, claim: str, size: int, mode: str | None = None) -> dict[str, Any]:

@@ -29,7 +29,11 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
       | kube-system:gpu-scheduler | patch  | pods                   | kube-system    | no     |
       | kube-system:gpu-scheduler | update | pods                   | default        | no     |
       | kube-system:gpu-scheduler | create | pods                   | default        | no     |
-      | kube-system:gpu-scheduler | delete | pods                   | all namespaces | no     |
+      | kube-system:gpu-scheduler | delete | pods                   | all namespaces | yes    |
+      | kube-system:gpu-scheduler | watch  | poddisruptionbudgets   | all namespaces | yes    |
+      | kube-system:gpu-scheduler | create | poddisruptionbudgets   | default        | no     |
+      | kube-system:gpu-scheduler | delete | poddisruptionbudgets   | all namespaces | no     |
+      | kube-system:gpu-scheduler | get    | priorityclasses        | the cluster    | no     |
       | kube-system:gpu-scheduler | create | pods/eviction          | all namespaces | no     |
       | kube-system:gpu-scheduler | update | leases                 | kube-system    | no     |
       | kube-system:gpu-scheduler | create | leases                 | kube-system    | no     |

@@ -55,7 +55,7 @@ Feature: GpuClaims are placed by the node strategy of the claim, the runtime pol
 
   Scenario: A high-priority claim overtakes queued low-priority ones, and is never starved by them
     Given a pool of 1 nodes with 8 GPUs each
-    And the PriorityClass "gpu-high" of value 1000
+    And the PriorityClass "gpu-high" of value 1000 that never preempts
     And the claims "hold6,hold1,hold1b" asking for 6,1,1 GPUs in the pool are bound
     When the pod "low-0" naming the GpuClaim "low" of 1 GPUs in the pool is created
     And the pod "high-0" naming the GpuClaim "high" of 2 GPUs in the pool is created with priority class "gpu-high"
@@ -71,7 +71,7 @@ Feature: GpuClaims are placed by the node strategy of the claim, the runtime pol
 
   Scenario: A waiting high-priority gang keeps its nodes from lower-priority claims, and is not starved by them
     Given a pool of 2 nodes with 8 GPUs each
-    And the PriorityClass "gpu-high" of value 1000
+    And the PriorityClass "gpu-high" of value 1000 that never preempts
     And the claims "hold4" asking for 4 GPUs in the pool are bound
     When the gang "big" of 2 pods of 8 GPUs each in the pool is created with priority class "gpu-high"
     Then the pod "big-1" is Pending with reason Unschedulable and a message containing "does not fit whole"
@@ -83,7 +83,7 @@ Feature: GpuClaims are placed by the node strategy of the claim, the runtime pol
 
   Scenario: With queue order FIFO nothing is kept for a higher priority
     Given a pool of 1 nodes with 8 GPUs each
-    And the PriorityClass "gpu-high" of value 1000
+    And the PriorityClass "gpu-high" of value 1000 that never preempts
     And the GpuSchedulingPolicy sets the queue order "FIFO"
     And the claims "hold7,hold1" asking for 7,1 GPUs in the pool are bound
     When the pod "low-0" naming the GpuClaim "low" of 1 GPUs in the pool is created

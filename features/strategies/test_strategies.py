@@ -292,9 +292,17 @@ def policy_event(world: World, strategy: str) -> None:
 # ---- priority --------------------------------------------------------------------------------------------------
 
 
-@given(step('the PriorityClass "{name:q}" of value {value:d}'))
+@given(step('the PriorityClass "{name:q}" of value {value:d} that never preempts'))
 def priority_class(world: World, name: str, value: int) -> None:
-    body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
+    """A priority that orders the queue and keeps nodes for its waiters, but preempts nothing (preemptionPolicy
+    Never, which the Priority admission plugin copies onto its pods): what these scenarios watch is the waiting."""
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        "preemptionPolicy": "Never",
+    }
     world.api.create(paths.PRIORITY_CLASSES, body, exist_ok=True)
 
 

@@ -401,6 +401,11 @@ def test_scheduler_rbac_is_least_privilege():
         ("namespaces", "get"),
         ("namespaces", "list"),
         ("namespaces", "watch"),
+        # Preemption (scheduler/postfilter.py): victims deleted, PodDisruptionBudgets read.
+        ("pods", "delete"),
+        ("poddisruptionbudgets", "get"),
+        ("poddisruptionbudgets", "list"),
+        ("poddisruptionbudgets", "watch"),
     }
     # The policy's status: the one policy the scheduler reads, no other.
     (status_rule,) = [r for r in role["rules"] if "gpuschedulingpolicies/status" in r["resources"]]
