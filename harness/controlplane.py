@@ -25,6 +25,9 @@ from harness.processes import Process, free_port
 from harness.wait import wait_for
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_LEAVE_ALONE: dict[str, str] = {"kwok.x-k8s.io/status": "custom"}
+"""A pod with this annotation is left alone by kwok (its status, and its finalizers on deletion): a test that must
+see a pod stay terminating gives it this and a finalizer of its own."""
 SIMULATED_GPUS: int = simulated_status()["total"]
 """GPUs of a node with the simulated inventory (gpu_scheduling.agent.inventory), what a fake node advertises."""
 # Every pods/binding request, every write of a Lease in the project's namespace (GPU Leases and the leader Lease),
@@ -233,10 +236,11 @@ class ControlPlane:
                 # persistentvolume-binder binds a claim to the volume a scheduler reserved or had provisioned,
                 # ephemeral-volume makes a pod's ephemeral claims, and the two protection controllers lift the
                 # finalizers the apiserver puts on claims and volumes, so that they (and a namespace holding
-                # them) can be deleted (features/volumes).
+                # them) can be deleted (features/volumes); disruption keeps the PodDisruptionBudgets' status, which
+                # preemption reads (features/preemption).
                 (
                     "--controllers=serviceaccount,serviceaccount-token,statefulset,job,namespace,garbagecollector,"
-                    "nodelifecycle,persistentvolume-binder,ephemeral-volume,pvc-protection,pv-protection"
+                    "nodelifecycle,persistentvolume-binder,ephemeral-volume,pvc-protection,pv-protection,disruption"
                 ),
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={self.ca.cert_path}",
@@ -254,7 +258,8 @@ class ControlPlane:
                 f"--kubeconfig={self.kubeconfig}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-                "--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
+                "--disregard-status-with-annotation-selector="
+                + ",".join(f"{k}={v}" for k, v in KWOK_LEAVE_ALONE.items()),
                 "--cidr=10.0.0.1/16",
                 "--node-ip=10.0.0.1",
                 "--node-lease-duration-seconds=40",

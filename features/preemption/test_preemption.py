@@ -27,6 +27,7 @@ from gpu_scheduling import constants
 from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import NotFound
+from harness.controlplane import KWOK_LEAVE_ALONE
 from harness.wait import wait_for
 
 scenarios("preemption.feature")
@@ -118,7 +119,12 @@ def _running(world: World, group: str, count: int) -> list[dict[str, Any]]:
         )
         return pods if ok else None
 
-    return wait_for(f"the {count} pods {group} running", ready, timeout=90)
+    pods = wait_for(f"the {count} pods {group} running", ready, timeout=90)
+    for pod in pods:  # from now on kwok leaves them alone: deleted, they stay terminating until let go
+        world.api.patch(
+            paths.pod(world.namespace, pod["metadata"]["name"]), {"metadata": {"annotations": KWOK_LEAVE_ALONE}}
+        )
+    return pods
 
 
 @given(
@@ -143,11 +149,13 @@ def running_pods(world: World, count: str, group: str, pc: str, gpus: str, node:
     )
 )
 def running_gang(world: World, gang: str, count: str, pc: str, gpus: str) -> None:
-    _create_gang(world, gang, int(count), pc, int(gpus), zoned=False)
+    _create_gang(world, gang, int(count), pc, int(gpus), zoned=False, held=True)
     _running(world, gang, int(count))
 
 
-def _create_gang(world: World, gang: str, count: int, pc: str, gpus: int, zoned: bool) -> None:
+def _create_gang(world: World, gang: str, count: int, pc: str, gpus: int, zoned: bool, held: bool) -> None:
+    """A gang of `count` members of `gpus` GPUs each (in one zone, Required, when `zoned`); `held`: its members may
+    be preempted and carry HOLD."""
     _claim(world, gang, gpus, None, gang=gang)
     for i in range(count):
         body = gang_member_body(
@@ -155,6 +163,8 @@ def _create_gang(world: World, gang: str, count: int, pc: str, gpus: int, zoned:
         )
         body["spec"]["priorityClassName"] = pc
         body["metadata"]["labels"] = {GROUP_LABEL: gang}
+        if held:
+            body["metadata"]["finalizers"] = [HOLD]
         world.api.create(paths.pods(world.namespace), body)
 
 
@@ -164,7 +174,8 @@ def budget(world: World, group: str) -> None:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": group},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {GROUP_LABEL: group}}},
+        # minAvailable as a count: the disruption controller needs no owner of the pods for it.
+        "spec": {"minAvailable": len(_group(world, group)), "selector": {"matchLabels": {GROUP_LABEL: group}}},
     }
     world.api.create(paths.POD_DISRUPTION_BUDGET.collection(world.namespace), body)
     path = paths.POD_DISRUPTION_BUDGET.item(group, world.namespace)
@@ -200,7 +211,7 @@ def create_preemptor(world: World, name: str, pc: str, gpus: str, nodes: str | N
     )
 )
 def create_zoned_gang(world: World, gang: str, count: str, pc: str, gpus: str) -> None:
-    _create_gang(world, gang, int(count), pc, int(gpus), zoned=True)
+    _create_gang(world, gang, int(count), pc, int(gpus), zoned=True, held=False)
 
 
 @then(
@@ -215,7 +226,7 @@ def exactly_preempted(world: World, count: str, group: str, preempted: dict[str,
         return pods if len(pods) >= int(count) else None
 
     found = wait_for(f"{count} pods of {group} preempted", terminating, timeout=60)
-    # No more than that, a while later: the preemptor asked for no more.
+    time.sleep(1)  # no more than that, a second later: the preemptor asked for no more
     for pod in _group(world, group):
         if pod["metadata"].get("deletionTimestamp"):
             preempted[pod["metadata"]["name"]] = pod
@@ -262,7 +273,10 @@ def _exists(world: World, name: str) -> bool:
 
 @when("the preempted pods are gone")
 def victims_gone(world: World, preempted: dict[str, dict[str, Any]]) -> None:
+    """The test does what the kubelet would once their containers stopped: the pods go."""
     _release(world, [get_pod(world, n) for n in preempted if _exists(world, n)])
+    for name in preempted:
+        world.api.delete(paths.pod(world.namespace, name), gracePeriodSeconds="0")
     wait_for("the preempted pods gone", lambda: not any(_exists(world, n) for n in preempted), timeout=60)
 
 
