@@ -48,11 +48,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from bench import checks, contenders, measure, report, workload
-from bench.plane import BenchPlane, ProcessStats, build_loadgen
+from bench.plane import BenchPlane, ProcessStats, build_loadgen, node_bodies
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
 from harness import inventory
-from harness.controlplane import node_body, node_ready
+from harness.controlplane import node_ready
 from harness.wait import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -112,18 +112,6 @@ SMOKE: dict[str, Any] = {
 
 
 # ---- the load, as plain objects ---------------------------------------------------------------------------------
-def zone(i: int, zones: int) -> str:
-    return f"zone-{i % zones:02d}"
-
-
-def node_bodies(count: int, zones: int) -> list[dict[str, Any]]:
-    """kwok nodes node1..node<count>, each labelled with its zone (node i in zone i mod `zones`)."""
-    return [
-        node_body(workload.node_name(i), workload.GPUS_PER_NODE, labels={ZONE_LABEL: zone(i, zones)})
-        for i in range(count)
-    ]
-
-
 def map_sets(count: int, replicas: int, nodes: int, scheduler: str, namespace: str) -> list[dict[str, Any]]:
     """StatefulSets of `count` map pods in all, `replicas` each (Parallel: kwok runs no pods, so none would ever
     be Ready for an ordered roll-out), pod p of them pinned by the map to node p mod `nodes`, one GPU."""
@@ -439,8 +427,8 @@ def _stage(name: str, timings: dict[str, float]) -> Iterator[None]:
 
 
 def add_nodes(plane: BenchPlane, settings: Settings, timeout: float = 600) -> None:
-    """plane.add_nodes, with zone labels."""
-    plane.create(node_bodies(settings.nodes, settings.zones), "nodes", concurrency=32)
+    """plane.add_nodes, in the board's `zones` zones."""
+    plane.create(node_bodies(settings.nodes, settings.zones, ZONE_LABEL), "nodes", concurrency=32)
     wait_for(
         f"{settings.nodes} kwok nodes Ready and untainted",
         lambda: sum(map(node_ready, plane.api.get(paths.NODES)["items"])) == settings.nodes,

@@ -8,6 +8,8 @@ on its cluster (listed before it is stopped) and returns one line per problem, e
 - W3: gpu-scheduler never has a gang partly bound: from the audit log, every GPU Lease of a gang's members was
   created before the gang's first bind, and no gang ends with some members bound and others not. Every bound
   member holds a whole node's GPUs, all distinct, and no GPU is held twice (as in W2).
+- W4: every pod bound to its mapped node (as W1), and the bound pods' count of every zone within the spread
+  constraint's maxSkew of the emptiest zone's.
 - Storm: no waiting pod bound (every GPU was taken by the fill).
 - The board: no flag on any node or GPU once the agents have caught up.
 """
@@ -31,9 +33,9 @@ def _some(names: Iterable[str]) -> str:
     return ", ".join(names[:EXAMPLES]) + (f" (+{len(names) - EXAMPLES})" if len(names) > EXAMPLES else "")
 
 
-def misplaced(pods: Iterable[Mapping[str, Any]], mapped: Mapping[str, str]) -> list[str]:
-    """W1: the bound pods not on the node `mapped` gives them (pod name -> node); an unbound pod is the run's
-    count of bound pods to report."""
+def misplaced(pods: Iterable[Mapping[str, Any]], mapped: Mapping[str, str], what: str = "W1") -> list[str]:
+    """W1 (and W4, `what`): the bound pods not on the node `mapped` gives them (pod name -> node); an unbound pod is
+    the run's count of bound pods to report."""
     wrong = {
         p["metadata"]["name"]: p["spec"]["nodeName"]
         for p in pods
@@ -42,12 +44,29 @@ def misplaced(pods: Iterable[Mapping[str, Any]], mapped: Mapping[str, str]) -> l
     if not wrong:
         return []
     shown = _some(f"{name} on {node}, mapped to {mapped.get(name, 'nothing')}" for name, node in wrong.items())
-    return [f"{len(wrong)} W1 pods not on their mapped node: {shown}"]
+    return [f"{len(wrong)} {what} pods not on their mapped node: {shown}"]
 
 
-def w1_mapped(pods: int, nodes: int, group_size: int) -> dict[str, str]:
-    """Pod name -> the node its map entry names, for the run's W1 pods (workload.w1_placements)."""
-    return {pl.pod: pl.node for group in workload.w1_placements(pods, nodes, group_size) for pl in group}
+def w1_mapped(pods: int, nodes: int, group_size: int, prefix: str = "w1") -> dict[str, str]:
+    """Pod name -> the node its map entry names, for the run's W1 (or W4, `prefix`) pods (workload.w1_placements)."""
+    return {pl.pod: pl.node for group in workload.w1_placements(pods, nodes, group_size, prefix) for pl in group}
+
+
+def spread(pods: Iterable[Mapping[str, Any]], zone_of: Mapping[str, str], max_skew: int) -> list[str]:
+    """W4: the bound pods its spread constraint selects (workload.W4_LABEL) skewed across the zones (`zone_of`: node
+    -> zone, every node of the run, so an empty zone counts) by more than `max_skew`: the most in one zone minus the
+    fewest in any. Each scheduler admits a pod only where that stays within maxSkew, so at the end it must hold."""
+    counts: Counter[str] = Counter(
+        zone_of.get(p["spec"]["nodeName"], "no zone")
+        for p in pods
+        if p["spec"].get("nodeName") and workload.W4_LABEL.items() <= (p["metadata"].get("labels") or {}).items()
+    )
+    zones = sorted({*zone_of.values(), *counts})
+    skew = workload.zone_skew(counts, zones)
+    if skew <= max_skew:
+        return []
+    shown = ", ".join(f"{z} {counts.get(z, 0)}" for z in zones)
+    return [f"W4 pods skewed by {skew} across the zones, more than maxSkew {max_skew}: {shown}"]
 
 
 def held_twice(

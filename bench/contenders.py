@@ -4,13 +4,15 @@
                       asked for with GpuClaims;
   kube-scheduler      the upstream scheduler built from the same Kubernetes version, default profile; GPUs are
                       asked for as the extended resource nvidia.com/gpu; in W3 it has no gang semantics (v1.34 has
-                      no Workload API): the gangs' members are placed one by one;
+                      no Workload API): the gangs' members are placed one by one; in W4 it judges the same spread
+                      constraint as gpu-scheduler (its PodTopologySpread plugin);
   kube-scheduler-dra  the same kube-scheduler, GPUs asked for with Dynamic Resource Allocation (ResourceClaims
-                      against ResourceSlices): the native form of a claim, for W2 and the storm (its W1 would be
-                      kube-scheduler's);
+                      against ResourceSlices): the native form of a claim, for W2 and the storm (its W1 and W4
+                      would be kube-scheduler's);
   ceiling             `loadgen bind`: list+watch, read the node the benchmark named on the pod (the node of its
                       map entry), POST the binding, nothing else. What the apiserver allows on this machine for
-                      the same pods (W1 only: only W1 pods name their node);
+                      the same pods (W1 only: only W1 pods name their node, and it judges no constraint, so it
+                      takes no part in W4);
   ceiling-webhook     (only when named) the same binder with gpu-webhook in its pods' admission path: the limit of
                       a design that mutates every GPU pod and then binds it.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
+from typing import ClassVar
 
 from bench import workload
 from bench.plane import BenchPlane, ProcessStats
@@ -50,7 +53,7 @@ class Contender:
     scheduler_name: str
     claim_api: workload.ClaimApi
     """How its pods ask for GPUs in W2 and the storm, and so which inventory the plane writes for it."""
-    workloads: tuple[str, ...] = ("w1", "w2", "w3", "storm")
+    workloads: tuple[str, ...] = ("w1", "w2", "w3", "w4", "storm")
     """The workloads it takes part in."""
     python_processes: tuple[str, ...] = ()
     """Names (keys of processes()) that py-spy can profile."""
@@ -152,7 +155,7 @@ class KubeScheduler(Contender):
     name = "kube-scheduler"
     scheduler_name = workload.KUBE_SCHEDULER
     claim_api = workload.EXTENDED
-    workloads = ("w1", "w2", "w3")
+    workloads = ("w1", "w2", "w3", "w4")
     """W3 with no gang: its members are placed one by one (a reference for placement speed, not a gang scheduler)."""
 
     def start(self, plane: BenchPlane) -> None:
@@ -261,19 +264,27 @@ class GpuSchedulerBaseline(GpuScheduler):
 
     name = "gpu-scheduler-baseline"
     python_processes = ("scheduler", "webhook")
-    workloads = ("w1", "w2", "w3", "storm")
+    workloads = ("w1", "w2", "w3", "w4", "storm")
     ref: str = "HEAD"
+
+    REQUIRES: ClassVar[dict[str, str]] = {
+        "w3": "src/gpu_scheduling/scheduler/gangs.py",
+        "w4": "src/gpu_scheduling/scheduler/plugins/pod_topology_spread.py",
+    }
+    """What a revision must have to take part in a workload: W3's gangs, W4's spread constraint (a revision from
+    before them would leave W3's gangs waiting, or refuse W4's pods as asking a rule it does not support)."""
 
     @classmethod
     def at(cls, ref: str) -> None:
-        """Measure the revision `ref`: W3 only if it schedules gangs (a revision from before them would leave W3's
-        gangs waiting)."""
+        """Measure the revision `ref`, in the workloads it can schedule (REQUIRES). The W4 pods are made by the
+        benchmark, not the scheduler: any revision with the PodTopologySpread plugin schedules them."""
         cls.ref = ref
-        has_gangs = subprocess.run(
-            ["git", "-C", str(ROOT), "cat-file", "-e", f"{ref}:src/gpu_scheduling/scheduler/gangs.py"],
-            capture_output=True,
-        )
-        cls.workloads = ("w1", "w2", "w3", "storm") if has_gangs.returncode == 0 else ("w1", "w2", "storm")
+
+        def has(path: str) -> bool:
+            found = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{ref}:{path}"], capture_output=True)
+            return found.returncode == 0
+
+        cls.workloads = tuple(w for w in GpuScheduler.workloads if w not in cls.REQUIRES or has(cls.REQUIRES[w]))
 
     def start(self, plane: BenchPlane) -> None:
         source = plane.dir / "baseline-src"

@@ -120,6 +120,17 @@ spec:
 NODE_LEASE_SECONDS = 7200
 
 
+def node_bodies(count: int, zones: int = workload.ZONES, label: str = workload.ZONE_LABEL) -> list[dict[str, Any]]:
+    """kwok nodes node1..node<count> with GPUS_PER_NODE GPUs each, each labelled `label` with its zone
+    (workload.zone: node i in zone i mod `zones`). The zone is read only by W4's spread constraint: the W1-W3 pods
+    ask nothing of it (no spread constraint, affinity, gang topology or volume), and kube-scheduler applies its
+    default spread constraints only to pods of a Service or a controller, which the benchmark's pods are not."""
+    return [
+        node_body(name, workload.GPUS_PER_NODE, labels={label: zone})
+        for name, zone in workload.node_zones(count, zones).items()
+    ]
+
+
 def build_loadgen(out_dir: pathlib.Path) -> pathlib.Path:
     """`go build` the load generator (standard library only, so offline and quick); rebuilt when its source
     changes."""
@@ -252,11 +263,10 @@ class BenchPlane:
 
     # ---- cluster contents ------------------------------------------------------------------------------------
     def add_nodes(self, count: int, timeout: float = 600) -> float:
-        """Create `count` kwok nodes with GPUS_PER_NODE GPUs each and wait until all are Ready and untainted;
-        returns the seconds that took."""
+        """Create `count` kwok nodes with GPUS_PER_NODE GPUs each, in workload.ZONES zones (`node_bodies`), and wait
+        until all are Ready and untainted; returns the seconds that took."""
         started = time.monotonic()
-        nodes = [node_body(workload.node_name(i), workload.GPUS_PER_NODE) for i in range(count)]
-        self.create(nodes, "nodes", concurrency=32)
+        self.create(node_bodies(count), "nodes", concurrency=32)
 
         def all_ready() -> bool:
             return sum(map(node_ready, self.api.get(paths.NODES)["items"])) == count

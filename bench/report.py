@@ -16,7 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
-from bench import measure
+from bench import measure, workload
 from gpu_scheduling import constants
 from hack import toolchain
 
@@ -38,6 +38,9 @@ NO_GANG = "kube-scheduler (no gang: members placed one by one)"
 """How the report names kube-scheduler in W3: v1.34 has no gang scheduling, so it is a reference for raw placement
 speed, not the native peer (kube-scheduler v1.37's Workload API or Kueue)."""
 
+
+WORKLOAD_PLOTS = ("w1", "w2", "w3", "w4")
+"""The workloads with a plot of bound pods over time."""
 
 TARGETS = """\
 | target | measured | met |
@@ -408,6 +411,92 @@ partly bound, a bound member lacks 8 distinct GPUs, or a GPU is held twice (`ben
 """
 
 
+def _against_w1(runs: list[dict[str, Any]]) -> str:
+    """W4 against W1, per contender that ran both on the same pods and nodes: what judging the spread constraint
+    adds (medians over the repetitions)."""
+    w1, w4 = _summary(runs, "w1"), _summary(runs, "w4")
+    shape = {(r["workload"], r["contender"]): (r["pods"], r["nodes"]) for r in runs}
+    names = [n for n in w4 if n in w1 and shape[("w1", n)] == shape[("w4", n)]]
+    if not names:
+        return ""
+    lines = [
+        (
+            "| contender | pods/s W1 → W4 | create→bound p99 ms W1 → W4 | scheduler CPU ms per pod W1 → W4 | "
+            "contender CPU ms per pod W1 → W4 |"
+        ),
+        "|---|---|---|---|---|",
+    ]
+    for name in names:
+        a, b = w1[name], w4[name]
+        ratio = f" ({b['throughput'][0] / a['throughput'][0]:.2f}×)" if a["throughput"][0] else ""
+        cpu, total = a["scheduler_cpu_per_pod_ms"][0], a["cpu_per_pod_ms"][0]
+        lines.append(
+            f"| {name} | {a['throughput'][0]:.1f} → {b['throughput'][0]:.1f}{ratio} | {a['p99'][0]:.0f} → "
+            f"{b['p99'][0]:.0f} | {cpu:.2f} → {b['scheduler_cpu_per_pod_ms'][0]:.2f} "
+            f"({b['scheduler_cpu_per_pod_ms'][0] - cpu:+.2f}) | {total:.2f} → {b['cpu_per_pod_ms'][0]:.2f} "
+            f"({b['cpu_per_pod_ms'][0] - total:+.2f}) |"
+        )
+    return "\n".join(lines)
+
+
+def _refusals(runs: list[dict[str, Any]]) -> str:
+    """W4, per contender: the refusals it wrote (PodScheduled=False), each repetition's."""
+    by: dict[str, list[int]] = {}
+    for r in runs:
+        if r["workload"] == "w4" and r.get("spread"):
+            by.setdefault(r["contender"], []).append(r["spread"]["refusals_written"])
+    return "; ".join(f"{name} {', '.join(map(str, n))}" for name, n in by.items())
+
+
+def spread_section(runs: list[dict[str, Any]], settings: dict[str, Any], assets: str) -> str:
+    """The report's W4 section ("" without W4 runs)."""
+    w4 = _summary(runs, "w4")
+    if not w4:
+        return ""
+    r0 = next(r for r in runs if r["workload"] == "w4")
+    spread = r0.get("spread") or {}
+    zones = spread.get("zones") or {}
+    label = ", ".join(f"{k}: {v}" for k, v in workload.W4_LABEL.items())
+    parts = [
+        f"""## W4: {r0["pods"]} map-pinned pods with a zone spread constraint
+
+W1's pods on W1's nodes, pinned the same way (the map for gpu-scheduler, required node affinity for kube-scheduler),
+each also labelled `{label}` and carrying one topology spread constraint: `maxSkew: {spread.get("max_skew")}` over
+`{workload.ZONE_LABEL}` (the {r0["nodes"]} nodes are in {len(zones)} zones, node i in zone i mod {len(zones)}),
+`whenUnsatisfiable: DoNotSchedule`, that label as its selector, and `nodeAffinityPolicy: Ignore`, so that
+kube-scheduler's node-affinity pin does not narrow the constraint to its node's zone: both schedulers count every
+zone. Both judge it for every pod (the matching pods of every zone counted in PreFilter, the pod's zone compared in
+Filter); the ceiling takes no part. maxSkew is the skew W1's own order reaches plus the pods of one zone among the
+{settings.get("create_concurrency", 64)} creates in flight (`bench/workload.py`), so that pods arriving out of order are
+not refused: the figures are the cost of judging the constraint, not of refusals and backoffs (time spent waiting,
+not working). Refusals written (the scheduler's PodScheduled=False status writes, per repetition):
+{_refusals(runs) or "none recorded"}. At the end the zones hold {", ".join(f"{z} {n}" for z, n in zones.items())}
+pods; each run fails if a zone is more than maxSkew ahead of another or a pod is off its mapped node
+(`bench/checks.py`).
+
+{_table(w4)}
+
+![W4 bound pods over time]({assets}/w4-bound-over-time.png)
+"""
+    ]
+    ratios = _ratios(w4)
+    if ratios:
+        parts.append(f"""### gpu-scheduler against kube-scheduler
+
+{ratios}
+""")
+    against = _against_w1(runs)
+    if against:
+        parts.append(f"""### What judging the constraint adds: W4 against W1
+
+The same contender, the same pods and nodes, without and with the constraint (medians; in brackets, W4 ÷ W1 for the
+throughput and the CPU W4 adds per pod).
+
+{against}
+""")
+    return "\n".join(parts)
+
+
 def render(results: dict[str, Any], assets: str) -> str:
     s, m, runs = results["settings"], results["machine"], results["runs"]
     when = datetime.datetime.fromtimestamp(results["started"], datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -431,12 +520,13 @@ shares these {m["cpus"]} CPUs, so every figure is a figure of the whole machine 
 
 - {s["nodes"]} kwok nodes with 8 GPUs each (`nvidia.com/gpu` capacity; for the claim workloads also the
   inventory in the contender's form: the simulated GpuNodeStatus, or a DeviceClass and one ResourceSlice per
-  node), on a fresh etcd + kube-apiserver + kube-controller-manager + kwok for every run, so no run
+  node), in {workload.ZONES} zones (`{workload.ZONE_LABEL}`, node i in zone i mod {workload.ZONES}; only W4's pods
+  ask anything of it), on a fresh etcd + kube-apiserver + kube-controller-manager + kwok for every run, so no run
   inherits another's objects. kwok renews node leases every 5 min and runs no pods (see `bench/plane.py`).
 - Contenders (`bench/contenders.py`), each in namespace `bench`, same apiserver build and flags:
   1. **gpu-scheduler** with the webhook in the admission path, {results["client"]["workers"]} bind workers;
   2. **kube-scheduler** {v.get("kubernetes_version")}, default profile, the same pods pinned natively
-     (W1: required node affinity on `kubernetes.io/hostname`; `nvidia.com/gpu` requests);
+     (W1, W4: required node affinity on `kubernetes.io/hostname`; `nvidia.com/gpu` requests);
   3. **kube-scheduler-dra**: the same kube-scheduler, the same claims as Dynamic Resource Allocation
      ResourceClaims (`resource.k8s.io/v1`, enabled by default in {v.get("kubernetes_version")}), which its
      DynamicResources plugin allocates and reserves before binding (W2 and the storm);
@@ -513,6 +603,9 @@ allocation and the pod's reservation.
     gangs = gangs_section(runs, assets)
     if gangs:
         parts.append(gangs)
+    spread = spread_section(runs, s, assets)
+    if spread:
+        parts.append(spread)
     storms = results.get("storm") or []
     if storms:
         st = storms[0]
@@ -579,12 +672,12 @@ def write(results: dict[str, Any], out: pathlib.Path, docs: pathlib.Path | None)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     write_csv(results["runs"], out / "runs.csv")
-    for wl in ("w1", "w2", "w3"):
+    for wl in WORKLOAD_PLOTS:
         plot(results["runs"], wl, out / f"{wl}-bound-over-time.png")
     assets_dir = out if docs is None else docs.parent / docs.stem
     if docs is not None and assets_dir.resolve() != out.resolve():  # --docs X/run.md with --out X/run: in place
         assets_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("results.json", "runs.csv", *(f"{wl}-bound-over-time.png" for wl in ("w1", "w2", "w3"))):
+        for name in ("results.json", "runs.csv", *(f"{wl}-bound-over-time.png" for wl in WORKLOAD_PLOTS)):
             if (out / name).exists():
                 shutil.copyfile(out / name, assets_dir / name)
     target = docs if docs is not None else out / "benchmarks.md"

@@ -6,9 +6,9 @@ measurements, then the report.
                                          # board's smoke pass (bench/board.py)
     python -m bench --board              # only the board's benchmark (writes docs/board-benchmark.md)
 
-Workloads: w1 (map-pinned pods), w2 (GPU claims), w3 (gangs of 2, 4 and 8 members of a whole node each), storm
-(claim pods waiting for GPUs that are all taken: what the waiting costs the apiserver and the scheduler once every
-pod has been tried).
+Workloads: w1 (map-pinned pods), w2 (GPU claims), w3 (gangs of 2, 4 and 8 members of a whole node each), w4 (w1's
+pods with a zone topology spread constraint: what judging it costs), storm (claim pods waiting for GPUs that are all
+taken: what the waiting costs the apiserver and the scheduler once every pod has been tried).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from gpu_scheduling.kube import paths
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
 FILL_NAMESPACE = "bench-fill"
-WORKLOADS = ("w1", "w2", "w3", "storm")
+WORKLOADS = ("w1", "w2", "w3", "w4", "storm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,10 +43,10 @@ class Settings:
     """Fake kwok nodes, 8 GPUs each."""
 
     pods: int = 5000
-    """W1 pods (and W2 claims) per run."""
+    """W1 and W4 pods (and W2 claims) per run."""
 
     group_size: int = 100
-    """W1 pods sharing one map, like the replicas of one StatefulSet."""
+    """W1 (and W4) pods sharing one map, like the replicas of one StatefulSet."""
 
     w2_fill: float = 0.9
     """The share of all GPUs that the W2 claims ask for (workload.w2_sizes)."""
@@ -61,7 +61,8 @@ class Settings:
     contenders: tuple[str, ...] = contenders.DEFAULT
 
     create_concurrency: int = 64
-    """Create requests the load generator keeps in flight ("as fast as possible")."""
+    """Create requests the load generator keeps in flight ("as fast as possible"); W4's maxSkew leaves room for the
+    pods of one zone among them (workload.w4_max_skew)."""
 
     timeout: float = 900
     """Seconds a run may take to bind every pod before it is recorded as incomplete."""
@@ -145,6 +146,18 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
                 cuda_env=contender.cuda_env_in_pods,
             )
             gpus = len(pods)
+        elif wl == "w4":
+            claims = []
+            pods = workload.w4_pods(
+                contender.scheduler_name,
+                NAMESPACE,
+                settings.pods,
+                settings.nodes,
+                settings.group_size,
+                _max_skew(settings),
+                cuda_env=contender.cuda_env_in_pods,
+            )
+            gpus = len(pods)
         elif wl == "w3":
             gang_sizes = workload.w3_sizes(settings.nodes, settings.w3_fill)
             plane.add_inventory(contender.claim_api, settings.nodes)
@@ -193,6 +206,7 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         scheduler_writes = writes.counts(SCHEDULER_USER, since=first_create)
         claims_done = _claims_done(plane, contender.claim_api) if claims else None
         problems = _problems(plane, settings, wl, contender.claim_api, writes)
+        spread = _spread(plane, settings) if wl == "w4" else None
     finally:
         contender.stop()
         plane.stop()
@@ -215,7 +229,15 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
     }
     if gang_figs is not None:
         result["gangs"] = dataclasses.asdict(gang_figs)
+    if spread is not None:
+        result["spread"] = {**spread, "refusals_written": scheduler_writes.get("patch pods/status", 0)}
     result["curve"] = _thin(result["curve"], 600)
+    if spread is not None:
+        print(
+            f"   maxSkew {spread['max_skew']}: pods per zone {spread['zones']}; "
+            f"{result['spread']['refusals_written']} refusals written (PodScheduled=False)",
+            flush=True,
+        )
     if gang_figs is not None:
         print(
             f"   {gang_figs.placed}/{gang_figs.gangs} gangs placed in {gang_figs.seconds:.1f}s: "
@@ -234,6 +256,21 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
     return result
 
 
+def _max_skew(settings: Settings) -> int:
+    """W4's maxSkew at these settings (workload.w4_max_skew)."""
+    return workload.w4_max_skew(settings.pods, settings.nodes, settings.create_concurrency)
+
+
+def _spread(plane: BenchPlane, settings: Settings) -> dict[str, Any]:
+    """W4: its maxSkew and the bound pods per zone at the end (every zone, the empty ones too)."""
+    zone_of = workload.node_zones(settings.nodes)
+    counts = dict.fromkeys(sorted(set(zone_of.values())), 0)
+    for pod in plane.api.get(paths.pods(NAMESPACE))["items"]:
+        if node := pod["spec"].get("nodeName"):
+            counts[zone_of[node]] += 1
+    return {"max_skew": _max_skew(settings), "zones": counts}
+
+
 def _gangs(pods: list[dict[str, Any]]) -> dict[str, list[str]]:
     """The W3 gangs' members by gang, from the pods' names (workload.gang_of)."""
     out: dict[str, list[str]] = {}
@@ -248,13 +285,18 @@ def _gangs(pods: list[dict[str, Any]]) -> dict[str, list[str]]:
 def _problems(
     plane: BenchPlane, settings: Settings, wl: str, api: workload.ClaimApi, writes: measure.WriteTail
 ) -> list[str]:
-    """What the run got wrong (bench/checks.py): W1 pods off their mapped node, W2 GPUs held twice, W3 gangs ever
-    partly bound (gpu-scheduler's, from the audit log `writes` read after every bind: the apiserver writes that log
-    one event at a time in the order requests complete, so it holds every Lease create answered before a bind was
-    sent) or members without a whole node's GPUs."""
+    """What the run got wrong (bench/checks.py): W1 and W4 pods off their mapped node, W4's zones skewed beyond its
+    maxSkew, W2 GPUs held twice, W3 gangs ever partly bound (gpu-scheduler's, from the audit log `writes` read after
+    every bind: the apiserver writes that log one event at a time in the order requests complete, so it holds every
+    Lease create answered before a bind was sent) or members without a whole node's GPUs."""
     listed = plane.api.get(paths.pods(NAMESPACE))["items"]
     if wl == "w1":
         return checks.misplaced(listed, checks.w1_mapped(settings.pods, settings.nodes, settings.group_size))
+    if wl == "w4":
+        mapped = checks.w1_mapped(settings.pods, settings.nodes, settings.group_size, workload.W4_PREFIX)
+        return checks.misplaced(listed, mapped, "W4") + checks.spread(
+            listed, workload.node_zones(settings.nodes), _max_skew(settings)
+        )
     if wl == "w3":
         whole = (
             checks.gangs_whole(
@@ -694,17 +736,18 @@ def main(argv: list[str] | None = None) -> None:
     ]
     if unknown:
         p.error(f"unknown workloads or contenders: {', '.join(unknown)}")
-    if "w1" in settings.workloads and settings.pods > settings.nodes * workload.GPUS_PER_NODE:
+    if {"w1", "w4"} & set(settings.workloads) and settings.pods > settings.nodes * workload.GPUS_PER_NODE:
         p.error(
-            f"W1 gives every pod its own GPU: {settings.pods} pods need at least "
+            f"W1 and W4 give every pod its own GPU: {settings.pods} pods need at least "
             f"{-(-settings.pods // workload.GPUS_PER_NODE)} nodes"
         )
     settings.out.mkdir(parents=True, exist_ok=True)
     loadgen = build_loadgen(ROOT / "build" / "bench-bin")
 
     started = time.time()
-    # Each contender runs the workloads it takes part in (the ceiling knows only maps: W1; kube-scheduler-dra's
-    # W1 would be kube-scheduler's). The storm runs once per contender: its figures are rates over minutes.
+    # Each contender runs the workloads it takes part in (the ceiling knows only maps and judges nothing: W1;
+    # kube-scheduler-dra's W1 and W4 would be kube-scheduler's). The storm runs once per contender: its figures
+    # are rates over minutes.
     takes = {name: contenders.BY_NAME[name].workloads for name in settings.contenders}
     runs = [
         run_one(settings, loadgen, wl, name, rep)

@@ -30,6 +30,30 @@ per gang with `spec.gangRef` naming the gang, and each member's pod names that c
 all (its members are placed one by one: a reference for raw placement speed, not a gang scheduler). Member m of gang
 g is `w3-g<g>-<size>x-<m>`: `gang_of` reads the gang back from the name, whatever the contender.
 
+W4, W1 with a zone spread constraint: W1's pods, pinned the same way for each contender (the map for gpu-scheduler,
+required node affinity for kube-scheduler, `nvidia.com/gpu: 1` for both), each also carrying the label W4_LABEL,
+shared by the whole run, and one `topologySpreadConstraints` entry (`spread_constraint`): `maxSkew` M over
+ZONE_LABEL, `whenUnsatisfiable: DoNotSchedule`, that label as its selector, `nodeAffinityPolicy: Ignore`. Ignore,
+because kube-scheduler's pin is required node affinity, and the default policy (Honor) would count only the nodes
+that affinity admits: its one node, so one domain, and the constraint would never compare zones; with Ignore both
+schedulers count every zone. The nodes are in ZONES zones, node i in zone i mod ZONES (`zone`: the one assignment
+the plane's nodes, the checks and the board's benchmark use); W1's placement is even over them. The ceiling takes
+no part (it judges nothing). What W4 measures is the cost of judging the constraint for every pod (both schedulers
+count the matching pods of every zone in PreFilter, then compare on the pod's node in Filter), side by side and
+against the same contender's W1, not what refusing pods costs. So M is chosen to refuse none in steady state
+(`w4_max_skew`), the sum of:
+  - `w1_order_skew`: the largest zone skew of any prefix of W1's order, what the pods reach if they are placed one
+    by one in the order they are created: 1 when the nodes are a multiple of ZONES (pod p's zone is then p mod
+    ZONES), more otherwise (the smoke's 10 nodes: zones of 3, 3, 2 and 2 nodes, 4 at the end of its 40 pods);
+  - the pods of one zone among the creates kept in flight, in_flight / ZONES (16 at the benchmark's 64): the pods
+    arrive concurrently, so a scheduler sees them in the order their creates complete, not in W1's, and a zone
+    whose creates are still in flight lags the others by about that many at most (simulated: each create
+    completing up to 64 pods late, in any order, the skew of 5000 pods placed in that order stayed within 12).
+So M is 17 at the benchmark's sizes (200 or 1000 nodes) and 20 in the smoke. A tight skew (1 or 2) would have both
+schedulers refuse pods that are merely early, write why, and retry them after a backoff: the run would measure
+refusals and retries, not the constraint, and the cost of judging it does not depend on M. The run's checks hold
+every zone's count within M at the end, and the report shows the refusals written (PodScheduled=False).
+
 Storm, GPUs exhausted: one 8-GPU claim pod per node takes every GPU first (the fill), then `pods` 1-GPU claim
 pods arrive that cannot be placed and wait; what the waiting costs is the measure.
 """
@@ -37,6 +61,7 @@ pods arrive that cannot be placed and wait; what the waiting costs is the measur
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from gpu_scheduling import constants
@@ -95,6 +120,21 @@ def node_name(i: int) -> str:
     return f"node{i + 1}"
 
 
+ZONE_LABEL = "topology.kubernetes.io/zone"
+ZONES = 4
+"""Zones of the scheduler benchmark's nodes (W4 spreads over them; W1-W3 read no zone)."""
+
+
+def zone(i: int, zones: int = ZONES) -> str:
+    """The zone of node i (`node_name(i)`): i mod `zones`."""
+    return f"zone-{i % zones:02d}"
+
+
+def node_zones(nodes: int, zones: int = ZONES) -> dict[str, str]:
+    """Node name -> its zone, for nodes 0..nodes-1."""
+    return {node_name(i): zone(i, zones) for i in range(nodes)}
+
+
 @dataclasses.dataclass(frozen=True)
 class Placement:
     pod: str
@@ -103,15 +143,15 @@ class Placement:
     gpus: tuple[int, ...]
 
 
-def w1_placements(pods: int, nodes: int, group_size: int) -> list[list[Placement]]:
-    """Groups of placements; pod p of the run is `w1-g<group>-<index>` on node p mod N, GPU p div N mod 8."""
+def w1_placements(pods: int, nodes: int, group_size: int, prefix: str = "w1") -> list[list[Placement]]:
+    """Groups of placements; pod p of the run is `<prefix>-g<group>-<index>` on node p mod N, GPU p div N mod 8."""
     groups: list[list[Placement]] = []
     for p in range(pods):
         group, index = divmod(p, group_size)
         if index == 0:
             groups.append([])
         groups[-1].append(
-            Placement(f"w1-g{group:03d}-{index}", index, node_name(p % nodes), ((p // nodes) % GPUS_PER_NODE,))
+            Placement(f"{prefix}-g{group:03d}-{index}", index, node_name(p % nodes), ((p // nodes) % GPUS_PER_NODE,))
         )
     return groups
 
@@ -174,14 +214,20 @@ def _pod(
 
 
 def w1_pods(
-    contender_scheduler: str, namespace: str, pods: int, nodes: int, group_size: int = 100, cuda_env: bool = False
+    contender_scheduler: str,
+    namespace: str,
+    pods: int,
+    nodes: int,
+    group_size: int = 100,
+    cuda_env: bool = False,
+    prefix: str = "w1",
 ) -> list[dict[str, Any]]:
     """The W1 pods for one contender: map-pinned for gpu-scheduler and the ceiling (whose pods also name their
     node in CEILING_NODE_ANNOTATION), affinity-pinned for kube-scheduler. `cuda_env`: the map pods carry the
     CUDA_VISIBLE_DEVICES the webhook would have set (for a contender without the webhook: gpu-scheduler binds no
-    map pod that lacks it)."""
+    map pod that lacks it). `prefix`: the pods' names (`w1_placements`)."""
     out = []
-    for group in w1_placements(pods, nodes, group_size):
+    for group in w1_placements(pods, nodes, group_size, prefix):
         text = gpu_map(group)
         for pl in group:
             if contender_scheduler == KUBE_SCHEDULER:
@@ -192,6 +238,63 @@ def w1_pods(
                 annotations[CEILING_NODE_ANNOTATION] = pl.node
             env = {constants.CUDA_ENV: ",".join(map(str, pl.gpus))} if cuda_env else None
             out.append(_pod(namespace, pl.pod, contender_scheduler, len(pl.gpus), annotations=annotations, env=env))
+    return out
+
+
+W4_PREFIX = "w4"
+W4_LABEL = {"gpu-bench/spread": "w4"}
+"""The label every W4 pod carries and its spread constraint selects: the whole run's pods are one group."""
+
+
+def zone_skew(counts: Mapping[str, int], zones: Iterable[str]) -> int:
+    """The most pods in any of `zones` minus the fewest (a zone absent from `counts` has none)."""
+    n = [counts.get(z, 0) for z in zones]
+    return max(n) - min(n) if n else 0
+
+
+def w1_order_skew(pods: int, nodes: int, zones: int = ZONES) -> int:
+    """The largest zone skew of any prefix of W1's order (pod p on node p mod `nodes`): what its pods reach when they
+    are placed one by one in the order they are created."""
+    counts = dict.fromkeys({zone(i, zones) for i in range(nodes)}, 0)
+    worst = 0
+    for p in range(pods):
+        counts[zone(p % nodes, zones)] += 1
+        worst = max(worst, max(counts.values()) - min(counts.values()))
+    return worst
+
+
+def w4_max_skew(pods: int, nodes: int, in_flight: int, zones: int = ZONES) -> int:
+    """W4's maxSkew: the skew W1's own order reaches, plus the pods of one zone among `in_flight` concurrent creates
+    (see the module's docstring)."""
+    return w1_order_skew(pods, nodes, zones) + -(-in_flight // zones)
+
+
+def spread_constraint(max_skew: int) -> dict[str, Any]:
+    """W4's topology spread constraint: at most `max_skew` more W4 pods in one zone than in the emptiest, counted over
+    every zone whatever the pod's node affinity (`nodeAffinityPolicy: Ignore`)."""
+    return {
+        "maxSkew": max_skew,
+        "topologyKey": ZONE_LABEL,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": dict(W4_LABEL)},
+        "nodeAffinityPolicy": "Ignore",
+    }
+
+
+def w4_pods(
+    contender_scheduler: str,
+    namespace: str,
+    pods: int,
+    nodes: int,
+    group_size: int,
+    max_skew: int,
+    cuda_env: bool = False,
+) -> list[dict[str, Any]]:
+    """The W4 pods for one contender: its W1 pods (named `w4-...`), each with W4_LABEL and the spread constraint."""
+    out = w1_pods(contender_scheduler, namespace, pods, nodes, group_size, cuda_env, prefix=W4_PREFIX)
+    for pod in out:
+        pod["metadata"]["labels"].update(W4_LABEL)
+        pod["spec"]["topologySpreadConstraints"] = [spread_constraint(max_skew)]
     return out
 
 

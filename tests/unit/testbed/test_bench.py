@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench import checks, measure, report, run, workload
+from bench import checks, measure, plane, report, run, workload
 from gpu_scheduling import constants, gpumap
 from gpu_scheduling.agent import inventory
 from gpu_scheduling.claims import objects
@@ -691,3 +691,162 @@ def test_report_shows_w3_with_kube_scheduler_named_as_no_gang():
     assert f"| {report.NO_GANG} | 2/2 | 40/40 | 20.00 |" in text
     assert "not the\nnative peer" in text or "not the native peer" in text.replace("\n", " ")
     assert report.gangs_section([run_result("gpu-scheduler", "w2", 1.0, {})], "a") == ""
+
+
+# ---- W4: W1 with a zone spread constraint ---------------------------------------------------------------------------
+
+
+def test_nodes_are_in_zones_by_one_assignment():
+    assert workload.node_zones(6) == {
+        "node1": "zone-00",
+        "node2": "zone-01",
+        "node3": "zone-02",
+        "node4": "zone-03",
+        "node5": "zone-00",
+        "node6": "zone-01",
+    }
+    nodes = plane.node_bodies(6)
+    assert [n["metadata"]["labels"][workload.ZONE_LABEL] for n in nodes] == list(workload.node_zones(6).values())
+    assert nodes[0]["metadata"]["labels"]["kubernetes.io/hostname"] == "node1"
+    assert nodes[0]["status"]["capacity"]["nvidia.com/gpu"] == str(workload.GPUS_PER_NODE)
+    # The board's benchmark groups its nodes by the same assignment, in as many zones as it asks.
+    board_nodes = plane.node_bodies(3, zones=2, label="example.com/zone")
+    assert [n["metadata"]["labels"]["example.com/zone"] for n in board_nodes] == ["zone-00", "zone-01", "zone-00"]
+
+
+def test_w4_pods_are_the_w1_pods_with_one_zone_spread_constraint():
+    for scheduler in ("gpu-scheduler", workload.KUBE_SCHEDULER):
+        w1 = workload.w1_pods(scheduler, "ns", pods=30, nodes=7, group_size=10)
+        w4 = workload.w4_pods(scheduler, "ns", pods=30, nodes=7, group_size=10, max_skew=17)
+        assert [p["metadata"]["name"] for p in w4] == ["w4" + p["metadata"]["name"].removeprefix("w1") for p in w1]
+        for one, four in zip(w1, w4, strict=True):
+            # The same pinning (map or node affinity) and the same request: only the label and the constraint differ.
+            assert four["metadata"]["annotations"] == one["metadata"]["annotations"]
+            assert four["metadata"]["labels"] == {**one["metadata"]["labels"], "gpu-bench/spread": "w4"}
+            assert {k: v for k, v in four["spec"].items() if k != "topologySpreadConstraints"} == one["spec"]
+            assert four["spec"]["topologySpreadConstraints"] == [
+                {
+                    "maxSkew": 17,
+                    "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"gpu-bench/spread": "w4"}},
+                    "nodeAffinityPolicy": "Ignore",  # kube-scheduler's pin must not shrink it to one zone
+                }
+            ]
+            assert four["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert checks.w1_mapped(30, 7, 10, workload.W4_PREFIX)["w4-g002-3"] == checks.w1_mapped(30, 7, 10)["w1-g002-3"]
+
+
+@pytest.mark.parametrize(
+    ("pods", "nodes", "order_skew"),
+    [(5000, 1000, 1), (1500, 200, 1), (40, 10, 4), (1250, 250, 5), (100, 3, 1), (1, 5, 1)],
+)
+def test_w4_max_skew_is_the_skew_of_w1s_order_plus_one_zones_creates_in_flight(pods, nodes, order_skew):
+    assert workload.w1_order_skew(pods, nodes) == order_skew
+    assert workload.w4_max_skew(pods, nodes, in_flight=64) == order_skew + 16
+    assert workload.w4_max_skew(pods, nodes, in_flight=10) == order_skew + 3
+    # Placed one by one in W1's order, no pod is ever refused: no zone gets more than maxSkew ahead of the emptiest.
+    zone_of = workload.node_zones(nodes)
+    counts = dict.fromkeys(set(zone_of.values()), 0)
+    for p in range(pods):
+        counts[zone_of[workload.node_name(p % nodes)]] += 1
+        assert max(counts.values()) - min(counts.values()) <= order_skew
+
+
+def test_the_smoke_w4_ends_within_its_max_skew():
+    pods, nodes = run.SMOKE["pods"], run.SMOKE["nodes"]
+    settings = run.Settings(**run.SMOKE)
+    assert run._max_skew(settings) == workload.w4_max_skew(pods, nodes, settings.create_concurrency) == 20
+    placed = [
+        {"metadata": {"name": pl.pod, "labels": dict(workload.W4_LABEL)}, "spec": {"nodeName": pl.node}}
+        for group in workload.w1_placements(pods, nodes, run.SMOKE["group_size"], workload.W4_PREFIX)
+        for pl in group
+    ]
+    assert checks.spread(placed, workload.node_zones(nodes), run._max_skew(settings)) == []
+
+
+def _w4_pod(name: str, node: str | None, labelled: bool = True) -> dict:
+    labels = {"app": "bench", **(workload.W4_LABEL if labelled else {})}
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"nodeName": node}}
+
+
+def test_zones_skewed_beyond_max_skew_are_a_problem():
+    zone_of = workload.node_zones(4)  # node1..node4 in zone-00..zone-03
+    even = [_w4_pod(f"p{i}", f"node{i % 4 + 1}") for i in range(8)]
+    assert checks.spread(even, zone_of, max_skew=1) == []
+    ahead = [*even, _w4_pod("x0", "node1"), _w4_pod("x1", "node1"), _w4_pod("waiting", None)]
+    assert checks.spread(ahead, zone_of, max_skew=2) == []
+    assert checks.spread(ahead, zone_of, max_skew=1) == [
+        "W4 pods skewed by 2 across the zones, more than maxSkew 1: zone-00 4, zone-01 2, zone-02 2, zone-03 2"
+    ]
+    # A zone with no pod counts (it is the emptiest); a pod the constraint does not select does not.
+    one_zone = [_w4_pod("a", "node1"), _w4_pod("b", "node1"), _w4_pod("other", "node2", labelled=False)]
+    (problem,) = checks.spread(one_zone, zone_of, max_skew=1)
+    assert problem.endswith("zone-00 2, zone-01 0, zone-02 0, zone-03 0")
+    assert checks.misplaced([_w4_pod("w4-g000-0", "node2")], {"w4-g000-0": "node1"}, "W4") == [
+        "1 W4 pods not on their mapped node: w4-g000-0 on node2, mapped to node1"
+    ]
+
+
+def test_report_shows_w4_against_kube_scheduler_and_against_w1():
+    def w4(contender: str, throughput: float, cpu: float, refusals: int) -> dict:
+        r = run_result(contender, "w4", throughput, {})
+        r["cpu_seconds"] = {**r["cpu_seconds"], "scheduler": cpu}
+        r["spread"] = {
+            "max_skew": 17,
+            "zones": {"zone-00": 10, "zone-01": 10, "zone-02": 10, "zone-03": 10},
+            "refusals_written": refusals,
+        }
+        return r
+
+    runs = [
+        run_result("gpu-scheduler", "w1", 50.0, {}),
+        run_result("kube-scheduler", "w1", 40.0, {}),
+        w4("gpu-scheduler", 40.0, 0.8, 0),
+        w4("kube-scheduler", 20.0, 1.2, 3),
+    ]
+    text = report.spread_section(runs, {"create_concurrency": 64}, "assets")
+    assert "## W4: 40 map-pinned pods with a zone spread constraint" in text
+    assert "`maxSkew: 17`" in text and "`nodeAffinityPolicy: Ignore`" in text
+    assert "per repetition):\ngpu-scheduler 0; kube-scheduler 3." in text
+    assert "zone-00 10, zone-01 10, zone-02 10, zone-03 10" in text
+    assert "| gpu-scheduler | 40/40 | 40.0 |" in text and "| kube-scheduler | 40/40 | 20.0 |" in text
+    assert "| pods bound per second (higher is better) | 40.0 | 20.0 | 2.00× |" in text
+    assert "| scheduler CPU ms per pod | 20.0 | 30.0 | 0.67× |" in text
+    # W1's scheduler CPU is 0.4 s for 40 pods: 10 ms per pod
+    assert "| gpu-scheduler | 50.0 → 40.0 (0.80×) | 30 → 30 | 10.00 → 20.00 (+10.00) |" in text
+    assert "| kube-scheduler | 40.0 → 20.0 (0.50×) | 30 → 30 | 10.00 → 30.00 (+20.00) |" in text
+    assert "![W4 bound pods over time](assets/w4-bound-over-time.png)" in text
+    assert report.spread_section(runs[:2], {}, "assets") == ""
+    full = report.render(
+        {
+            "settings": {
+                "nodes": 5,
+                "pods": 40,
+                "reps": 1,
+                "group_size": 10,
+                "create_concurrency": 64,
+                "writes_settle_seconds": 1,
+                "storm_pods": 40,
+                "storm_seconds": 10,
+            },
+            "client": {"qps": 1, "burst": 1, "workers": 1},
+            "started": 0,
+            "seconds": 61,
+            "machine": {
+                "cpus": 2,
+                "cpu_model": "x",
+                "memory_gib": 1,
+                "kernel": "k",
+                "python": "3",
+                "go": "go",
+                "versions": {},
+            },
+            "runs": runs,
+            "storm": [],
+            "webhook": None,
+        },
+        "assets",
+    )
+    assert full.index("## W1:") < full.index("## W4:") < full.index("## Reproduce")
+    assert "in 4 zones (`topology.kubernetes.io/zone`, node i in zone i mod 4" in full
