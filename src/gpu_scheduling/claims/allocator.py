@@ -17,7 +17,9 @@ Rules
   * Within a node, `contiguous` takes the lowest run of adjacent ids (inside one island when it can),
     `spread` takes GPUs round-robin across islands, `preferIds` takes the preferred ids that are free and fills
     up like `contiguous` (the message says so).
-  * Among feasible nodes, one that satisfies the topology preference always wins; then the strategy decides:
+  * Among feasible nodes, one that satisfies the topology preference always wins; then, where the caller gives one,
+    the pod's preference (the weighted score of its preferred rules, scheduler.framework.Scoring: the highest
+    wins); then the strategy decides:
     - `BestFit` (the default) packs, to keep whole nodes and whole islands free for large claims: the node left
       with the fewest free GPUs, then the one whose chosen island is left with the fewest free GPUs, then (with
       `minMemoryMiB`) the GPUs with the least free memory beyond it, then the node name. With `minMemoryMiB` the
@@ -110,6 +112,10 @@ class NoFit:
 
 
 Decision = Allocation | NoFit
+
+Preference = Mapping[str, int] | Callable[[Sequence[str]], Mapping[str, int]]
+"""The pod's preference for nodes (`allocate`'s `preference`): node -> score, or a function that gives the scores of
+the nodes it is given."""
 
 
 def _has_memory(d: Device, request: Request) -> bool:
@@ -297,6 +303,8 @@ class _Candidate:
     chosen: list[Device]
     note: str
     allocated: int
+    rank: int = 0
+    """The pod's preference for the node (0 without one)."""
 
 
 class _Scorer:
@@ -414,7 +422,8 @@ def _free_now(
     held: Callable[[str], Sequence[Holding]],
     scorer: _Scorer,
     kept: Mapping[str, str] | None,
-) -> tuple[list[tuple[Node, list[Device], int]], list[tuple[str, Node]]]:
+    preference: Preference | None = None,
+) -> tuple[list[tuple[Node, list[Device], int, int]], list[tuple[str, Node]]]:
     """Filter: the candidates with enough free GPUs now, one per distinct state; and the reserved nodes with their
     waiters, asked only when no other node can serve.
 
@@ -422,11 +431,17 @@ def _free_now(
     tie-break: so the policy picks once per distinct state, for the node the strategy would name first. In a
     cluster of identical nodes only a handful of states exist, which keeps a claim at a few microseconds per node.
     A strategy that reads how many GPUs are held has that in its state; utilization and memory are in the devices.
-    (States are told apart by the identity of the devices tuple; callers that share one tuple between nodes with
-    equal devices get the most from this, and different tuples with equal devices are merely not merged.)"""
+    So has the pod's `preference` for the node (0 without one; a function is asked once, naming the nodes found
+    free, and the states are made after). (States are told apart by the identity of the devices tuple; callers that
+    share one tuple between nodes with equal devices get the most from this, and different tuples with equal
+    devices are merely not merged.)"""
     need, count = request.min_memory_mib, request.count
     waiting: list[tuple[str, Node]] = []
-    states: dict[tuple[int, tuple[int, ...], int], tuple[Node, list[Device], int]] = {}
+    states: dict[tuple[int, tuple[int, ...], int, int], tuple[Node, list[Device], int, int]] = {}
+    ranks = preference if isinstance(preference, Mapping) else None
+    found: list[tuple[Node, list[Device], int, tuple[int, tuple[int, ...], int]]] | None = (
+        [] if callable(preference) else None
+    )
     healthy: dict[int, tuple[list[Device], tuple[int, ...]]] = {}
     for node in candidates:
         name = node.name
@@ -452,24 +467,35 @@ def _free_now(
             if len(free) < count:
                 continue
         allocated = _held_count(node, on_node) if scorer.reads_held and on_node else 0
-        state = (id(node.devices), ids, allocated)
+        if found is not None:
+            found.append((node, free, allocated, (id(node.devices), ids, allocated)))
+            continue
+        rank = ranks.get(name, 0) if ranks else 0
+        state = (id(node.devices), ids, allocated, rank)
         seen = states.get(state)
         if seen is None or scorer.first(name, seen[0].name):
-            states[state] = (node, free, allocated)
+            states[state] = (node, free, allocated, rank)
+    if found and callable(preference):
+        ranks = preference([node.name for node, *_ in found])
+        for node, free, allocated, alike in found:
+            rank = ranks.get(node.name, 0)
+            seen = states.get((*alike, rank))
+            if seen is None or scorer.first(node.name, seen[0].name):
+                states[(*alike, rank)] = (node, free, allocated, rank)
     return list(states.values()), waiting
 
 
-def _best(request: Request, states: list[tuple[Node, list[Device], int]], scorer: _Scorer) -> _Candidate | None:
+def _best(request: Request, states: list[tuple[Node, list[Device], int, int]], scorer: _Scorer) -> _Candidate | None:
     """Score: the policy picks GPUs on each state's node; a node that satisfies the topology preference wins, then
-    the strategy's score."""
+    the pod's preference for the node, then the strategy's score."""
     best: tuple[tuple[object, ...], _Candidate] | None = None
-    for node, free, allocated in states:
+    for node, free, allocated, rank in states:
         picked = _pick(free, request)
         if picked is None:
             continue
-        candidate = _Candidate(node, free, *picked, allocated)
+        candidate = _Candidate(node, free, *picked, allocated, rank)
         topology_miss = 0 if request.topology == "Ignore" or _topology_ok(candidate.chosen, request) else 1
-        key = (topology_miss, *scorer.score(candidate))
+        key = (topology_miss, -rank, *scorer.score(candidate))
         if best is None or key < best[0]:
             best = (key, candidate)
     return best[1] if best else None
@@ -500,13 +526,18 @@ def allocate(
     *,
     cursor: str | None = None,
     reserved: Mapping[str, str] | None = None,
+    preference: Preference | None = None,
 ) -> Decision:
     """`holdings`: every GPU held anywhere; or `held(node)`: what is held on one node (the GPU ledger's view,
     so a claim costs O(nodes) whatever the number of holdings). `cursor`: the node RoundRobin chose last (it need
     not exist any more). `reserved`: node -> the higher-priority pod it is kept for (priority.Reservations).
+    `preference`: the pod's preference for nodes (the higher the better; a node it does not name: 0), which ranks
+    them after the topology preference and before the strategy: node -> score, or a function of the names of the
+    nodes that can take the request now (asked once: kube-scheduler scores only the nodes that pass every filter)
+    that gives them. None, or the same score for every node, leaves the choice to the strategy.
 
     Filter steps (the request, the selector, ever fits, free now), then score steps (the policy's GPUs on each
-    node, the topology preference, the strategy's score)."""
+    node, the topology preference, the pod's preference, the strategy's score)."""
     if held is None:
         by_node: dict[str, list[Holding]] = {}
         for h in holdings:
@@ -527,14 +558,15 @@ def allocate(
     if never is not None:
         return never
     scorer = _SCORERS.get(request.strategy, _BestFit)(request, cursor or None)
-    states, waiting = _free_now(request, candidates, held, scorer, reserved or None)
+    states, waiting = _free_now(request, candidates, held, scorer, reserved or None, preference)
     best = _best(request, states, scorer)
     if best is None:
         return _busy(request, waiting, held, what)
+    ranked = f"; the pod's preferred rules score it {best.rank}" if len({s[3] for s in states}) > 1 else ""
     return Allocation(
         best.node.name,
         tuple(d.id for d in best.chosen),
-        f"allocated {what} on {scorer.where(best)}: {best.note}",
+        f"allocated {what} on {scorer.where(best)}: {best.note}{ranked}",
         request.strategy,
     )
 

@@ -14,7 +14,8 @@ it exists) is the cluster-wide lock. The controller then binds, carrying the all
 An attempt that ends without a binding hands the Leases naming it to the reconciler, which releases them until the
 API agrees.
 
-Choosing a node: the claim's `spec.strategy`, else the GpuSchedulingPolicy's `defaultStrategy`, else the
+Choosing a node: the pod's preferred rules first, where it has any (the Score phase, plugins.SCORE_PROFILE: the
+allocator's preference), then the claim's `spec.strategy`, else the GpuSchedulingPolicy's `defaultStrategy`, else the
 scheduler's `--strategy` (claims.allocator has the rules). RoundRobin resumes after the node of the newest
 RoundRobin allocation among the claims (`status.allocatedAt`), so its cursor survives a restart with no object of
 its own. Order: with queueOrder Priority a claim pod that waits for busy GPUs keeps every node it could use from
@@ -43,6 +44,7 @@ from gpu_scheduling.scheduler import decision, framework, plugins
 from gpu_scheduling.scheduler.cache import Cache, Trial
 from gpu_scheduling.scheduler.events import TRANSIENT
 from gpu_scheduling.scheduler.leases import LeaseReconciler
+from gpu_scheduling.scheduler.plugins import taint_toleration
 from gpu_scheduling.scheduler.plugins.taint_toleration import TaintToleration
 from gpu_scheduling.scheduler.policy import RuntimePolicy
 from gpu_scheduling.scheduler.queue import SchedulingQueue
@@ -98,6 +100,7 @@ class ClaimPath:
         self._nodes: dict[str, tuple[tuple[str, str], allocator.Node]] = {}
         self._usable: dict[str, list[allocator.Node]] = {}
         self._devices: dict[tuple[allocator.Device, ...], tuple[allocator.Device, ...]] = {}
+        self._alike: frozenset[str] | None = None  # the score plugins that rank every node alike, until a node changes
         self._written: dict[str, dict[str, Any]] = {}  # claim uid -> the status we last wrote
         # Every bound pod of each claim ("<ns>/<claim>" -> pod name -> its allocation), from the watch and our binds:
         # a claim named by several pods shows all of them in status.allocations.
@@ -180,6 +183,7 @@ class ClaimPath:
     def nodes_changed(self) -> None:
         """A Node or a GpuNodeStatus changed: the usable inventory must be worked out again."""
         self._usable.clear()
+        self._alike = None
 
     # ---- placing a pod ----------------------------------------------------------------------------------------
     async def place(
@@ -254,7 +258,7 @@ class ClaimPath:
         if isinstance(inventory, str):
             return await self._no_node(key, claim, claim_name, inventory)
         rank = priority.pod_priority(pod)
-        outcome = self._allocate_on(request, inventory, rank, snap)
+        outcome = self._allocate_on(request, inventory, rank, snap, pod)
         if isinstance(outcome, allocator.NoFit):
             if outcome.phase == "Pending" and self.queue.order == "Priority":
                 created = str(meta.get("creationTimestamp") or "")
@@ -296,25 +300,46 @@ class ClaimPath:
             inventory = [n for n in inventory if n.name in within]
             if not inventory:
                 return "no node with a GPU inventory there takes the pod"
-        outcome = self._allocate_on(request, inventory, priority.pod_priority(pod), trial.snapshot)
+        outcome = self._allocate_on(request, inventory, priority.pod_priority(pod), trial.snapshot, pod)
         if isinstance(outcome, allocator.NoFit):
             return outcome.message
         taken = self._assume(pod, outcome, request, claim_name, trial)
         return taken if isinstance(taken, str) else (taken, outcome.message)
 
     def _allocate_on(
-        self, request: allocator.Request, inventory: list[allocator.Node], rank: int, snap: framework.Snapshot
+        self,
+        request: allocator.Request,
+        inventory: list[allocator.Node],
+        rank: int,
+        snap: framework.Snapshot,
+        pod: Mapping[str, Any] | None = None,
     ) -> allocator.Decision:
         """The allocator's choice on `inventory` for a pod of priority `rank`, over the GPUs `snap` says are held,
-        past the nodes kept for higher priorities, RoundRobin resuming after its cursor."""
+        past the nodes kept for higher priorities, RoundRobin resuming after its cursor; where there is a choice,
+        `pod`'s preferred rules rank the nodes first (the Score phase: plugins.SCORE_PROFILE, read from `snap`)."""
         assert snap.gpus is not None
+        scoring = (
+            framework.prepare_scores(pod, snap, plugins.SCORE_PROFILE, self._scored_alike(snap))
+            if pod is not None and len(inventory) > 1
+            else None
+        )
         return allocator.allocate(
             request,
             inventory,
             held=snap.gpus.holdings,
             cursor=self.cursor if request.strategy == "RoundRobin" else None,
             reserved=self.queue.reserved_for(rank) or None,
+            preference=scoring.rank if scoring is not None else None,
         )
+
+    def _scored_alike(self, snap: framework.Snapshot) -> frozenset[str]:
+        """The score plugins that rank every node alike now, whatever the pod (TaintToleration while no node has a
+        PreferNoSchedule taint): worked out once per change of the nodes, so that a pod that prefers nothing is not
+        scored at all."""
+        if self._alike is None:
+            soft = any(taint_toleration.prefers_no_schedule(node) for node in snap.nodes.values())
+            self._alike = frozenset() if soft else frozenset({TaintToleration.name})
+        return self._alike
 
     def could_use(
         self, pod: dict[str, Any], claim: dict[str, Any], nodes: Mapping[str, dict[str, Any]]

@@ -248,6 +248,10 @@ class Footprint:
     """Its `spec.priority` (preemption takes only pods of lower priority than the preemptor's)."""
     started: str = ""
     """When it started (`status.startTime`, else its creation): of two equal victims preemption keeps the older."""
+    preferences: tuple[tuple[selectors.Term, int], ...] = ()
+    """Its pod affinity terms that rank nodes for an incoming pod they match (InterPodAffinity's score), each with its
+    signed weight: a preferred affinity term its weight, a required affinity term 1 (kube's hardPodAffinityWeight),
+    a preferred anti-affinity term minus its weight."""
 
 
 def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | None:
@@ -275,6 +279,10 @@ def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | No
         anti = selectors.terms(pod, "podAntiAffinity")
     except FitError:
         labels, anti = (), ()
+    try:
+        preferences = _preferences(pod)
+    except FitError:
+        preferences = ()
     return Footprint(
         str(node),
         tuple(sorted(requests.items())),
@@ -287,6 +295,16 @@ def footprint(pod: Mapping[str, Any], node: str | None = None) -> Footprint | No
         str(meta.get("name") or ""),
         _priority(spec),
         _started(meta, status),
+        preferences,
+    )
+
+
+def _preferences(pod: Mapping[str, Any]) -> tuple[tuple[selectors.Term, int], ...]:
+    """Footprint.preferences of `pod`; FitError naming a field that cannot be read."""
+    return (
+        *((term, 1) for term in selectors.terms(pod, "podAffinity")),
+        *selectors.preferred_terms(pod, "podAffinity"),
+        *((term, -weight) for term, weight in selectors.preferred_terms(pod, "podAntiAffinity")),
     )
 
 
@@ -303,9 +321,9 @@ def _started(meta: Mapping[str, Any], status: Any) -> str:
 def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     """What `footprint` reads of a pod, and no more (its requests and host ports, claims, node and phase; its
     namespace, labels, deletion timestamp and required pod anti-affinity; its name, priority and start, which
-    preemption reads): what the scheduler's informer keeps of
-    each of possibly many thousands of other schedulers' pods. Kept beside the readers it must serve;
-    tests/unit/scheduler/test_fit.py checks that `footprint(trimmed(pod)) == footprint(pod)`."""
+    preemption reads; its pod affinity and preferred anti-affinity, which rank nodes for others): what the
+    scheduler's informer keeps of each of possibly many thousands of other schedulers' pods. Kept beside the readers
+    it must serve; tests/unit/scheduler/test_fit.py checks that `footprint(trimmed(pod)) == footprint(pod)`."""
 
     def container(c: Any) -> Any:
         if not isinstance(c, dict):
@@ -348,12 +366,12 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
     else:
         view_spec = {k: spec[k] for k in ("nodeName", "overhead", "resources", "priority") if k in spec}
         affinity = spec.get("affinity")
-        if isinstance(affinity, dict) and isinstance(affinity.get("podAntiAffinity"), dict):
-            required = affinity["podAntiAffinity"].get("requiredDuringSchedulingIgnoredDuringExecution")
-            if required is not None:
-                view_spec["affinity"] = {
-                    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
-                }
+        if isinstance(affinity, dict):
+            kept_affinity = _pod_affinity(affinity)
+            if kept_affinity:
+                view_spec["affinity"] = kept_affinity
+        elif affinity is not None:
+            view_spec["affinity"] = affinity  # a shape the readers refuse: kept, so they refuse the view too
         if isinstance(spec.get("volumes"), list):
             view_spec["volumes"] = claim_volumes(spec["volumes"])
         elif "volumes" in spec:
@@ -367,6 +385,28 @@ def trimmed(pod: dict[str, Any]) -> dict[str, Any]:
         "spec": view_spec,
         "status": {k: status[k] for k in ("phase", "startTime") if k in status} if isinstance(status, dict) else status,
     }
+
+
+def _pod_affinity(affinity: dict[str, Any]) -> dict[str, Any]:
+    """Of a pod's `spec.affinity`, its pod affinity and anti-affinity terms (required and preferred), which other pods
+    are judged and ranked against; a part of another shape is kept as it is, so that the readers refuse it."""
+    kept: dict[str, Any] = {}
+    for kind in ("podAffinity", "podAntiAffinity"):
+        part = affinity.get(kind)
+        if isinstance(part, dict):
+            chosen = {
+                k: part[k]
+                for k in (
+                    "requiredDuringSchedulingIgnoredDuringExecution",
+                    "preferredDuringSchedulingIgnoredDuringExecution",
+                )
+                if part.get(k) is not None
+            }
+            if chosen:
+                kept[kind] = chosen
+        elif part is not None:
+            kept[kind] = part
+    return kept
 
 
 class NodeUsage:
@@ -390,6 +430,7 @@ class NodeUsage:
         self._claim_users: Counter[str] = Counter()  # claim -> how many counted pods use it, on any node
         self._on_node: dict[str, set[str]] = {}  # node -> the uids counted on it
         self._anti: set[str] = set()  # the uids whose pods have required pod anti-affinity
+        self._preferring: set[str] = set()  # the uids whose pods have Footprint.preferences
         self._priorities: Counter[int] = Counter()  # priority -> how many counted pods have it
         self._shared: set[str] = set()
         """The nodes whose per-node totals are shared with a fork or the usage it was forked from (each side copies
@@ -411,6 +452,7 @@ class NodeUsage:
         child._claim_users = Counter(self._claim_users)
         child._on_node = dict(self._on_node)
         child._anti = set(self._anti)
+        child._preferring = set(self._preferring)
         child._priorities = Counter(self._priorities)
         nodes = set(self._requested) | set(self._ports) | set(self._claims) | set(self._on_node)
         self._shared |= nodes
@@ -441,12 +483,15 @@ class NodeUsage:
                 if not here:
                     del self._on_node[before.node]
             self._anti.discard(uid)
+            self._preferring.discard(uid)
             _discount(self._priorities, (before.priority,))
         if taken is not None:
             self._priorities[taken.priority] += 1
             self._on_node.setdefault(taken.node, set()).add(uid)
             if taken.anti_affinity:
                 self._anti.add(uid)
+            if taken.preferences:
+                self._preferring.add(uid)
         if before is not None:
             self._pods[before.node] -= 1
             if not self._pods[before.node]:
@@ -555,6 +600,11 @@ class NodeUsage:
     def with_anti_affinity(self) -> Iterable[tuple[str, Footprint]]:
         """The counted pods with required pod anti-affinity (few, usually none: what every pod is judged against)."""
         return ((uid, self._by_uid[uid]) for uid in self._anti)
+
+    def with_preferences(self) -> Iterable[tuple[str, Footprint]]:
+        """The counted pods with Footprint.preferences (few, usually none: what every pod's InterPodAffinity score
+        reads when it has no preferred terms of its own)."""
+        return ((uid, self._by_uid[uid]) for uid in self._preferring)
 
     def claims(self, node: str) -> Mapping[str, int]:
         """The PersistentVolumeClaims the node's pods use ("<namespace>/<name>" -> how many of its pods)."""

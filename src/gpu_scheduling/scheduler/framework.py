@@ -12,6 +12,16 @@ each, in one profile list), judged in two steps.
 Each plugin also names the cluster changes that can make a pod it refused fit (`Plugin.wakes_on`): what the queue
 must route to such a pod.
 
+The Score phase, as kube-scheduler's, ranks the nodes a pod fits where the scheduler has a choice among them (a claim
+pod's GPU nodes; a map pod's node is the map's): the plugins of a preferred rule (scheduler.plugins.SCORE_PROFILE,
+each with its weight) implement it in three steps.
+
+- PreScore (`Plugin.pre_score`): read the pod once per attempt: what its Score needs, or SKIP when the pod asks
+  nothing preferred of the rule (the rule then ranks no node: the common pod costs nothing).
+- Score (`Plugin.score`): a raw score of each of the feasible nodes, the nodes that can take the pod now.
+- NormalizeScore (`Plugin.normalize`): those scores brought to 0..MAX_NODE_SCORE, the higher the better.
+A node's preference is the sum over the plugins of weight times normalized score (`Scoring.scores`).
+
 `Cycle` is one attempt's state (kube-scheduler's CycleState): the plugins that apply to the pod and what each read
 of it; `prepare` makes one. `Snapshot` is the narrow handle the filters read the cluster through: the room each
 node has left (fit.NodeUsage), who holds which GPU (claims.ledger) and the volume objects
@@ -92,9 +102,14 @@ class ClusterEvent:
     """NODE, POD_GONE: the node has a GPU inventory, so claim pods, which may go to any such node, may fit now."""
 
 
+MAX_NODE_SCORE: Final = 100
+"""The best normalized score a Score plugin gives a node (kube-scheduler's MaxNodeScore); 0 is the worst."""
+
+
 class Plugin:
     """One rule. Subclasses set `name` (kube-scheduler's plugin of the same rule) and `wakes_on`, and implement
-    `pre_filter` and `filter`."""
+    `pre_filter` and `filter`; a rule that also ranks nodes (a preferred rule) implements `pre_score`, `score` and
+    `normalize`."""
 
     name: ClassVar[str]
     wakes_on: ClassVar[frozenset[str]]
@@ -106,6 +121,20 @@ class Plugin:
 
     def filter(self, state: Any, node: Mapping[str, Any], snap: Snapshot) -> Reason | None:
         """None when the pod (as `state`) fits `node` for this rule; else a Reason."""
+        raise NotImplementedError
+
+    def pre_score(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
+        """What `score` needs of `pod`, or SKIP when the pod asks nothing preferred of this rule. May raise nothing:
+        a preferred field that cannot be read (the apiserver never stores one) ranks no node, SKIP."""
+        raise NotImplementedError
+
+    def score(self, state: Any, nodes: Sequence[Mapping[str, Any]], snap: Snapshot) -> dict[str, int]:
+        """The raw score of each of `nodes` (by name): the feasible nodes, all that can take the pod now, since some
+        rules weigh a node against the others (kube-scheduler's PreScore reads the same list)."""
+        raise NotImplementedError
+
+    def normalize(self, state: Any, scores: Mapping[str, int]) -> dict[str, int]:
+        """`scores` (of `score`) brought to 0..MAX_NODE_SCORE, the higher the better."""
         raise NotImplementedError
 
 
@@ -199,6 +228,58 @@ def prepare(pod: Mapping[str, Any], snap: Snapshot, profile: Sequence[Plugin]) -
         if state is not SKIP:
             active.append((plugin, state))
     return Cycle(pod, snap, tuple(active))
+
+
+@dataclasses.dataclass(frozen=True)
+class Scoring:
+    """One attempt's Score phase: the score plugins that rank nodes for the pod (their PreScore did not skip), each
+    with its weight and what it read of the pod."""
+
+    snap: Snapshot
+    active: tuple[tuple[Plugin, int, Any], ...]
+
+    def scores(self, nodes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """Each of the feasible `nodes` (by name): the sum over the plugins of weight times normalized score."""
+        total = {node["metadata"]["name"]: 0 for node in nodes}
+        for plugin, weight, state in self.active:
+            for name, score in plugin.normalize(state, plugin.score(state, nodes, self.snap)).items():
+                total[name] += weight * score
+        return total
+
+    def rank(self, names: Sequence[str]) -> dict[str, int]:
+        """`scores` of the nodes named (those the snapshot knows), the allocator's preference; empty when they all
+        score alike, so that the choice among them is left to what decides next."""
+        nodes = [self.snap.nodes[name] for name in names if name in self.snap.nodes]
+        if len(nodes) < 2:
+            return {}
+        total = self.scores(nodes)
+        return total if len(set(total.values())) > 1 else {}
+
+
+def prepare_scores(
+    pod: Mapping[str, Any], snap: Snapshot, profile: Sequence[tuple[Plugin, int]], alike: Collection[str] = ()
+) -> Scoring | None:
+    """Run every score plugin's PreScore on `pod` (`profile`: each plugin with its weight; those named in `alike`, which
+    the caller knows to score every node alike now, are skipped): the attempt's Scoring, or None when each one skips
+    (the pod asks nothing preferred: its nodes are not scored at all)."""
+    active = []
+    for plugin, weight in profile:
+        if plugin.name in alike:
+            continue
+        state = plugin.pre_score(pod, snap)
+        if state is not SKIP:
+            active.append((plugin, weight, state))
+    return Scoring(snap, tuple(active)) if active else None
+
+
+def default_normalize(scores: Mapping[str, int], reverse: bool = False) -> dict[str, int]:
+    """kube-scheduler's DefaultNormalizeScore: each score scaled to 0..MAX_NODE_SCORE by the highest (integer
+    division); with `reverse`, MAX_NODE_SCORE minus that, so the fewest wins. All 0: all 0 (reverse: all the best)."""
+    highest = max(scores.values(), default=0)
+    if highest <= 0:
+        return {name: MAX_NODE_SCORE if reverse else score for name, score in scores.items()}
+    scaled = {name: MAX_NODE_SCORE * score // highest for name, score in scores.items()}
+    return {name: MAX_NODE_SCORE - score for name, score in scaled.items()} if reverse else scaled
 
 
 def wakes(profile: Iterable[Plugin], names: Iterable[str]) -> frozenset[str]:

@@ -104,43 +104,62 @@ class Term:
 def terms(pod: Mapping[str, Any], kind: str) -> tuple[Term, ...]:
     """The pod's required terms of `kind` (podAffinity or podAntiAffinity), with matchLabelKeys and
     mismatchLabelKeys merged into their selectors; FitError naming the field that cannot be read."""
+    listed, field, namespace, pod_labels = _listed(pod, kind, "requiredDuringSchedulingIgnoredDuringExecution")
+    return tuple(_term(term, f"{field}[{i}]", namespace, pod_labels) for i, term in enumerate(listed))
+
+
+def preferred_terms(pod: Mapping[str, Any], kind: str) -> tuple[tuple[Term, int], ...]:
+    """The pod's preferred terms of `kind` (podAffinity or podAntiAffinity), each with its weight, read as `terms`
+    reads the required ones; FitError naming the field that cannot be read."""
+    listed, field, namespace, pod_labels = _listed(pod, kind, "preferredDuringSchedulingIgnoredDuringExecution")
+    out = []
+    for i, weighted in enumerate(listed):
+        where = f"{field}[{i}]"
+        if not isinstance(weighted, Mapping):
+            raise fields.FitError(f"{where} is not an object")
+        weight = weighted.get("weight")
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
+            raise fields.FitError(f"{where}.weight is {weight!r}; expected an integer from 1 to 100")
+        out.append((_term(weighted.get("podAffinityTerm"), f"{where}.podAffinityTerm", namespace, pod_labels), weight))
+    return tuple(out)
+
+
+def _listed(pod: Mapping[str, Any], kind: str, which: str) -> tuple[list[Any], str, str, dict[str, str]]:
+    """The pod's list `spec.affinity.<kind>.<which>` (empty when absent), its field, the pod's namespace and labels."""
     meta = fields.obj(pod.get("metadata"), "metadata")
     own_namespace = str(meta.get("namespace") or "")
     pod_labels = _labels(meta)
     affinity = fields.obj(fields.spec_of(pod).get("affinity"), "spec.affinity")
-    field = f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution"
-    listed = fields.obj(affinity.get(kind), f"spec.affinity.{kind}").get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
+    field = f"spec.affinity.{kind}.{which}"
+    listed = fields.obj(affinity.get(kind), f"spec.affinity.{kind}").get(which)
     if listed is None:
-        return ()
+        return [], field, own_namespace, pod_labels
     if not isinstance(listed, list):
         raise fields.FitError(f"{field} is not an array")
-    out = []
-    for i, term in enumerate(listed):
-        where = f"{field}[{i}]"
-        if not isinstance(term, Mapping) or not isinstance(term.get("topologyKey"), str):
-            raise fields.FitError(f"{where} is not an object with a string topologyKey")
-        chosen = selector(term.get("labelSelector"), f"{where}.labelSelector")
-        chosen = chosen.with_labels(_keys(term, "matchLabelKeys", where, pod_labels))
-        mismatch = _keys(term, "mismatchLabelKeys", where, pod_labels)
-        if mismatch and not chosen.nothing:
-            notin = tuple((k, "NotIn", frozenset({v})) for k, v in sorted(mismatch.items()))
-            chosen = dataclasses.replace(chosen, expressions=chosen.expressions + notin)
-        namespaces = term.get("namespaces") or []
-        if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
-            raise fields.FitError(f"{where}.namespaces is not an array of strings")
-        ns_selector = term.get("namespaceSelector")
-        resolved = frozenset(namespaces) or (frozenset() if ns_selector is not None else frozenset({own_namespace}))
-        out.append(
-            Term(
-                chosen,
-                term["topologyKey"],
-                resolved,
-                selector(ns_selector, f"{where}.namespaceSelector") if ns_selector is not None else None,
-            )
-        )
-    return tuple(out)
+    return listed, field, own_namespace, pod_labels
+
+
+def _term(term: Any, where: str, own_namespace: str, pod_labels: Labels) -> Term:
+    """One pod affinity term of a pod of `own_namespace` with `pod_labels`."""
+    if not isinstance(term, Mapping) or not isinstance(term.get("topologyKey"), str):
+        raise fields.FitError(f"{where} is not an object with a string topologyKey")
+    chosen = selector(term.get("labelSelector"), f"{where}.labelSelector")
+    chosen = chosen.with_labels(_keys(term, "matchLabelKeys", where, pod_labels))
+    mismatch = _keys(term, "mismatchLabelKeys", where, pod_labels)
+    if mismatch and not chosen.nothing:
+        notin = tuple((k, "NotIn", frozenset({v})) for k, v in sorted(mismatch.items()))
+        chosen = dataclasses.replace(chosen, expressions=chosen.expressions + notin)
+    namespaces = term.get("namespaces") or []
+    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
+        raise fields.FitError(f"{where}.namespaces is not an array of strings")
+    ns_selector = term.get("namespaceSelector")
+    resolved = frozenset(namespaces) or (frozenset() if ns_selector is not None else frozenset({own_namespace}))
+    return Term(
+        chosen,
+        term["topologyKey"],
+        resolved,
+        selector(ns_selector, f"{where}.namespaceSelector") if ns_selector is not None else None,
+    )
 
 
 def _keys(term: Mapping[str, Any], name: str, where: str, pod_labels: Labels) -> dict[str, str]:

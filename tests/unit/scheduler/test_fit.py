@@ -8,7 +8,7 @@ resource.PodRequests and scheduling/corev1/nodeaffinity, k8s.io/apimachinery res
 fit.py and kube disagreed (pod-level hugepages, rounding per container, Gt/Lt parsing), the test states kube's
 behaviour; those were shown failing before fit.py was fixed.
 A hypothesis state machine checks NodeUsage against totals recomputed from scratch, and a fuzz checks that no
-JSON-shaped pod makes the PreFilters (decision.cycle) or fit.footprint raise.
+JSON-shaped pod makes the PreFilters (decision.cycle), the Filters, the Score phase or fit.footprint raise.
 """
 
 from __future__ import annotations
@@ -832,11 +832,31 @@ def put(p: dict[str, Any], path: tuple, value: Any) -> None:
 
 
 ANTI_PATH = ("spec", "affinity", "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+PREFERRED_NODE_PATH = ("spec", "affinity", "nodeAffinity", PREFERRED)
+PREFERRED_POD_PATH = ("spec", "affinity", "podAffinity", PREFERRED)
+PREFERRED_ANTI_PATH = ("spec", "affinity", "podAntiAffinity", PREFERRED)
 FUZZ_SPREAD = {"maxSkew": 1, "topologyKey": "k", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {}}
 FUZZ_TERM = {
     "topologyKey": "k",
     "labelSelector": {"matchExpressions": [{"key": "k", "operator": "In", "values": ["1"]}]},
 }
+
+
+def fuzz_affinity() -> dict[str, Any]:
+    """The fuzzed pod's affinity: a term of every kind the rules read, required and preferred."""
+    weighted = {"weight": 10, "podAffinityTerm": copy.deepcopy(FUZZ_TERM)}
+    preference = {"matchExpressions": [{"key": "k", "operator": "In", "values": ["1"]}]}
+    return {
+        "nodeAffinity": {PREFERRED: [{"weight": 5, "preference": preference}]},
+        "podAffinity": {PREFERRED: [weighted]},
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [copy.deepcopy(FUZZ_TERM)],
+            PREFERRED: [copy.deepcopy(weighted)],
+        },
+    }
+
+
 FUZZ_PATHS = [
     ("metadata",),
     ("spec",),
@@ -887,6 +907,33 @@ FUZZ_PATHS = [
     ("spec", "topologySpreadConstraints", 0, "nodeAffinityPolicy"),
     ("spec", "topologySpreadConstraints", 0, "nodeTaintsPolicy"),
     ("spec", "topologySpreadConstraints", 0, "matchLabelKeys"),
+    ("spec", "topologySpreadConstraints", 1),
+    ("spec", "topologySpreadConstraints", 1, "maxSkew"),
+    ("spec", "topologySpreadConstraints", 1, "topologyKey"),
+    ("spec", "topologySpreadConstraints", 1, "labelSelector"),
+    ("spec", "topologySpreadConstraints", 1, "nodeTaintsPolicy"),
+    PREFERRED_NODE_PATH,
+    (*PREFERRED_NODE_PATH, 0),
+    (*PREFERRED_NODE_PATH, 0, "weight"),
+    (*PREFERRED_NODE_PATH, 0, "preference"),
+    (*PREFERRED_NODE_PATH, 0, "preference", "matchExpressions"),
+    (*PREFERRED_NODE_PATH, 0, "preference", "matchExpressions", 0, "operator"),
+    PREFERRED_POD_PATH,
+    (*PREFERRED_POD_PATH, 0),
+    (*PREFERRED_POD_PATH, 0, "weight"),
+    (*PREFERRED_POD_PATH, 0, "podAffinityTerm"),
+    (*PREFERRED_POD_PATH, 0, "podAffinityTerm", "topologyKey"),
+    (*PREFERRED_POD_PATH, 0, "podAffinityTerm", "labelSelector"),
+    (*PREFERRED_POD_PATH, 0, "podAffinityTerm", "namespaceSelector"),
+    ("spec", "affinity", "podAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
+    PREFERRED_ANTI_PATH,
+    (*PREFERRED_ANTI_PATH, 0, "weight"),
+    (*PREFERRED_ANTI_PATH, 0, "podAffinityTerm"),
+    (*PREFERRED_ANTI_PATH, 0, "podAffinityTerm", "matchLabelKeys"),
+    ("spec", "tolerations"),
+    ("spec", "tolerations", 0),
+    ("spec", "tolerations", 0, "effect"),
+    ("spec", "tolerations", 0, "operator"),
     ("metadata", "labels"),
     ("metadata", "namespace"),
     ("metadata", "deletionTimestamp"),
@@ -947,6 +994,13 @@ FIELD_NAMES = [
     "persistentVolumeClaim",
     "claimName",
     "ephemeral",
+    PREFERRED,
+    "weight",
+    "preference",
+    "podAffinityTerm",
+    "tolerations",
+    "effect",
+    "value",
 ]
 LEAVES = (
     st.none()
@@ -954,7 +1008,10 @@ LEAVES = (
     | st.integers()
     | st.floats()
     | st.text(max_size=8)
-    | st.sampled_from(["Always", "500m", "2Gi", "1e3", "DoNotSchedule", "Succeeded", "0.0.0.0", "-1"])
+    | st.sampled_from(
+        ["Always", "500m", "2Gi", "1e3", "DoNotSchedule", "ScheduleAnyway", "PreferNoSchedule", "Succeeded", "0.0.0.0"]
+    )
+    | st.sampled_from(["-1", "Exists", "k", "1"])
 )
 JSON = st.recursive(
     LEAVES,
@@ -989,32 +1046,49 @@ FUZZ_VOLUMES = volumes.VolumeCache(
 @settings(max_examples=400)
 @given(st.lists(st.tuples(st.sampled_from(FUZZ_PATHS), JSON), min_size=1, max_size=3))
 def test_fuzz_pod_fit_and_footprint_never_raise(changes):
+    """No JSON value anywhere makes the PreFilters, the Filters, the Score phase (PreScore, Score, NormalizeScore of
+    every score plugin, with the placed pod's own preferences) or footprint raise; normalized scores stay 0..100."""
     p = base_pod()
-    p["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [FUZZ_TERM]}}
-    p["spec"]["topologySpreadConstraints"] = [dict(FUZZ_SPREAD)]
+    p["metadata"]["labels"] = {"k": "1"}
+    p["spec"]["affinity"] = fuzz_affinity()
+    p["spec"]["topologySpreadConstraints"] = [
+        dict(FUZZ_SPREAD),
+        dict(FUZZ_SPREAD, whenUnsatisfiable="ScheduleAnyway", labelSelector={"matchLabels": {"k": "1"}}),
+    ]
+    p["spec"]["tolerations"] = [{"key": "soft", "operator": "Exists", "effect": "PreferNoSchedule"}]
     for path, value in changes:
         try:
             put(p, path, copy.deepcopy(value))
         except (KeyError, IndexError, TypeError):
             continue  # an earlier change removed the way there
-    usage = fit.NodeUsage()  # a placed pod with anti-affinity, so the pod is judged against it too
-    usage.set(
-        "placed",
-        fit.footprint(
-            pod(
-                [container()],
-                node_name="n1",
-                affinity=copy.deepcopy(p["spec"].get("affinity")) if isinstance(p.get("spec"), dict) else None,
-            )
-        ),
+    usage = fit.NodeUsage()  # a placed pod with the pod's (anti-)affinity, so the pod is judged and ranked against it
+    placed = pod(
+        [container()],
+        node_name="n1",
+        affinity=copy.deepcopy(p["spec"].get("affinity")) if isinstance(p.get("spec"), dict) else None,
     )
-    nodes = {"n1": node(labels={"k": "1"})}
-    said = decision.cycle(p, framework.Snapshot(usage, FUZZ_VOLUMES, nodes=nodes))
+    placed["metadata"]["labels"] = {"k": "1"}
+    usage.set("placed", fit.footprint(placed))
+    soft = node("n2", labels={"k": "2"})
+    soft["spec"] = {
+        "taints": [{"key": "soft", "effect": "PreferNoSchedule"}, {"key": "x", "effect": "PreferNoSchedule"}]
+    }
+    nodes = {"n1": node(labels={"k": "1"}), "n2": soft}
+    snap = framework.Snapshot(usage, FUZZ_VOLUMES, nodes=nodes)
+    said = decision.cycle(p, snap)
     assert isinstance(said, framework.Cycle) or (isinstance(said, str) and said)
     if isinstance(said, framework.Cycle):  # what the PreFilters accept, every Filter judges without raising
         for plugin, state in said.active:
             reason = plugin.filter(state, nodes["n1"], said.snap)
             assert reason is None or isinstance(reason(), str)
+    scoring = framework.prepare_scores(p, snap, plugins.SCORE_PROFILE)
+    if scoring is not None:
+        for plugin, _, state in scoring.active:
+            normalized = plugin.normalize(state, plugin.score(state, list(nodes.values()), snap))
+            assert set(normalized) == set(nodes) and all(
+                0 <= s <= framework.MAX_NODE_SCORE for s in normalized.values()
+            )
+        assert set(scoring.rank(list(nodes))) in (set(), set(nodes))
     f = fit.footprint(p)
     assert f is None or isinstance(f, fit.Footprint)
     assert fit.footprint(fit.trimmed(p)) == f, "the informer's trimmed view must take what the pod takes"
@@ -1260,7 +1334,11 @@ def test_the_trimmed_view_takes_what_the_pod_takes_and_keeps_little_else():
     assert taken.labels == (("app", "web"),) and taken.terminating and len(taken.anti_affinity) == 1
     assert "env" not in view["spec"]["containers"][0] and len(view["spec"]["containers"][0]["ports"]) == 1
     assert "annotations" not in view["metadata"]
-    assert view["spec"]["affinity"] == {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti}}
+    assert view["spec"]["affinity"] == {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti},
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti},  # it ranks nodes for others
+    }
+    assert taken.preferences == ((taken.anti_affinity[0], 1),)
 
 
 _RESOURCES = st.sampled_from(["cpu", "memory", GPU, "pods"])

@@ -2,7 +2,10 @@
 list that says which run and in what order, kube-scheduler's filter order: the node's own state first (Ready,
 cordon, taints), then what the pod reads of the node (node affinity, host ports, resources), then its volumes, then
 the pods of its topology domains (spread, pod affinity). A
-new rule is a new file here and one line in PROFILE."""
+new rule is a new file here and one line in PROFILE.
+
+SCORE_PROFILE is the one list of the rules that rank nodes (their preferred side, in the same files), each with
+kube-scheduler's default weight."""
 
 from __future__ import annotations
 
@@ -39,6 +42,18 @@ PROFILE: tuple[Plugin, ...] = (
 )
 
 NODE_STATE_NAMES = frozenset(p.name for p in NODE_STATE)
+
+SCORE_PROFILE: tuple[tuple[Plugin, int], ...] = (
+    (TaintToleration(), 3),
+    (NodeAffinity(), 2),
+    (PodTopologySpread(), 2),
+    (InterPodAffinity(), 2),
+)
+"""The Score plugins and their weights, kube-scheduler v1.34's default profile's for these rules: PreferNoSchedule
+taints (3), preferred node affinity (2), ScheduleAnyway topology spread (2), preferred pod affinity and anti-affinity
+(2). A node's preference is the sum of weight times its 0..100 score from each (framework.Scoring). Its other default
+scores are not here: the GPU strategy stands for NodeResourcesFit's and NodeResourcesBalancedAllocation's (weight 1
+each), and ImageLocality's (1) is not scored."""
 
 
 def asks_only_a_place(cycle: Cycle) -> bool:

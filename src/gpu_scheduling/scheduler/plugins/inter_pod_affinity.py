@@ -1,5 +1,5 @@
 """InterPodAffinity: required pod affinity and anti-affinity, as kube-scheduler's plugin of the same name judges
-them (its Filter; the preferred terms are Score's business, not judged here).
+them (its Filter), and the preferred terms, as it ranks nodes by them (its Score).
 
 Filter checks, in kube-scheduler's order, the pod's affinity, its anti-affinity, then the placed pods'
 anti-affinity. PreFilter reads the pod's terms (selectors.terms) and counts, once per attempt, per topology pair (a
@@ -12,13 +12,22 @@ A pod with no terms of its own, while no placed pod has anti-affinity towards it
 nothing). The first pod of a group with affinity to itself may go anywhere its terms' topology labels are, as long
 as no placed pod matches its terms yet. The counts read the snapshot, so the members of one gang placed on a trial
 count for each other.
+
+Score: PreScore adds up, per topology pair, over the placed pods (every one when the pod has preferred terms of its
+own, else only those with Footprint.preferences, an index of NodeUsage):
+- the weight of each of the pod's preferred affinity terms a placed pod matches, in that pod's domain of the term's
+  topology key, and minus the weight of each of its preferred anti-affinity terms one matches;
+- each placed pod's own terms that match the incoming pod (Footprint.preferences): its preferred affinity (+weight),
+  its required affinity (+1, kube's hardPodAffinityWeight) and its preferred anti-affinity (-weight), in its domain.
+A node scores the sum over the pairs of its labels; scores are scaled from the lowest (0) to the highest (100). A
+pod that has no preferred terms, while no placed pod's terms match it, skips it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpu_scheduling.scheduler import fit, framework, selectors
@@ -119,6 +128,59 @@ class InterPodAffinity(framework.Plugin):
                         "(node(s) didn't satisfy existing pods anti-affinity rules)"
                     )
         return None
+
+    def pre_score(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
+        try:
+            preferred = selectors.preferred_terms(pod, "podAffinity")
+            avoided = selectors.preferred_terms(pod, "podAntiAffinity")
+            labels = selectors.pod_labels(pod)
+        except fit.FitError:
+            return framework.SKIP
+        own = (*preferred, *((term, -weight) for term, weight in avoided))
+        meta = pod.get("metadata") or {}
+        namespace, uid = str(meta.get("namespace") or ""), meta.get("uid")
+        own_namespace = snap.namespace_labels(namespace)
+        scores: dict[str, dict[str, int]] = {}
+        for other, taken in snap.usage.everyone() if own else snap.usage.with_preferences():
+            node_labels = snap.node_labels(taken.node)
+            if other == uid or not node_labels:
+                continue
+            if own:
+                their_labels, their_namespace = dict(taken.labels), snap.namespace_labels(taken.namespace)
+                for term, weight in own:
+                    if term.matches(taken.namespace, their_labels, their_namespace):
+                        _add(scores, term.topology_key, node_labels, weight)
+            for term, weight in taken.preferences:
+                if term.matches(namespace, labels, own_namespace):
+                    _add(scores, term.topology_key, node_labels, weight)
+        return scores or framework.SKIP
+
+    def score(
+        self, state: dict[str, dict[str, int]], nodes: Sequence[Mapping[str, Any]], snap: Snapshot
+    ) -> dict[str, int]:
+        out = {}
+        for node in nodes:
+            labels: Mapping[str, str] = node["metadata"].get("labels") or {}
+            out[node["metadata"]["name"]] = sum(
+                values.get(labels[key], 0) for key, values in state.items() if key in labels
+            )
+        return out
+
+    def normalize(self, state: Any, scores: Mapping[str, int]) -> dict[str, int]:
+        lowest, highest = min(scores.values(), default=0), max(scores.values(), default=0)
+        spread = highest - lowest
+        if spread <= 0:
+            return dict.fromkeys(scores, 0)
+        # kube's float arithmetic, truncated, so that a node on a boundary scores as kube-scheduler scores it
+        return {name: int(framework.MAX_NODE_SCORE * ((score - lowest) / spread)) for name, score in scores.items()}
+
+
+def _add(scores: dict[str, dict[str, int]], key: str, node_labels: Mapping[str, str], weight: int) -> None:
+    """Count `weight` for the domain of `key` that a node labelled `node_labels` is in (none without the key)."""
+    value = node_labels.get(key)
+    if value is not None:
+        values = scores.setdefault(key, {})
+        values[value] = values.get(value, 0) + weight
 
 
 def _count(counts: Counter[Pair], terms: Any, node_labels: Mapping[str, str]) -> None:

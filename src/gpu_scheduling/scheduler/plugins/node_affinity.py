@@ -1,17 +1,22 @@
 """NodeAffinity: `spec.nodeSelector` and the required node selector terms of
 `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution` (In, NotIn, Exists, DoesNotExist, Gt,
-Lt; matchFields on metadata.name) match the node's labels and name."""
+Lt; matchFields on metadata.name) match the node's labels and name.
+
+Score (kube-scheduler's NodeAffinity score): a node scores the sum of the weights of the pod's
+`preferredDuringSchedulingIgnoredDuringExecution` terms it matches (a term matches as a required one does), scaled
+so the best node scores 100 (DefaultNormalizeScore). A pod without preferred terms skips it."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpu_scheduling.scheduler import fit, framework
 from gpu_scheduling.scheduler.framework import PodRefusal, Reason, Snapshot
 
 TERMS = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+PREFERRED = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +40,24 @@ class NodeAffinity(framework.Plugin):
     def filter(self, state: Wanted, node: Mapping[str, Any], snap: Snapshot) -> Reason | None:
         return refusal(state, node)
 
+    def pre_score(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
+        try:
+            terms = preferred(pod)
+        except fit.FitError:
+            return framework.SKIP
+        return terms or framework.SKIP
+
+    def score(
+        self, state: tuple[tuple[int, Mapping[str, Any]], ...], nodes: Sequence[Mapping[str, Any]], snap: Snapshot
+    ) -> dict[str, int]:
+        return {
+            node["metadata"]["name"]: sum(weight for weight, term in state if fit.term_matches(term, node))
+            for node in nodes
+        }
+
+    def normalize(self, state: Any, scores: Mapping[str, int]) -> dict[str, int]:
+        return framework.default_normalize(scores)
+
 
 def read(pod: Mapping[str, Any]) -> Wanted:
     """The pod's node selector and required terms. Raises FitError naming the field that cannot be read."""
@@ -55,6 +78,31 @@ def read(pod: Mapping[str, Any]) -> Wanted:
             fit.check_term(term, f"{TERMS}[{i}]")
         terms = tuple(listed)
     return Wanted(dict(selector), terms)
+
+
+def preferred(pod: Mapping[str, Any]) -> tuple[tuple[int, Mapping[str, Any]], ...]:
+    """The pod's preferred node selector terms, each with its weight. Raises FitError naming the field that cannot be
+    read."""
+    affinity = fit.obj(fit.spec_of(pod).get("affinity"), "spec.affinity")
+    listed = fit.obj(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity").get(
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    )
+    if listed is None:
+        return ()
+    if not isinstance(listed, list):
+        raise fit.FitError(f"{PREFERRED} is not an array")
+    out = []
+    for i, weighted in enumerate(listed):
+        where = f"{PREFERRED}[{i}]"
+        if not isinstance(weighted, Mapping):
+            raise fit.FitError(f"{where} is not an object")
+        weight, term = weighted.get("weight"), weighted.get("preference")
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
+            raise fit.FitError(f"{where}.weight is {weight!r}; expected an integer from 1 to 100")
+        term = fit.obj(term, f"{where}.preference")
+        fit.check_term(term, f"{where}.preference")
+        out.append((weight, term))
+    return tuple(out)
 
 
 def refusal(wanted: Wanted, node: Mapping[str, Any]) -> Reason | None:

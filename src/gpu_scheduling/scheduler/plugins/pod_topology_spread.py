@@ -1,6 +1,6 @@
 """PodTopologySpread: the pod's `topologySpreadConstraints` with `whenUnsatisfiable: DoNotSchedule`, as
-kube-scheduler's plugin of the same name judges them (its Filter; ScheduleAnyway is Score's business, not judged
-here).
+kube-scheduler's plugin of the same name judges them (its Filter), and those with `ScheduleAnyway`, as it ranks nodes
+by them (its Score).
 
 PreFilter counts, per constraint, the placed pods (bound, or assumed by this scheduler) of the pod's namespace that
 its selector matches (`labelSelector`, with the pod's own values of `matchLabelKeys`; terminating pods do not count;
@@ -10,12 +10,21 @@ over the eligible nodes: those with every constraint's topology key that pass it
 Ignore by default: Honor leaves out nodes with a NoSchedule or NoExecute taint the pod does not tolerate). Filter: a
 node without the topology key is refused; otherwise the count of its domain, plus one if the pod matches its own
 selector, minus the fewest of any eligible domain (0 while there are fewer domains than `minDomains`) may not exceed
-`maxSkew`."""
+`maxSkew`.
+
+Score: PreScore counts the ScheduleAnyway constraints' matching pods per domain as PreFilter does (the pod itself not
+counted). Of the feasible nodes, one without every constraint's topology key scores 0; each other scores, summed over
+the constraints, the count of its domain times log(domains + 2) plus maxSkew - 1, where `domains` is how many domains
+the feasible nodes are in (for `kubernetes.io/hostname`, how many nodes; and that key counts the node's own pods),
+rounded; NormalizeScore then gives the lowest 100 and the others 100 * (highest + lowest - score) / highest. A pod
+without ScheduleAnyway constraints skips it. (kube-scheduler's system-default constraints, for a pod of a Service or
+ReplicaSet that has none of its own, are not applied: they need the watches of those objects.)"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpu_scheduling.scheduler import fit, framework, selectors
@@ -24,6 +33,7 @@ from gpu_scheduling.scheduler.plugins import node_affinity, taint_toleration
 from gpu_scheduling.text import json_type
 
 FIELD = "spec.topologySpreadConstraints"
+HOSTNAME = "kubernetes.io/hostname"
 _POLICIES = ("Honor", "Ignore")
 
 
@@ -48,6 +58,17 @@ class State:
     fewer domains than `minDomains`), worked out once in PreFilter, not per node judged."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Soft:
+    """What Score reads of a pod with ScheduleAnyway constraints."""
+
+    constraints: tuple[Constraint, ...]
+    counts: tuple[dict[str, int], ...]
+    """Per constraint: matching pods per value of its topology key, over the eligible nodes (as State.counts)."""
+    namespace: str
+    uid: Any
+
+
 class PodTopologySpread(framework.Plugin):
     name = "PodTopologySpread"
     wakes_on = frozenset({framework.NODE, framework.POD_GONE, framework.POD_ADDED})
@@ -64,37 +85,7 @@ class PodTopologySpread(framework.Plugin):
             return PodRefusal(str(exc))
         meta = pod.get("metadata") or {}
         namespace, uid = str(meta.get("namespace") or ""), meta.get("uid")
-        counts: list[dict[str, int]] = [{} for _ in constraints]
-        for name, node in snap.nodes.items():
-            node_labels = node["metadata"].get("labels") or {}
-            if not all(c.topology_key in node_labels for c in constraints):
-                continue
-            # The node inclusion policies, judged at most once per node whatever the number of constraints.
-            affinity_ok = taints_ok = None
-            for i, c in enumerate(constraints):
-                if c.honor_affinity:
-                    if affinity_ok is None:
-                        affinity_ok = node_affinity.refusal(wanted, node) is None
-                    if not affinity_ok:
-                        continue
-                if c.honor_taints:
-                    if taints_ok is None:
-                        taints_ok = taint_toleration.refusal(node, tolerations) is None
-                    if not taints_ok:
-                        continue
-                value = node_labels[c.topology_key]
-                counts[i][value] = counts[i].get(value, 0) + (
-                    0  # kube counts no pod for an empty selector (and the pod itself, which it matches, still)
-                    if c.selector.empty
-                    else sum(
-                        1
-                        for other, taken in snap.usage.pods_on(name)
-                        if other != uid
-                        and taken.namespace == namespace
-                        and not taken.terminating
-                        and c.selector.matches(dict(taken.labels))
-                    )
-                )
+        counts = _counts(constraints, wanted, tolerations, namespace, uid, snap)
         self_match = tuple(c.selector.matches(labels) for c in constraints)
         fewest = tuple(
             0 if len(n) < c.min_domains else min(n.values(), default=0)
@@ -121,9 +112,114 @@ class PodTopologySpread(framework.Plugin):
                 )
         return None
 
+    def pre_score(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
+        try:
+            constraints = read(pod, "ScheduleAnyway")
+            if not constraints:
+                return framework.SKIP
+            wanted = node_affinity.read(pod)
+            tolerations = taint_toleration.tolerations(pod)
+        except (fit.FitError, ValueError):
+            return framework.SKIP
+        meta = pod.get("metadata") or {}
+        namespace, uid = str(meta.get("namespace") or ""), meta.get("uid")
+        counts = _counts(constraints, wanted, tolerations, namespace, uid, snap)
+        return Soft(constraints, tuple(counts), namespace, uid)
 
-def read(pod: Mapping[str, Any]) -> tuple[Constraint, ...]:
-    """The pod's DoNotSchedule constraints; FitError naming the field that cannot be read."""
+    def score(self, state: Soft, nodes: Sequence[Mapping[str, Any]], snap: Snapshot) -> dict[str, int]:
+        keys = [c.topology_key for c in state.constraints]
+        scored = [n for n in nodes if all(k in (n["metadata"].get("labels") or {}) for k in keys)]
+        # kube's topology normalizing weight: log(domains + 2), the domains of the scored nodes (for the hostname
+        # key, the scored nodes), so that a constraint over few domains is not watered down by one over many
+        domains = [
+            len(scored) if key == HOSTNAME else len({n["metadata"]["labels"][key] for n in scored}) for key in keys
+        ]
+        weights = [math.log(d + 2) for d in domains]
+        out = dict.fromkeys((n["metadata"]["name"] for n in nodes), _IGNORED)
+        for node in scored:
+            name, labels = node["metadata"]["name"], node["metadata"]["labels"]
+            total = 0.0
+            for c, counts, weight in zip(state.constraints, state.counts, weights, strict=True):
+                if c.topology_key == HOSTNAME:
+                    here = _matching(c, snap.usage.pods_on(name), state.namespace, state.uid)
+                else:
+                    here = counts.get(labels[c.topology_key], 0)
+                total += here * weight + (c.max_skew - 1)
+            out[name] = _round(total)
+        return out
+
+    def normalize(self, state: Any, scores: Mapping[str, int]) -> dict[str, int]:
+        valid = [score for score in scores.values() if score != _IGNORED]
+        lowest, highest = min(valid, default=0), max([0, *valid])
+        top = framework.MAX_NODE_SCORE
+        return {
+            name: 0 if score == _IGNORED else top if highest == 0 else top * (highest + lowest - score) // highest
+            for name, score in scores.items()
+        }
+
+
+_IGNORED = -1
+"""The raw score of a feasible node without every constraint's topology key (kube's invalidScore): it scores 0."""
+
+
+def _round(x: float) -> int:
+    """Go's math.Round of a non-negative number: half away from zero (Python's round() rounds half to even)."""
+    whole = math.floor(x)
+    return int(whole) + (1 if x - whole >= 0.5 else 0)
+
+
+def _matching(c: Constraint, pods: Any, namespace: str, uid: Any) -> int:
+    """How many of `pods` (uid, Footprint) count for `c`: of `namespace`, not terminating, not the pod itself,
+    matched by its selector (an empty selector counts none, as kube's)."""
+    if c.selector.empty:
+        return 0
+    return sum(
+        1
+        for other, taken in pods
+        if other != uid
+        and taken.namespace == namespace
+        and not taken.terminating
+        and c.selector.matches(dict(taken.labels))
+    )
+
+
+def _counts(
+    constraints: tuple[Constraint, ...],
+    wanted: node_affinity.Wanted,
+    tolerations: list[Mapping[str, Any]],
+    namespace: str,
+    uid: Any,
+    snap: Snapshot,
+) -> list[dict[str, int]]:
+    """Per constraint, the matching pods per value of its topology key, over the nodes that have every constraint's
+    key and pass its node inclusion policies."""
+    counts: list[dict[str, int]] = [{} for _ in constraints]
+    for name, node in snap.nodes.items():
+        node_labels = node["metadata"].get("labels") or {}
+        if not all(c.topology_key in node_labels for c in constraints):
+            continue
+        # The node inclusion policies, judged at most once per node whatever the number of constraints.
+        affinity_ok = taints_ok = None
+        for i, c in enumerate(constraints):
+            if c.honor_affinity:
+                if affinity_ok is None:
+                    affinity_ok = node_affinity.refusal(wanted, node) is None
+                if not affinity_ok:
+                    continue
+            if c.honor_taints:
+                if taints_ok is None:
+                    taints_ok = taint_toleration.refusal(node, tolerations) is None
+                if not taints_ok:
+                    continue
+            value = node_labels[c.topology_key]
+            # kube counts no pod for an empty selector (and, in Filter, the pod itself, which it matches, still)
+            counts[i][value] = counts[i].get(value, 0) + _matching(c, snap.usage.pods_on(name), namespace, uid)
+    return counts
+
+
+def read(pod: Mapping[str, Any], when: str = "DoNotSchedule") -> tuple[Constraint, ...]:
+    """The pod's constraints whose `whenUnsatisfiable` is `when` (DoNotSchedule, the default, or ScheduleAnyway);
+    FitError naming the field that cannot be read."""
     listed = fit.spec_of(pod).get("topologySpreadConstraints") or []
     if not isinstance(listed, list):
         raise fit.FitError(f"{FIELD} is {json_type(listed)}; expected an array")
@@ -133,7 +229,7 @@ def read(pod: Mapping[str, Any]) -> tuple[Constraint, ...]:
         where = f"{FIELD}[{i}]"
         if not isinstance(c, Mapping):
             raise fit.FitError(f"{where} is not an object")
-        if c.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
+        if c.get("whenUnsatisfiable", "DoNotSchedule") != when:
             continue
         skew, key, min_domains = c.get("maxSkew"), c.get("topologyKey"), c.get("minDomains", 1)
         if not isinstance(skew, int) or isinstance(skew, bool) or skew < 1:

@@ -1,8 +1,14 @@
-"""TaintToleration: a node's NoSchedule and NoExecute taints keep off every pod that does not tolerate them."""
+"""TaintToleration: a node's NoSchedule and NoExecute taints keep off every pod that does not tolerate them.
+
+Score (kube-scheduler's TaintToleration score): a node's PreferNoSchedule taints that the pod's tolerations (those of
+effect PreferNoSchedule or none) do not tolerate count against it: the node with the most scores 0, one with none
+100 (DefaultNormalizeScore, reversed). The pod asks nothing of it, the nodes do: its PreScore skips only a pod whose
+tolerations cannot be read (refused by its PreFilter anyway); a caller that knows no node has a PreferNoSchedule taint
+leaves it out (the claim path works that out once per change of the nodes: `prefers_no_schedule`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpu_scheduling.scheduler import framework
@@ -22,6 +28,21 @@ class TaintToleration(framework.Plugin):
 
     def filter(self, state: Any, node: Mapping[str, Any], snap: Snapshot) -> Reason | None:
         return refusal(node, state)
+
+    def pre_score(self, pod: Mapping[str, Any], snap: Snapshot) -> Any:
+        try:
+            listed = tolerations(pod)
+        except ValueError:
+            return framework.SKIP
+        return [t for t in listed if t.get("effect") in (None, "", PREFER_NO_SCHEDULE)]
+
+    def score(
+        self, state: list[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]], snap: Snapshot
+    ) -> dict[str, int]:
+        return {node["metadata"]["name"]: intolerable_preferences(node, state) for node in nodes}
+
+    def normalize(self, state: Any, scores: Mapping[str, int]) -> dict[str, int]:
+        return framework.default_normalize(scores, reverse=True)
 
 
 def tolerations(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -53,6 +74,29 @@ def toleration_matches(toleration: Mapping[str, Any], taint: Mapping[str, Any]) 
     if operator == "Exists":
         return True
     return (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+PREFER_NO_SCHEDULE = "PreferNoSchedule"
+
+
+def prefers_no_schedule(node: Mapping[str, Any]) -> bool:
+    """Whether the node has a PreferNoSchedule taint (while none has, this rule ranks every node alike)."""
+    taints = (node.get("spec") or {}).get("taints")
+    if not taints:
+        return False
+    return any(taint.get("effect") == PREFER_NO_SCHEDULE for taint in taints)
+
+
+def intolerable_preferences(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) -> int:
+    """How many of the node's PreferNoSchedule taints none of `tolerations` tolerates."""
+    taints = (node.get("spec") or {}).get("taints")
+    if not taints:
+        return 0
+    return sum(
+        1
+        for taint in taints
+        if taint.get("effect") == PREFER_NO_SCHEDULE and not any(toleration_matches(t, taint) for t in tolerations)
+    )
 
 
 def refusal(node: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) -> Reason | None:
