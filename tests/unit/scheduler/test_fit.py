@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import subprocess
 import sys
+import tracemalloc
 from collections import Counter
 from typing import Any
 
@@ -1339,6 +1340,56 @@ def test_the_trimmed_view_takes_what_the_pod_takes_and_keeps_little_else():
         "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti},  # it ranks nodes for others
     }
     assert taken.preferences == ((taken.anti_affinity[0], 1),)
+
+
+OTHER_POD_BUDGET_BYTES = 3072
+"""What each bound pod of another scheduler may cost the scheduler, its trimmed view and its counted footprint
+together, for a typical pod (four labels, requests, one container port, no affinity): 2.0 KB before pod
+affinity, spread and preemption (which read its labels, namespace, priority, name and start), 2.8 KB since."""
+
+
+def test_another_schedulers_pod_costs_at_most_its_budget():
+
+    def typical(i: int) -> dict[str, Any]:
+        labels = {"app": "web", "tier": "frontend", "pod-template-hash": f"7f9c{i % 100:04d}", "version": "v2"}
+        return {
+            "metadata": {
+                "name": f"web-{i}",
+                "namespace": "prod",
+                "uid": f"uid-{i:08d}",
+                "resourceVersion": str(1000 + i),
+                "creationTimestamp": "2026-11-28T10:00:00Z",
+                "labels": labels,
+                "managedFields": [{"manager": "kubelet"}],
+            },
+            "spec": {
+                "nodeName": f"node{i % 200}",
+                "priority": 0,
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "nginx:1.27",
+                        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+                        "ports": [{"containerPort": 80}],
+                    }
+                ],
+            },
+            "status": {"phase": "Running", "startTime": "2026-11-28T10:00:05Z", "podIP": "10.0.0.1"},
+        }
+
+    count = 2000
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        views = [fit.trimmed(typical(i)) for i in range(count)]
+        usage = fit.NodeUsage()
+        for view in views:
+            usage.set(view["metadata"]["uid"], fit.footprint(view))
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    per_pod = sum(d.size_diff for d in after.compare_to(before, "filename")) / count
+    assert per_pod <= OTHER_POD_BUDGET_BYTES, f"{per_pod:.0f} B per pod"
 
 
 _RESOURCES = st.sampled_from(["cpu", "memory", GPU, "pods"])
