@@ -2,9 +2,9 @@
 against the real kube-scheduler v1.34 with its default profile: random nodes, random pods already on them, random
 probe pods, and for every (probe, node) both verdicts: does the pod fit that node now?
 
-It runs on its own control plane (etcd, kube-apiserver, kube-controller-manager, kwok) with a real kube-scheduler,
-not on the session's `cluster` (that one runs gpu-scheduler, and its scenarios expect default-scheduler pods to stay
-unbound). Deterministic: one fixed seed.
+It runs on its own control plane (etcd, kube-apiserver, kube-controller-manager, kwok) with a real kube-scheduler
+(features/fit/plane.py, shared with the preemption differential test), not on the session's `cluster` (that one runs
+gpu-scheduler, and its scenarios expect default-scheduler pods to stay unbound). Deterministic: one fixed seed.
 
 Per batch: K fresh kwok nodes (allocatable, labels, taints, cordons drawn at random), then pods bound straight to
 them with spec.nodeName (another scheduler's name; kwok runs them). Per round: one random probe spec, one copy per
@@ -16,11 +16,11 @@ has that entry's CUDA_VISIBLE_DEVICES. gpu-scheduler's verdict is what the sched
 apiserver stored it (defaults and admission applied), its pinning taken out again and its schedulerName gpu-scheduler:
 its pods informer's view of it (decision.pod_view), queued only if decision.is_schedulable_pod, then decision.decide
 over the scheduler's node cache (every Node the API lists, as decision.node_view) and the snapshot of a
-scheduler.cache.Cache built as the scheduler builds its own (`_cache`): that node cache, every Namespace (their
-labels), a VolumeCache of every claim, volume, StorageClass and CSINode the API lists at the probe's time, and every
-bound pod of another scheduler observed as its other-pods informer has it (the same field selector, fit.trimmed,
-Cache.observe of fit.footprint: requests, ports, claims, namespace, labels, required anti-affinity, deletion). Bound
-to the copy's node: it fits; the Unschedulable message is the reason.
+scheduler.cache.Cache built as the scheduler builds its own (plane.scheduler_cache): that node cache, every Namespace
+(their labels), a VolumeCache of every claim, volume, StorageClass and CSINode the API lists at the probe's time, and
+every bound pod of another scheduler observed as its other-pods informer has it (the same field selector, fit.trimmed,
+Cache.observe of fit.footprint: requests, ports, claims, namespace, labels, required anti-affinity, deletion). Bound to
+the copy's node: it fits; the Unschedulable message is the reason.
 
 Then the volume batches (VOLUME_BATCHES of VOLUME_ROUNDS_PER_BATCH rounds): fresh kwok nodes with their hostname
 label, most with a zone label (topology.kubernetes.io/zone), room for any probe, no taint. Four StorageClasses, made
@@ -131,16 +131,34 @@ from typing import Any
 
 import pytest
 
+from features.fit.plane import (
+    CORDON_KEY,
+    GPU_SCHEDULER,
+    KUBE_SCHEDULER,
+    NAMESPACE,
+    OTHER_SCHEDULER,
+    PROBE_LABEL,
+    ROUND_TIMEOUT,
+    SYNC_NODE,
+    Plane,
+    container,
+    create_nodes,
+    delete_labelled,
+    labelled,
+    labelled_in,
+    node_cache,
+    pinned,
+    running_plane,
+    scheduler_cache,
+    sync_node_cache,
+)
 from gpu_scheduling import constants, gpumap
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.informer import key_of
 from gpu_scheduling.kube.sync import SyncClient
 from gpu_scheduling.scheduler import decision, fit, framework, volumes
-from gpu_scheduling.scheduler.cache import Cache
 from gpu_scheduling.scheduler.plugins import node_affinity, unsupported
-from harness.components import start_kube_scheduler
-from harness.controlplane import ControlPlane, create_namespace, node_body, node_ready
-from harness.processes import Process
+from harness.controlplane import create_namespace, node_body
 from harness.wait import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -149,22 +167,11 @@ SEED = 20250934
 BATCHES = 8
 NODES_PER_BATCH = 12
 ROUNDS_PER_BATCH = 12
-NAMESPACE = "fit-differential"
-KUBE_SCHEDULER = "default-scheduler"
-GPU_SCHEDULER = constants.DEFAULT_SCHEDULER_NAME
-OTHER_SCHEDULER = "someone-else"
-PROBE_LABEL = "fit-differential/probe"
 BATCH_LABEL = "fit-differential/batch"
-SYNC_NODE = "d-sync"
-SYNC_LABEL = "fit-differential/sync"
 WIDGET = "example.com/widget"
-CORDON_KEY = "node.kubernetes.io/unschedulable"
-ROUND_TIMEOUT = 30.0
 MIN_EACH_WAY = 5
 MAP_GPUS = "0"
 """The GPU ids of every map entry (the nodes have no GPUs: the fit rules do not read them)."""
-OTHER_PODS = f"spec.schedulerName!={GPU_SCHEDULER},spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-"""The field selector of the scheduler's other-pods informer (scheduler.controller): what its NodeUsage counts."""
 
 VOLUME_BATCHES = 2
 VOLUME_ROUNDS_PER_BATCH = 8
@@ -212,42 +219,10 @@ FITS, REFUSED, GATED = "fits", "does not fit", "gated"
 # ---- the plane and kube-scheduler ------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Plane:
-    cp: ControlPlane
-    api: SyncClient
-    scheduler: Process
-
-
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    # The PersistentVolume controller binds a claim with four writes: its client's default limit (20 a second) would
-    # make a round wait seconds for its claims.
-    limits = ["--kube-api-qps=500", "--kube-api-burst=1000"]
-    cp = ControlPlane(tmp_path_factory.mktemp("fit-differential"), extra_args={"kube-controller-manager": limits})
-    cp.start()
-    scheduler = None
-    try:
-        if not (cp.bin / "kube-scheduler").exists():
-            raise RuntimeError(f"no kube-scheduler in {cp.bin}; run `make scenario-toolchain`")
-        assert cp.api is not None
-        create_namespace(cp.api, NAMESPACE)
-        # Alone (no leader election), with a limiter high enough never to hold the probes back.
-        scheduler = start_kube_scheduler(
-            cp,
-            cp.dir,
-            kubeconfig=cp.kubeconfig,
-            scheduler_name=KUBE_SCHEDULER,
-            qps=1000,
-            burst=1000,
-            leader_election=None,
-        )
-        cp.add_node(SYNC_NODE)
-        yield Plane(cp, cp.api, scheduler)
-    finally:
-        if scheduler is not None:
-            scheduler.stop()
-        cp.stop()
+    with running_plane(tmp_path_factory.mktemp("fit-differential")) as running:
+        yield running
 
 
 # ---- random nodes and the pods already on them -----------------------------------------------------------------
@@ -341,13 +316,6 @@ def _ports(rng: random.Random, taken: set[tuple[int, str]], chance: float) -> li
                 entry["hostIP"] = ip
             ports.append(entry)
     return ports
-
-
-def container(name: str, resources: dict[str, Any], ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    c: dict[str, Any] = {"name": name, "image": "busybox", "resources": resources}
-    if ports:
-        c["ports"] = ports
-    return c
 
 
 def existing_pod(rng: random.Random, name: str, node: str) -> dict[str, Any]:
@@ -504,18 +472,6 @@ def seeing_gpus(spec: dict[str, Any]) -> dict[str, Any]:
     spec = copy.deepcopy(spec)
     for c in [*spec.get("initContainers", []), *spec["containers"]]:
         c["env"] = [{"name": constants.CUDA_ENV, "value": MAP_GPUS}]
-    return spec
-
-
-def pinned(spec: dict[str, Any], node: str) -> dict[str, Any]:
-    """`spec` bound to judge only `node`, as the DaemonSet controller pins its pods: the matchField ANDed into every
-    required term (or one term with only it)."""
-    spec = copy.deepcopy(spec)
-    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
-    node_affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
-    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {"nodeSelectorTerms": [{}]})
-    for term in required["nodeSelectorTerms"]:
-        term["matchFields"] = [*term.get("matchFields", []), pin]
     return spec
 
 
@@ -1413,16 +1369,12 @@ def breaks_affinity(pod: dict[str, Any], node: dict[str, Any]) -> bool:
 # ---- the run ---------------------------------------------------------------------------------------------------
 
 
-def _labelled(api: SyncClient, label: str, value: str) -> list[dict[str, Any]]:
-    return _labelled_in(api, NAMESPACE, f"{label}={value}")
-
-
 def _kube_verdicts(api: SyncClient, round_id: str, copies: int) -> dict[str, tuple[str, str]]:
     """kube-scheduler's verdict on each of the round's `copies` probe copies (kube_verdict), once it has one on all."""
 
     def decided() -> dict[str, tuple[str, str]] | None:
         verdicts = {}
-        for pod in _labelled(api, PROBE_LABEL, round_id):
+        for pod in labelled(api, PROBE_LABEL, round_id):
             verdict = kube_verdict(pod)
             if verdict is None:
                 return None
@@ -1435,60 +1387,24 @@ def _kube_verdicts(api: SyncClient, round_id: str, copies: int) -> dict[str, tup
     return found
 
 
-def _delete_labelled(api: SyncClient, label: str, value: str) -> None:
-    api.delete(paths.pods(NAMESPACE), labelSelector=f"{label}={value}", gracePeriodSeconds="0")
-    wait_for(f"pods {label}={value} deleted", lambda: not _labelled(api, label, value) or None, timeout=30)
-
-
-def _sync_node_cache(api: SyncClient, batch: int | str) -> None:
-    """Make sure kube-scheduler's node cache has every node write of the batch so far: label the sync node last and
-    wait until kube-scheduler binds a pod that needs that label (its node informer delivers node events in
-    resourceVersion order, so the label's arrival means every earlier node write has arrived)."""
-    api.patch(paths.node(SYNC_NODE), {"metadata": {"labels": {SYNC_LABEL: str(batch)}}})
-    name = f"sync-{batch}"
-    spec = pinned({"schedulerName": KUBE_SCHEDULER, "nodeSelector": {SYNC_LABEL: str(batch)}}, SYNC_NODE)
-    spec["containers"] = [container("main", {})]
-    body = {"metadata": {"name": name, "labels": {PROBE_LABEL: name}}, "spec": spec}
-    api.create(paths.pods(NAMESPACE), body)
-    wait_for(
-        "kube-scheduler to see the batch's nodes",
-        lambda: api.get(paths.pod(NAMESPACE, name))["spec"].get("nodeName"),
-        timeout=ROUND_TIMEOUT,
-    )
-    _delete_labelled(api, PROBE_LABEL, name)
-
-
-def _create_nodes(api: SyncClient, bodies: list[dict[str, Any]]) -> None:
-    for body in bodies:
-        api.create(paths.NODES, body)
-
-    def settled(body: dict[str, Any]) -> bool:
-        node = api.get(paths.node(body["metadata"]["name"]))
-        taints = {t["key"] for t in node["spec"].get("taints") or []}
-        return node_ready(node) and (not body["spec"].get("unschedulable") or CORDON_KEY in taints)
-
-    for body in bodies:
-        wait_for(f"node {body['metadata']['name']} Ready", functools.partial(settled, body), timeout=90)
-
-
 def _create_batch(api: SyncClient, rng: random.Random, batch: int) -> list[str]:
     names = [f"d{batch}-n{i}" for i in range(NODES_PER_BATCH)]
     bodies = [node_spec(rng, name, batch) for name in names]
-    _create_nodes(api, bodies)
+    create_nodes(api, bodies)
     for name, body in zip(names, bodies, strict=True):
         pods = int(body["status"]["allocatable"]["pods"])
         count = rng.choice((0, 0, 0, 1, 1, 1, 2, 2, pods)) if rng.random() < 0.85 else rng.choice((0, 1, pods + 1))
         for i in range(max(0, min(count, 5))):
             api.create(paths.pods(NAMESPACE), existing_pod(rng, f"{name}-e{i}", name))
-    _sync_node_cache(api, batch)
+    sync_node_cache(api, batch)
     return names
 
 
 def _create_volume_batch(api: SyncClient, rng: random.Random, batch: int) -> dict[str, str | None]:
     """The batch's nodes (name -> zone)."""
     bodies = [volume_node_spec(rng, f"v{batch}-n{i}", batch) for i in range(NODES_PER_BATCH)]
-    _create_nodes(api, bodies)
-    _sync_node_cache(api, f"v{batch}")
+    create_nodes(api, bodies)
+    sync_node_cache(api, f"v{batch}")
     return {b["metadata"]["name"]: b["metadata"]["labels"].get(ZONE) for b in bodies}
 
 
@@ -1522,7 +1438,7 @@ def _sync_csi_nodes(api: SyncClient, batch: int) -> None:
     def refused() -> bool | None:
         verdict = kube_verdict(api.get(paths.pod(NAMESPACE, name)))
         if verdict is not None and verdict[0] == FITS:
-            _delete_labelled(api, PROBE_LABEL, name)
+            delete_labelled(api, PROBE_LABEL, name)
             api.create(paths.pods(NAMESPACE), body)
             return None
         if verdict is None or KUBE_VOLUME_REASONS[VOLUME_LIMIT] not in verdict[1]:
@@ -1530,7 +1446,7 @@ def _sync_csi_nodes(api: SyncClient, batch: int) -> None:
         return True
 
     wait_for("kube-scheduler to see the CSINodes", refused, timeout=ROUND_TIMEOUT, interval=0.1)
-    _delete_labelled(api, PROBE_LABEL, name)
+    delete_labelled(api, PROBE_LABEL, name)
     _delete_volumes(api, f"{ROUND_LABEL}={name}")
 
 
@@ -1567,7 +1483,7 @@ def _sync_storage_classes(api: SyncClient) -> None:
         lambda: (api.get(path)["metadata"].get("annotations") or {}).get(volumes.SELECTED_NODE) == SYNC_NODE,
         timeout=ROUND_TIMEOUT,
     )
-    _delete_labelled(api, PROBE_LABEL, name)
+    delete_labelled(api, PROBE_LABEL, name)
     _delete_volumes(api, f"{ROUND_LABEL}={name}")
 
 
@@ -1637,7 +1553,7 @@ def _sync_volume_cache(api: SyncClient, batch: int, round_id: str) -> None:
         timeout=ROUND_TIMEOUT,
         interval=0.1,
     )
-    _delete_labelled(api, PROBE_LABEL, name)
+    delete_labelled(api, PROBE_LABEL, name)
 
 
 def _volume_cache(api: SyncClient) -> volumes.VolumeCache:
@@ -1654,45 +1570,11 @@ def _volume_cache(api: SyncClient) -> volumes.VolumeCache:
     )
 
 
-def _node_cache(api: SyncClient) -> dict[str, dict[str, Any]]:
-    """The scheduler's nodes informer's cache: every Node, as decision.node_view keeps it."""
-    return {n["metadata"]["name"]: decision.node_view(n) for n in api.get(paths.NODES)["items"]}
-
-
-def _namespace_cache(api: SyncClient) -> dict[str, dict[str, Any]]:
-    """The scheduler's namespaces informer's cache: every Namespace (their labels are what the rules read)."""
-    return {key_of(ns): ns for ns in api.get(paths.NAMESPACES)["items"]}
-
-
-def _cache(
-    api: SyncClient,
-    nodes: dict[str, dict[str, Any]],
-    volume_cache: volumes.VolumeCache | None = None,
-    as_if_running: bool = False,
-) -> Cache:
-    """The scheduler's cache as its informers build it (no pod here is gpu-scheduler's): the node cache `nodes`,
-    the namespaces, the volume objects, and what every bound pod of another scheduler takes, its labels,
-    namespace, required anti-affinity and deletion included: each pod its other-pods informer lists (the same field
-    selector) kept as that informer's transform keeps it (fit.trimmed) and observed as its handler does
-    (Cache.observe of fit.footprint). The probes are not there at that moment. `as_if_running`: the terminating
-    pods as if they were not (to tell the cases their not being counted decides)."""
-    cache = Cache(volumes=volume_cache or volumes.VolumeCache(), nodes=nodes, namespaces=_namespace_cache(api))
-    for pod in api.get(paths.ALL_PODS, fieldSelector=OTHER_PODS)["items"]:
-        if PROBE_LABEL in (pod["metadata"].get("labels") or {}):
-            continue
-        view = fit.trimmed(pod)
-        taken = fit.footprint(view)
-        if as_if_running and taken is not None:
-            taken = dataclasses.replace(taken, terminating=False)
-        cache.observe(view["metadata"]["uid"], taken)
-    return cache
-
-
 def _run_round(api: SyncClient, rng: random.Random, batch: int, rnd: int, names: list[str]) -> list[Case]:
     round_id = f"r{batch}-{rnd}"
-    nodes = _node_cache(api)
+    nodes = node_cache(api)
     spec = probe_spec(rng, {name: nodes[name]["metadata"].get("labels") or {} for name in names})
-    cache = _cache(api, nodes)  # no volume objects in a node batch
+    cache = scheduler_cache(api, nodes)  # no volume objects in a node batch
     usage, snap = cache.usage, cache.snapshot
     maps = gpumap.ParseCache()
     mapped = seeing_gpus(spec)
@@ -1729,7 +1611,7 @@ def _run_round(api: SyncClient, rng: random.Random, batch: int, rnd: int, names:
         cases.append(Case(batch, rnd, node_name, summary, kube, message, gpu, reason, unsupported, affinity, rules))
     # Ordering: kube-scheduler's one pod informer delivers events in resourceVersion order, so when it pops a probe
     # of the next round its cache already has every earlier pod creation and deletion (these copies gone).
-    _delete_labelled(api, PROBE_LABEL, round_id)
+    delete_labelled(api, PROBE_LABEL, round_id)
     return cases
 
 
@@ -1803,10 +1685,10 @@ def _judge_volume_copies(
     _settle_volumes(api, round_id, bound)
     _sync_volume_cache(api, batch, round_id)
 
-    nodes = _node_cache(api)
+    nodes = node_cache(api)
     cache = _volume_cache(api)
-    scheduler_cache = _cache(api, nodes, cache)
-    usage, snap = scheduler_cache.usage, scheduler_cache.snapshot
+    ours = scheduler_cache(api, nodes, cache)
+    usage, snap = ours.usage, ours.snapshot
     claimed = {name for name, pv in cache.volumes.items() if (pv.get("spec") or {}).get("claimRef")}
     selected = {
         pvc["metadata"]["name"]
@@ -1832,7 +1714,7 @@ def _judge_volume_copies(
         created[stored["metadata"]["name"]] = (name, stored, plan.probe_claims(), in_use)
 
     def decided() -> dict[str, tuple[str, str]] | None:
-        pods = {p["metadata"]["name"]: p for p in _labelled(api, PROBE_LABEL, round_id)}
+        pods = {p["metadata"]["name"]: p for p in labelled(api, PROBE_LABEL, round_id)}
         claims = {c["metadata"]["name"]: c for c in _round_claims(api, round_id)}
         pvs = _round_volumes(api, round_id)
         verdicts = {}
@@ -1867,8 +1749,8 @@ def _judge_volume_copies(
         cases.append(dataclasses.replace(case, claim_rules=claim_rules, volume=True))
     # The copies that wait in PreBind give up once they are gone (kube-scheduler polls their claims every second);
     # they hold nothing a later copy asks for (their claims are their own, the nodes have room for every probe).
-    _delete_labelled(api, PROBE_LABEL, round_id)
-    _delete_labelled(api, USER_LABEL, round_id)
+    delete_labelled(api, PROBE_LABEL, round_id)
+    delete_labelled(api, USER_LABEL, round_id)
     return cases
 
 
@@ -2166,17 +2048,13 @@ def summarize_topology(pod: Mapping[str, Any]) -> str:
     return json.dumps(shown, separators=(",", ":"))
 
 
-def _labelled_in(api: SyncClient, namespace: str, selector: str) -> list[dict[str, Any]]:
-    return list(api.pods(namespace, labelSelector=selector))
-
-
 def _create_topology_batch(api: SyncClient, rng: random.Random, batch: int) -> tuple[list[str], dict[str, Any]]:
     """The batch's nodes, the pods placed on them (some terminating), a blocker pod on every node (the sync node
-    too, holding every copy's port), and kube-scheduler shown them all (`_sync_node_cache`: its one pod informer
+    too, holding every copy's port), and kube-scheduler shown them all (`sync_node_cache`: its one pod informer
     delivers pod events in order, so the sync pod's binding means it has the earlier pods too). The node names, and
     the batch as the API has it (nodes, placed pods) for the report."""
     names = [f"t{batch}-n{i}" for i in range(NODES_PER_BATCH)]
-    _create_nodes(api, [topology_node_spec(rng, name, batch) for name in names])
+    create_nodes(api, [topology_node_spec(rng, name, batch) for name in names])
     placed = [
         placed_pod(rng, f"t{batch}-n{i}-e{k}", name, batch)
         for i, name in enumerate(names)
@@ -2194,8 +2072,8 @@ def _create_topology_batch(api: SyncClient, rng: random.Random, batch: int) -> t
     ]
     blockers.append(blocker_pod(f"b{batch}-sync", SYNC_NODE, batch, ports))
     _create_all(api, paths.pods(BLOCKER_NAMESPACE), blockers)
-    _sync_node_cache(api, f"t{batch}")
-    listed = [pod for namespace in NAMESPACE_LABELS for pod in _labelled_in(api, namespace, f"{PLACED_LABEL}=t{batch}")]
+    sync_node_cache(api, f"t{batch}")
+    listed = [pod for namespace in NAMESPACE_LABELS for pod in labelled_in(api, namespace, f"{PLACED_LABEL}=t{batch}")]
     world = {
         "nodes": {
             n["metadata"]["name"]: {
@@ -2226,15 +2104,15 @@ def _create_topology_batch(api: SyncClient, rng: random.Random, batch: int) -> t
 def _delete_topology_batch(api: SyncClient, batch: int, names: Iterable[str]) -> None:
     """The batch's pods (the terminating ones let go of: their finalizer taken off) and nodes."""
     for namespace in NAMESPACE_LABELS:
-        for pod in _labelled_in(api, namespace, f"{PLACED_LABEL}=t{batch}"):
+        for pod in labelled_in(api, namespace, f"{PLACED_LABEL}=t{batch}"):
             if pod["metadata"].get("finalizers"):
                 api.patch(paths.pod(namespace, pod["metadata"]["name"]), {"metadata": {"finalizers": None}})
         api.delete(paths.pods(namespace), labelSelector=f"{PLACED_LABEL}=t{batch}", gracePeriodSeconds="0")
     api.delete(paths.pods(BLOCKER_NAMESPACE), gracePeriodSeconds="0")
 
     def gone() -> bool:
-        placed = any(_labelled_in(api, ns, f"{PLACED_LABEL}=t{batch}") for ns in NAMESPACE_LABELS)
-        return not placed and not _labelled_in(api, BLOCKER_NAMESPACE, f"{BLOCKER_LABEL}=t{batch}")
+        placed = any(labelled_in(api, ns, f"{PLACED_LABEL}=t{batch}") for ns in NAMESPACE_LABELS)
+        return not placed and not labelled_in(api, BLOCKER_NAMESPACE, f"{BLOCKER_LABEL}=t{batch}")
 
     wait_for(f"the pods of topology batch {batch} deleted", gone, timeout=30)
     for name in names:
@@ -2247,10 +2125,10 @@ def _run_topology_round(api: SyncClient, rng: random.Random, batch: int, rnd: in
     labels of its own (OWN_LABEL); both verdicts on each, then the copies gone."""
     round_id = f"t{batch}-{rnd}"
     labels, template = topology_probe(rng, rnd)
-    nodes = _node_cache(api)
-    cache = _cache(api, nodes)
+    nodes = node_cache(api)
+    cache = scheduler_cache(api, nodes)
     usage, snap = cache.usage, cache.snapshot
-    running = _cache(api, nodes, as_if_running=True).snapshot
+    running = scheduler_cache(api, nodes, as_if_running=True).snapshot
     maps = gpumap.ParseCache()
     owns = [f"{round_id}-{i}" for i in range(len(names))]
     bodies = []
@@ -2290,7 +2168,7 @@ def _run_topology_round(api: SyncClient, rng: random.Random, batch: int, rnd: in
         case = Case(f"t{batch}", rnd, node_name, probe, kube, message, gpu, reason, unsupported, False, rules)
         decisive = gpu_verdict(judged, node_name, nodes, running, maps)[0] != gpu
         cases.append(dataclasses.replace(case, kube_reasons=reasons, terminating_decisive=decisive))
-    _delete_labelled(api, PROBE_LABEL, round_id)
+    delete_labelled(api, PROBE_LABEL, round_id)
     return cases
 
 

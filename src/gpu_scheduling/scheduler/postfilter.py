@@ -229,19 +229,16 @@ class PostFilter:
         uid = pod["metadata"]["uid"]
         own_gang = s.gangs.gang_of(pod)
         budgets = [b for pdb in self.budgets.cache.values() if (b := preemption.budget(pdb)) is not None]
-        candidates: list[preemption.Candidate] = []
         trial = s.cache.fork()
-        for node in self._nodes_for(pod, kind):
-            potential = self._victims_on(node, rank, uid, own_gang)
-            if not potential:
-                continue
-            candidate = preemption.select_victims(trial, node, potential, functools.partial(fits, trial, node), budgets)
-            for victim in potential:
-                for victim_pod in victim.pods:
-                    trial.restore(victim_pod.uid)
-            if candidate is not None:
-                candidates.append(candidate)
-        return preemption.best(candidates)
+        return preemption.best(
+            preemption.candidates(
+                trial,
+                self._nodes_for(pod, kind),
+                lambda node: self._victims_on(node, rank, uid, own_gang),
+                functools.partial(fits, trial),
+                budgets,
+            )
+        )
 
     # ---- carrying it out ---------------------------------------------------------------------------------------
     async def preempt(self, key: str, pod: dict[str, Any], kind: str) -> str | None:

@@ -24,6 +24,7 @@ list).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -89,8 +90,15 @@ class Budget:
     """Pods (names) the disruption controller already counts as disrupted: evicting them costs nothing more."""
 
     def covers(self, pod: Pod) -> bool:
-        # kube-scheduler's preemption skips a budget with an empty (or absent) selector: it covers no pod.
-        return pod.namespace == self.namespace and not self.selector.empty and self.selector.matches(dict(pod.labels))
+        # kube-scheduler's preemption skips a budget with an empty (or absent) selector: it covers no pod. Nor does it
+        # count a pod with no labels against any budget (filterPodsWithPDBViolation), although a NotIn or
+        # DoesNotExist selector matches one and the disruption controller counts it.
+        return (
+            bool(pod.labels)
+            and pod.namespace == self.namespace
+            and not self.selector.empty
+            and self.selector.matches(dict(pod.labels))
+        )
 
 
 def budget(pdb: Mapping[str, Any]) -> Budget | None:
@@ -235,6 +243,31 @@ def select_victims(
             chosen.append(victim)
             violations += breaks
     return Candidate(node, tuple(chosen), violations)
+
+
+def candidates(
+    trial: Removable,
+    nodes: Iterable[str],
+    victims_in: Callable[[str], Sequence[Victim]],
+    fits: Callable[[str], bool],
+    budgets: Iterable[Budget],
+) -> list[Candidate]:
+    """Each node's candidate (`select_victims`), all tried on one `trial`: `victims_in(node)` the node's potential
+    victims, `fits(node)` whether the preemptor fits it on the trial now. A node without potential victims is none
+    (kube-scheduler: "No preemption victims found"); each node's victims are counted back before the next."""
+    budgets = list(budgets)
+    found: list[Candidate] = []
+    for node in nodes:
+        potential = victims_in(node)
+        if not potential:
+            continue
+        candidate = select_victims(trial, node, potential, functools.partial(fits, node), budgets)
+        for victim in potential:
+            for pod in victim.pods:
+                trial.restore(pod.uid)
+        if candidate is not None:
+            found.append(candidate)
+    return found
 
 
 def best(candidates: Iterable[Candidate]) -> Candidate | None:
