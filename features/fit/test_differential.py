@@ -158,7 +158,7 @@ from gpu_scheduling.kube.informer import key_of
 from gpu_scheduling.kube.sync import SyncClient
 from gpu_scheduling.scheduler import decision, fit, framework, volumes
 from gpu_scheduling.scheduler.plugins import node_affinity, unsupported
-from harness.controlplane import create_namespace, node_body
+from harness.controlplane import KWOK_LEAVE_ALONE, create_namespace, node_body
 from harness.wait import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -1770,7 +1770,7 @@ PLACED_LABEL = "fit-differential/placed"
 BLOCKER_LABEL = "fit-differential/blocker"
 APPS = ("web", "db", "cache")
 HOLD_FINALIZER = "example.com/fit-differential-hold"
-KWOK_STATUS = {"kwok.x-k8s.io/status": "custom"}
+KWOK_STATUS = KWOK_LEAVE_ALONE
 """kwok leaves a pod with this annotation alone (harness.controlplane): deleted with a finalizer, it stays
 terminating (kwok would take the finalizer off)."""
 PIN_PORT = 30100

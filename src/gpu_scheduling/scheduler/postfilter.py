@@ -125,11 +125,13 @@ class PostFilter:
         return None
 
     def _victims_remain(self, key: str) -> bool:
-        """Whether a pod `key` preempted (or its gang did) is still counted on its node."""
+        """Whether a pod `key` preempted (or its gang did) still holds something: its room on its node (its pod
+        object is not gone), or its GPUs (a GPU Lease still names it: the GPU is free only when the API agrees)."""
         victims = self.victims.get(key)
         if victims is None:
             return False
-        if any(self.s.cache.usage.footprint(uid) is not None for uid in victims):
+        cache = self.s.cache
+        if any(cache.usage.footprint(uid) is not None or cache.ledger.releasing(uid) for uid in victims):
             return True
         del self.victims[key]
         return False
