@@ -249,7 +249,7 @@ class PostFilter:
         if self.ineligible(key, pod) is not None:
             return None
         candidate = self.choose(key, pod, kind)
-        if candidate is None:
+        if candidate is None or not candidate.victims:  # none helps, or it fits as it is now: tried again anyway
             return None
         s = self.s
         node = candidate.node
@@ -313,6 +313,8 @@ class PostFilter:
         if not found:
             return None
         best, domain = min(found, key=lambda f: f[0].rank())
+        if not best.victims:
+            return None
         return await self._carry_out(gang, pods[0], best, domain.describe())
 
     async def _nominate(self, key: str, pod: dict[str, Any], node: str) -> None:

@@ -156,8 +156,8 @@ class Candidate:
     def rank(self) -> tuple[Any, ...]:
         """Sort key, the best candidate first (kube-scheduler's pickOneNodeForPreemption)."""
         pods = self.pods()
-        if not pods:
-            return (0, 0, 0, 0, "", "", self.node)
+        if not pods:  # the preemptor fits as it is: kube-scheduler takes such a node at once
+            return (-1, self.node)
         highest = max(p.priority for p in pods)
         earliest = min(p.started for p in pods if p.priority == highest)
         return (

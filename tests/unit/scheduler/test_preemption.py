@@ -70,6 +70,10 @@ def test_then_the_first_node_by_name():
     assert chosen(candidate("b", lone("x")), candidate("a", lone("y"))) == "a"
 
 
+def test_a_node_that_needs_no_victim_comes_first():
+    assert chosen(candidate("b", lone("x", -100)), candidate("c")) == "c"
+
+
 def test_no_candidate_no_choice():
     assert preemption.best([]) is None
 
@@ -107,6 +111,13 @@ def test_a_budget_of_another_namespace_or_an_empty_selector_covers_nothing():
     )
     assert preemption.split_by_budgets([lone("a", app="web")], [budget(0, {})])[0] == []
     assert preemption.split_by_budgets([lone("a", app="web")], [budget(0, None)])[0] == []
+
+
+def test_a_pod_without_labels_breaks_no_budget():
+    # kube-scheduler's filterPodsWithPDBViolation skips it, though a NotIn or DoesNotExist selector matches it.
+    pdb = budget(0, {"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]})
+    assert preemption.split_by_budgets([lone("a")], [pdb]) == ([], [lone("a")])
+    assert preemption.split_by_budgets([lone("b", tier="x")], [pdb])[0] == [lone("b", tier="x")]
 
 
 def test_a_pod_already_disrupted_costs_nothing_more():
