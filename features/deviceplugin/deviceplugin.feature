@@ -44,6 +44,14 @@ Feature: The node gives every container exactly the GPUs gpu-scheduler chose, th
     When the pod "train-9" naming the GpuClaim "train" and asking for 1 gpu.scheduling/gpu is created
     Then the pod "train-9" is Pending with reason Unschedulable and a message containing "asks for 1 gpu.scheduling/gpu but its GpuClaim gives 2"
 
+  Scenario: A high-priority claim pod preempts the fewest low-priority ones on node2 and sees exactly the GPUs they freed
+    Given the PriorityClasses "dp-low" of value -10 and "dp-high" of value 100000
+    And node2's free GPUs are taken one each by pods "low" of priority class "dp-low" naming the GpuClaim "low" of 1 GPU on it
+    When the pod "urgent" of priority class "dp-high" naming the GpuClaim "urgent" of 2 GPUs on node2 and asking for 2 gpu.scheduling/gpu is created
+    Then every container of the pod "urgent" sees exactly the GPUs of its allocation, and the kubelet recorded them
+    And exactly 2 pods "low" were preempted, each with a Preempted event, and the pod "urgent" holds GPUs they held
+    And every container of every other pod "low" still sees exactly its GPU
+
   Scenario: An Indexed Job gang across the four workers: every container sees exactly its member's GPUs
     Given the GpuClaim "gang" asking for 4 GPUs for the gang "gang" is created
     When the Indexed Job "gang" of 4 pods naming the GpuClaim "gang" in a gang of 4, each asking for 4 gpu.scheduling/gpu, is created

@@ -21,15 +21,19 @@ from features.support import (
     WORKER_NODES,
     StatefulSet,
     World,
+    events_for,
     get_pod,
     indexed_job_body,
+    on_node,
     pod_body,
     running_on,
     statefulset_body,
     step,
 )
 from gpu_scheduling import constants, devices, gpumap
+from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.errors import NotFound
 from hack import toolchain
 from harness.wait import wait_for
 
@@ -285,6 +289,140 @@ def claim_pod_sees(world: World, name: str) -> None:
 
     node, _, ids = wait_for(f"{name} allocated", allocated).rpartition(":")
     check_pod_gpus(world, world.namespace, name, node, [int(i) for i in ids.split(",")])
+
+
+# ---- preemption on a real node ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def priority_classes() -> Iterator[list[tuple[World, str]]]:
+    """PriorityClasses a scenario made (cluster-scoped): deleted again whatever happens."""
+    made: list[tuple[World, str]] = []
+    yield made
+    for world, name in made:
+        world.api.delete(paths.priority_class(name))
+
+
+@given(step('the PriorityClasses "{low:q}" of value {low_value:d} and "{high:q}" of value {high_value:d}'))
+def make_priority_classes(
+    world: World, priority_classes: list[tuple[World, str]], low: str, low_value: int, high: str, high_value: int
+) -> None:
+    for name, value in ((low, low_value), (high, high_value)):
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        world.api.create(paths.PRIORITY_CLASSES, body, exist_ok=True)
+        priority_classes.append((world, name))
+
+
+def _claim_pod(name: str, claim: str, count: int, priority_class: str) -> dict[str, Any]:
+    body = pod_body(name, gpu_map=None, claim=claim)
+    body["spec"]["priorityClassName"] = priority_class
+    for c in [*body["spec"]["containers"], *body["spec"]["initContainers"]]:
+        c["resources"] = {"limits": {constants.GPU_RESOURCE: str(count)}}
+    return body
+
+
+def _allocation(world: World, name: str) -> tuple[str, list[int]] | None:
+    value = (get_pod(world, name)["metadata"].get("annotations") or {}).get(constants.ALLOCATED_ANNOTATION)
+    if not value:
+        return None
+    node, _, ids = value.rpartition(":")
+    return node, [int(i) for i in ids.split(",")]
+
+
+@given(
+    step(
+        "{node}'s free GPUs are taken one each by pods "
+        '"{prefix:q}" of priority class "{pc:q}" naming the GpuClaim "{claim:q}" of 1 GPU on it'
+    ),
+    target_fixture="fillers",
+)
+def fill_free_gpus(world: World, node: str, prefix: str, pc: str, claim: str) -> dict[str, list[int]]:
+    """One pod after another until one waits for a busy GPU: that one goes, the others hold every free GPU."""
+    world.api.create(
+        paths.gpu_claims(world.namespace),
+        objects.claim_body(claim, {"devices": {"count": 1}, "selector": on_node(node)}),
+    )
+    held: dict[str, list[int]] = {}
+    for i in range(64):
+        name = f"{prefix}-{i}"
+        world.api.create(paths.pods(world.namespace), _claim_pod(name, claim, 1, pc))
+
+        def decided(name: str = name) -> str | None:
+            pod = get_pod(world, name)
+            if pod["spec"].get("nodeName"):
+                return "bound"
+            waiting = [c for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
+            if waiting and waiting[0]["status"] == "False":
+                assert "busy" in waiting[0]["message"], waiting[0]["message"]
+                return "waits"
+            return None
+
+        if wait_for(f"{name} bound or waiting", decided, timeout=60) == "waits":
+            world.api.delete(paths.pod(world.namespace, name), gracePeriodSeconds="0")
+            break
+        allocation = wait_for(f"{name} allocated", lambda name=name: _allocation(world, name))
+        assert allocation[0] == node, allocation
+        held[name] = allocation[1]
+    assert len(held) >= 2, f"{node} has {len(held)} free GPU(s); the scenario needs at least 2"
+    for name, gpus in held.items():
+        check_pod_gpus(world, world.namespace, name, node, gpus)
+    return held
+
+
+@when(
+    step(
+        'the pod "{name:q}" of priority class "{pc:q}" naming the GpuClaim "{claim:q}" of {count:d} GPUs on {node} '
+        "and asking for {asks:d} gpu.scheduling/gpu is created"
+    )
+)
+def create_preemptor(world: World, name: str, pc: str, claim: str, count: int, node: str, asks: int) -> None:
+    world.api.create(
+        paths.gpu_claims(world.namespace),
+        objects.claim_body(claim, {"devices": {"count": count}, "selector": on_node(node)}),
+    )
+    world.api.create(paths.pods(world.namespace), _claim_pod(name, claim, asks, pc))
+
+
+def _gone(world: World, names: Iterator[str] | list[str]) -> list[str]:
+    gone = []
+    for name in names:
+        try:
+            get_pod(world, name)
+        except NotFound:
+            gone.append(name)
+    return gone
+
+
+@then(
+    step(
+        'exactly {count:d} pods "{prefix:q}" were preempted, each with a Preempted event, and the pod "{name:q}" '
+        "holds GPUs they held"
+    )
+)
+def preempted_fewest(world: World, fillers: dict[str, list[int]], count: int, prefix: str, name: str) -> None:
+    gone = _gone(world, list(fillers))
+    assert len(gone) == count, f"gone: {gone}"
+    for victim in gone:
+        assert events_for(world, "Pod", victim, constants.EVENT_PREEMPTED), f"no Preempted event for {victim}"
+    allocation = _allocation(world, name)
+    assert allocation is not None
+    freed = {g for victim in gone for g in fillers[victim]}
+    assert set(allocation[1]) <= freed, (allocation, freed)
+
+
+@then(step('every container of every other pod "{prefix:q}" still sees exactly its GPU'))
+def others_keep_theirs(world: World, fillers: dict[str, list[int]], prefix: str) -> None:
+    kept = [n for n in fillers if n not in _gone(world, list(fillers))]
+    assert kept, "no pod of the fillers is left"
+    for name in kept:
+        node, gpus = _allocation(world, name) or ("", [])
+        assert gpus == fillers[name], (name, gpus, fillers[name])
+        check_pod_gpus(world, world.namespace, name, node, gpus)
 
 
 # ---- NVIDIA's device plugin on the same node -------------------------------------------------------------------
