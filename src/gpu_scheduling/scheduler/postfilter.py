@@ -2,9 +2,10 @@
 judges which; this module finds the candidates in the cache and carries the choice out).
 
 Who may preempt: any pod of this scheduler (a claim pod on any node with a GPU inventory; a map pod on its map
-entry's node only, the one node it may go to), unless its `spec.preemptionPolicy` is `Never`, and unless it was
-nominated already and a pod of lower priority on its nominated node is still terminating (kube-scheduler's
-PodEligibleToPreemptOthers: it waits for the victims it chose, instead of choosing more).
+entry's node only, the one node it may go to), unless its `spec.preemptionPolicy` is `Never`, and unless the pods
+it preempted still hold their room or their GPUs (or, nominated by an earlier leader, a pod of lower priority on its
+nominated node is still terminating): kube-scheduler's PodEligibleToPreemptOthers, it waits for the victims it
+chose instead of choosing more.
 
 Who may be preempted: every pod bound to the node with a lower priority (this scheduler's, of either kind, and
 other schedulers'), but not one this scheduler has assumed and not yet bound, and never a member of the
@@ -209,28 +210,40 @@ class PostFilter:
 
         return map_fits
 
+    def _gpu_nodes(self) -> list[str]:
+        """The nodes with a GPU inventory, in name order: where a claim pod may preempt."""
+        s = self.s
+        return sorted(n for n in s.nodes.cache if s.claim_path.has_inventory(n))
+
     def _nodes_for(self, pod: dict[str, Any], kind: str) -> list[str]:
         """The nodes preemption may help on: a map pod's map node; any node with a GPU inventory for a claim pod."""
         s = self.s
         if kind == "map":
             verdict = decision.decide(pod, s.nodes.cache, s.config.isolated_gpus, s.snapshot, s.maps)
             return [verdict.node] if verdict.node else []
-        return sorted(n for n in s.nodes.cache if s.claim_path.has_inventory(n))
+        return self._gpu_nodes()
+
+    def _nothing_below(self, rank: int) -> bool:
+        """No counted pod anywhere is of lower priority than `rank` (every pod, under one priority): nothing to
+        preempt, known in O(distinct priorities)."""
+        lowest = self.s.cache.usage.lowest_priority()
+        return lowest is None or lowest >= rank
+
+    def _budgets(self) -> list[preemption.Budget]:
+        return [b for pdb in self.budgets.cache.values() if (b := preemption.budget(pdb)) is not None]
 
     def choose(self, key: str, pod: dict[str, Any], kind: str) -> preemption.Candidate | None:
         """The node and victims kube-scheduler's rules choose for `pod`, or None when preempting cannot help. One
         trial copy of the cache for all the nodes: each node's victims are counted back before the next."""
         s = self.s
         rank = priority.pod_priority(pod)
-        lowest = s.cache.usage.lowest_priority()
-        if lowest is None or lowest >= rank:  # nothing anywhere is of lower priority (every pod, under one)
+        if self._nothing_below(rank):
             return None
         fits = self._fits_on(key, pod, kind)
         if fits is None:
             return None
         uid = pod["metadata"]["uid"]
         own_gang = s.gangs.gang_of(pod)
-        budgets = [b for pdb in self.budgets.cache.values() if (b := preemption.budget(pdb)) is not None]
         trial = s.cache.fork()
         return preemption.best(
             preemption.candidates(
@@ -238,7 +251,7 @@ class PostFilter:
                 self._nodes_for(pod, kind),
                 lambda node: self._victims_on(node, rank, uid, own_gang),
                 functools.partial(fits, trial),
-                budgets,
+                self._budgets(),
             )
         )
 
@@ -265,7 +278,7 @@ class PostFilter:
         self.victims[key] = frozenset(v.uid for v in victims)
         log.info("%s preempts %d pods in %s: %s", key, len(victims), where, ", ".join(v.key for v in victims))
         self.s.metrics.preempted(len(victims))
-        await asyncio.gather(*(self._evict(preemptor, victim, victim.node) for victim in victims))
+        await asyncio.gather(*(self._evict(preemptor, victim) for victim in victims))
         return f"preempting {len(victims)} pod(s) of lower priority in {where}: " + ", ".join(v.key for v in victims)
 
     # ---- a waiting gang ------------------------------------------------------------------------------------------
@@ -280,42 +293,35 @@ class PostFilter:
         the fewest victims that let every member in at once (`fits_in` tries the whole gang on a trial, and undoes
         it), or nothing. Its priority is its lowest waiting member's; it never preempts its own members. What was
         done, in words, or None."""
-        s = self.s
         pods = list(waiting.values())
         if not pods or any((p.get("spec") or {}).get("preemptionPolicy") == "Never" for p in pods):
             return None
         if self._victims_remain(gang):
             return None
         rank = min(priority.pod_priority(p) for p in pods)
-        lowest = s.cache.usage.lowest_priority()
-        if lowest is None or lowest >= rank:
+        if self._nothing_below(rank):
             return None
-        budgets = [b for pdb in self.budgets.cache.values() if (b := preemption.budget(pdb)) is not None]
-        everywhere = sorted(n for n in s.nodes.cache if s.claim_path.has_inventory(n))
-        trial = s.cache.fork()
-        found: list[tuple[preemption.Candidate, Domain]] = []
-        for domain in candidates:
-            potential: dict[tuple[str, ...], preemption.Victim] = {}
+        everywhere = self._gpu_nodes()
+        domains = {d.describe(): d for d in candidates}  # a candidate's "node" is its domain, described
+
+        def victims_in(where: str) -> list[preemption.Victim]:
+            """Every victim touching the domain's nodes, each once (a gang may touch several)."""
+            domain = domains[where]
+            found: dict[tuple[str, ...], preemption.Victim] = {}
             for node in sorted(domain.nodes) if domain.key else everywhere:
                 for victim in self._victims_on(node, rank, "", gang):
-                    potential.setdefault(tuple(p.uid for p in victim.pods), victim)
-            if not potential:
-                continue
-            victims = list(potential.values())
-            got = preemption.select_victims(
-                trial, domain.describe(), victims, functools.partial(fits_in, trial, domain), budgets
+                    found.setdefault(tuple(p.uid for p in victim.pods), victim)
+            return list(found.values())
+
+        trial = self.s.cache.fork()
+        best = preemption.best(
+            preemption.candidates(
+                trial, domains, victims_in, lambda where: fits_in(trial, domains[where]), self._budgets()
             )
-            for victim in victims:
-                for pod in victim.pods:
-                    trial.restore(pod.uid)
-            if got is not None:
-                found.append((got, domain))
-        if not found:
+        )
+        if best is None or not best.victims:
             return None
-        best, domain = min(found, key=lambda f: f[0].rank())
-        if not best.victims:
-            return None
-        return await self._carry_out(gang, pods[0], best, domain.describe())
+        return await self._carry_out(gang, pods[0], best, best.node)
 
     async def _nominate(self, key: str, pod: dict[str, Any], node: str) -> None:
         meta = pod["metadata"]
@@ -328,7 +334,7 @@ class PostFilter:
         except (ApiError, TransportError) as exc:  # the nomination only informs; the reservation is ours
             log.warning("could not set nominatedNodeName on %s: %s", key, exc)
 
-    async def _evict(self, preemptor: dict[str, Any], victim: preemption.Pod, node: str) -> None:
+    async def _evict(self, preemptor: dict[str, Any], victim: preemption.Pod) -> None:
         """Say why on the victim (its DisruptionTarget condition, a Preempted event), then delete it with its own
         grace period. A victim already gone is what was wanted; a failed call is logged, and the preemptor's next
         attempt (its victims still there) chooses again."""
@@ -362,7 +368,7 @@ class PostFilter:
                 ref,
                 "Normal",
                 constants.EVENT_PREEMPTED,
-                f"Preempted by pod {pmeta['uid']} on node {node}",
+                f"Preempted by pod {pmeta['uid']} on node {victim.node}",
                 series=False,
             )
         )
