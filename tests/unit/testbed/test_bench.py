@@ -454,8 +454,9 @@ def storm_result(contender: str) -> dict:
     }
 
 
-def test_report_compares_gpu_scheduler_with_the_dra_peer_and_shows_writes_and_the_storm():
-    results = {
+def results_of(runs: list[dict], storm: list[dict]) -> dict:
+    """What `bench.run` writes for a smoke-sized run of these runs (the report's input)."""
+    return {
         "settings": {
             "nodes": 5,
             "pods": 40,
@@ -481,13 +482,20 @@ def test_report_compares_gpu_scheduler_with_the_dra_peer_and_shows_writes_and_th
             "go": "go",
             "versions": {"kubernetes_version": "v1.34.4"},
         },
-        "runs": [
+        "runs": runs,
+        "storm": storm,
+        "webhook": None,
+    }
+
+
+def test_report_compares_gpu_scheduler_with_the_dra_peer_and_shows_writes_and_the_storm():
+    results = results_of(
+        [
             run_result("gpu-scheduler", "w2", 20.0, {"create leases": 2.0, "total": 6.0}),
             run_result("kube-scheduler-dra", "w2", 40.0, {"update resourceclaims/status": 1.0, "total": 3.0}),
         ],
-        "storm": [storm_result("gpu-scheduler"), storm_result("kube-scheduler-dra")],
-        "webhook": None,
-    }
+        [storm_result("gpu-scheduler"), storm_result("kube-scheduler-dra")],
+    )
     text = report.render(results, "assets")
     assert "| pods bound per second (higher is better) | 20.0 | 40.0 | 0.50× |" in text
     assert "| scheduler write requests per pod | 6.00 | 3.00 | 2.00× |" in text
@@ -818,35 +826,6 @@ def test_report_shows_w4_against_kube_scheduler_and_against_w1():
     assert "| kube-scheduler | 40.0 → 20.0 (0.50×) | 30 → 30 | 10.00 → 30.00 (+20.00) |" in text
     assert "![W4 bound pods over time](assets/w4-bound-over-time.png)" in text
     assert report.spread_section(runs[:2], {}, "assets") == ""
-    full = report.render(
-        {
-            "settings": {
-                "nodes": 5,
-                "pods": 40,
-                "reps": 1,
-                "group_size": 10,
-                "create_concurrency": 64,
-                "writes_settle_seconds": 1,
-                "storm_pods": 40,
-                "storm_seconds": 10,
-            },
-            "client": {"qps": 1, "burst": 1, "workers": 1},
-            "started": 0,
-            "seconds": 61,
-            "machine": {
-                "cpus": 2,
-                "cpu_model": "x",
-                "memory_gib": 1,
-                "kernel": "k",
-                "python": "3",
-                "go": "go",
-                "versions": {},
-            },
-            "runs": runs,
-            "storm": [],
-            "webhook": None,
-        },
-        "assets",
-    )
+    full = report.render(results_of(runs, []), "assets")
     assert full.index("## W1:") < full.index("## W4:") < full.index("## Reproduce")
     assert "in 4 zones (`topology.kubernetes.io/zone`, node i in zone i mod 4" in full
