@@ -31,3 +31,18 @@ async def drain(queue: SchedulingQueue) -> list[str]:
 
 def run_async(scenario: Callable[[], Coroutine[Any, Any, Any]]) -> None:
     asyncio.run(scenario())
+
+
+def labelled_pod(
+    name: str = "incoming",
+    labels: dict[str, str] | None = None,
+    namespace: str = "ns",
+    bound_to: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod with these labels and spec fields (bound to `bound_to`, if given), its uid its name: what the pod
+    affinity, spread and score tests place and judge."""
+    body: dict[str, Any] = {"containers": [{"name": "c"}], **spec}
+    if bound_to:
+        body["nodeName"] = bound_to
+    return {"metadata": {"name": name, "namespace": namespace, "uid": name, "labels": labels or {}}, "spec": body}

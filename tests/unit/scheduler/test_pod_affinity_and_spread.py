@@ -9,6 +9,7 @@ from typing import Any
 from gpu_scheduling.claims.ledger import Hold
 from gpu_scheduling.scheduler import decision, fit, framework, plugins
 from gpu_scheduling.scheduler.cache import Cache
+from tests.unit.scheduler import labelled_pod as pod
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -30,19 +31,6 @@ NAMESPACES = {
     "ns": {"metadata": {"name": "ns", "labels": {"team": "ml"}}},
     "other": {"metadata": {"name": "other", "labels": {"team": "web"}}},
 }
-
-
-def pod(
-    name: str,
-    labels: dict[str, str] | None = None,
-    namespace: str = "ns",
-    bound_to: str | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"containers": [{"name": "c"}], **spec}
-    if bound_to:
-        body["nodeName"] = bound_to
-    return {"metadata": {"name": name, "namespace": namespace, "uid": name, "labels": labels or {}}, "spec": body}
 
 
 def term(key: str, labels: dict[str, str], **extra: Any) -> dict[str, Any]:

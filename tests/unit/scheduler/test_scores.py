@@ -30,6 +30,7 @@ from gpu_scheduling.scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from gpu_scheduling.scheduler.plugins.node_affinity import NodeAffinity
 from gpu_scheduling.scheduler.plugins.pod_topology_spread import PodTopologySpread
 from gpu_scheduling.scheduler.plugins.taint_toleration import TaintToleration
+from tests.unit.scheduler import labelled_pod as pod
 
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -43,19 +44,6 @@ def node(name: str, labels: dict[str, str] | None = None, taints: list[dict[str,
         "spec": {"taints": taints or []},
         "status": {"allocatable": {"pods": "110"}, "conditions": [{"type": "Ready", "status": "True"}]},
     }
-
-
-def pod(
-    name: str = "incoming",
-    labels: dict[str, str] | None = None,
-    namespace: str = "ns",
-    bound_to: str | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"containers": [{"name": "c"}], **spec}
-    if bound_to:
-        body["nodeName"] = bound_to
-    return {"metadata": {"name": name, "namespace": namespace, "uid": name, "labels": labels or {}}, "spec": body}
 
 
 def snapshot(nodes: list[dict[str, Any]], *placed: dict[str, Any]) -> framework.Snapshot:
