@@ -1191,10 +1191,11 @@ NODES = ("a", "b")
 RESOURCES = ("cpu", "memory", GPU)
 PORTS = (("0.0.0.0", "TCP", 80), ("10.0.0.1", "TCP", 80), ("0.0.0.0", "UDP", 53))
 FOOTPRINTS = st.builds(
-    lambda n, requests, ports: fit.Footprint(n, tuple(sorted(requests.items())), tuple(ports)),
+    lambda n, requests, ports, rank: fit.Footprint(n, tuple(sorted(requests.items())), tuple(ports), priority=rank),
     st.sampled_from(NODES),
     st.dictionaries(st.sampled_from(RESOURCES), st.integers(1, 3), max_size=3),
     st.lists(st.sampled_from(PORTS), unique=True, max_size=2),
+    st.integers(-1, 2),
 )
 
 
@@ -1247,6 +1248,8 @@ class Usage(RuleBasedStateMachine):
                 for r in RESOURCES:
                     assert usage.requested(n, r) == sum(dict(f.requests).get(r, 0) for f in here)
                 assert dict(usage.ports(n)) == dict(Counter(p for f in here for p in f.ports))
+            # preemption's shortcut: the lowest priority of any counted pod
+            assert usage.lowest_priority() == min((f.priority for f in model.values()), default=None)
 
 
 Usage.TestCase.settings = settings(max_examples=200, stateful_step_count=40)
