@@ -55,7 +55,7 @@ def module_source(version: str) -> pathlib.Path:
 
 def generate(force: bool = False) -> bool:
     """Write the stubs unless the stamp says they are current; True when it wrote them."""
-    version = toolchain.read_versions()["kubernetes_staging_version"]
+    version = toolchain.staging_version(toolchain.read_versions()["kubernetes_version"])
     source = f"{MODULE}@{version}"
     if not force and STAMP.is_file() and STAMP.read_text().strip() == source:
         return False

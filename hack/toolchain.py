@@ -12,10 +12,13 @@ cache folder). It runs on the system's python3 alone: no PyYAML, nothing outside
 
 Usage:
     hack/toolchain.py build kube-apiserver kube-controller-manager etcd kwok
+    hack/toolchain.py build --kubernetes oldest kube-apiserver   # a Kubernetes program at kubernetes_oldest_version
     hack/toolchain.py bindir            # prints the folder holding the built binaries
     hack/toolchain.py cache-dir         # prints the cache folder ($GPU_TESTBED_CACHE or the default)
     hack/toolchain.py version KEY       # prints one pinned version of versions.yml, e.g. kubernetes_version
     hack/toolchain.py versions          # prints every pinned version as one JSON object
+    hack/toolchain.py binary kube-apiserver   # prints the path of a built program, at the Kubernetes version under
+                                              # test ($GPU_TESTBED_KUBERNETES: newest, the default, or oldest)
     hack/toolchain.py list              # components and where they come from
     hack/toolchain.py source kube-apiserver   # fetch a component's module source into the Go module cache, print
                                               # its folder (the tests read Kubernetes' OpenAPI documents there)
@@ -48,7 +51,8 @@ VERSIONS_FILE = ROOT / "versions.yml"
 INVENTORY = ROOT / "inventory" / "localhost" / "group_vars" / "all.yml"
 
 # Staging modules that k8s.io/kubernetes requires at v0.0.0 and resolves with `replace` to ./staging in its
-# own tree; outside that tree each needs a replace to its published v0.X.Y release.
+# own tree; outside that tree each needs a replace to its published v0.X.Y release. The union over the supported
+# minors (cri-streaming and streaming are new in 1.37): a replace of a module the build does not need is ignored.
 K8S_STAGING_MODULES = [
     "api",
     "apiextensions-apiserver",
@@ -64,6 +68,7 @@ K8S_STAGING_MODULES = [
     "controller-manager",
     "cri-api",
     "cri-client",
+    "cri-streaming",
     "csi-translation-lib",
     "dynamic-resource-allocation",
     "endpointslice",
@@ -79,6 +84,7 @@ K8S_STAGING_MODULES = [
     "mount-utils",
     "pod-security-admission",
     "sample-apiserver",
+    "streaming",
 ]
 
 
@@ -90,6 +96,35 @@ def read_versions(path: pathlib.Path = VERSIONS_FILE) -> dict[str, str]:
         if m:
             versions[m.group(1)] = m.group(2)
     return versions
+
+
+#: The variable that picks the Kubernetes version a test run's control plane runs ("newest" or "oldest"), and the
+#: versions.yml key of each.
+KUBERNETES_ENV = "GPU_TESTBED_KUBERNETES"
+KUBERNETES_KEYS = {"newest": "kubernetes_version", "oldest": "kubernetes_oldest_version"}
+
+
+def staging_version(kubernetes: str) -> str:
+    """The staging modules' release (k8s.io/api, k8s.io/client-go, ...) of a Kubernetes release: v1.37.2 -> v0.37.2."""
+    m = re.fullmatch(r"v1\.(\d+)\.(\d+)", kubernetes)
+    if not m:
+        raise ValueError(f"not a Kubernetes release (v1.<minor>.<patch>): {kubernetes!r}")
+    return f"v0.{m.group(1)}.{m.group(2)}"
+
+
+def kubernetes_choice(name: str | None = None) -> str:
+    """ "newest" or "oldest": `name`, else $GPU_TESTBED_KUBERNETES, else "newest"; anything else is refused by name."""
+    choice = name or os.environ.get(KUBERNETES_ENV) or "newest"
+    if choice not in KUBERNETES_KEYS:
+        known = ", ".join(KUBERNETES_KEYS)
+        raise SystemExit(f"toolchain: Kubernetes {choice!r} is not one of {known} (${KUBERNETES_ENV})")
+    return choice
+
+
+def at_kubernetes(versions: dict[str, str], choice: str | None = None) -> dict[str, str]:
+    """versions.yml with kubernetes_version set to the chosen supported minor's pin (the builds and version flags of
+    every Kubernetes program read kubernetes_version)."""
+    return {**versions, "kubernetes_version": versions[KUBERNETES_KEYS[kubernetes_choice(choice)]]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,10 +280,25 @@ def versioned_path(comp: Component, versions: dict[str, str]) -> pathlib.Path:
     return cache_root() / "builds" / f"{comp.name}-{versions[comp.version_key]}" / comp.name
 
 
+def binary(name: str, choice: str | None = None) -> pathlib.Path:
+    """The built program `name`; a Kubernetes program at the chosen supported minor (kubernetes_choice). Not built
+    here: a clear error names the command that builds it."""
+    comp = components()[name]
+    versions = at_kubernetes(read_versions(), choice)
+    path = versioned_path(comp, versions)
+    if not path.exists():
+        flag = f" --kubernetes {kubernetes_choice(choice)}" if comp.kubernetes else ""
+        raise RuntimeError(
+            f"{name} {versions[comp.version_key]} is not built ({path}): "
+            f"run `python3 hack/toolchain.py build{flag} {name}`"
+        )
+    return path
+
+
 def _wrapper_gomod(comp: Component, versions: dict[str, str]) -> str:
     lines = ["module local/toolchain", "", "go 1.24.0", "", f"require {comp.module} {versions[comp.version_key]}", ""]
     if comp.kubernetes:
-        staging = versions["kubernetes_staging_version"]
+        staging = staging_version(versions["kubernetes_version"])
         lines.append("replace (")
         lines += [f"\tk8s.io/{m} => k8s.io/{m} {staging}" for m in K8S_STAGING_MODULES]
         lines.append(")")
@@ -321,14 +371,15 @@ def _build_lock(comp: Component, versions: dict[str, str]) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def build(comp: Component, versions: dict[str, str]) -> pathlib.Path:
+def build(comp: Component, versions: dict[str, str], *, link: bool = True) -> pathlib.Path:
+    """Build (or find cached) one program; `link` puts it in bindir() too (only the default versions are linked)."""
     target = versioned_path(comp, versions)
     if target.exists():  # the common case: no lock taken
         print(f"toolchain: {comp.name} {versions[comp.version_key]} cached at {target}", flush=True)
     else:
         with _build_lock(comp, versions):
             _build_locked(comp, versions, target)
-    return _link(comp, target)
+    return _link(comp, target) if link else target
 
 
 def _build_locked(comp: Component, versions: dict[str, str], target: pathlib.Path) -> None:
@@ -395,6 +446,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build components (cached by version)")
     b.add_argument("names", nargs="+")
+    b.add_argument(
+        "--kubernetes",
+        choices=sorted(KUBERNETES_KEYS),
+        help="the supported minor to build Kubernetes programs at (default newest: kubernetes_version); programs "
+        "built at oldest are not linked into bindir",
+    )
+    bi = sub.add_parser("binary", help="print a built program's path (a Kubernetes one at $GPU_TESTBED_KUBERNETES)")
+    bi.add_argument("name")
     sub.add_parser("bindir", help="print the folder of built binaries")
     sub.add_parser("cache-dir", help=f"print the cache folder (${CACHE_ENV}, default {CACHE_DEFAULT})")
     v = sub.add_parser("version", help="print one pinned version of versions.yml")
@@ -422,6 +481,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(versions, indent=2))
         return 0
     known = components()
+    if args.cmd == "binary":
+        if args.name not in known:
+            parser.error(f"unknown component {args.name!r}; known: {', '.join(known)}")
+        try:
+            print(binary(args.name))
+        except RuntimeError as e:
+            print(f"toolchain: {e}", file=sys.stderr)
+            return 1
+        return 0
     if args.cmd == "list":
         for c in known.values():
             print(f"{c.name:26} {c.module}@{versions[c.version_key]}")
@@ -451,8 +519,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     started = time.monotonic()
+    chosen = at_kubernetes(versions, args.kubernetes or "newest")
     for name in args.names:
-        build(known[name], versions)
+        build(known[name], chosen, link=chosen == versions or not known[name].kubernetes)
     print(f"toolchain: {len(args.names)} component(s) ready in {time.monotonic() - started:.0f}s", flush=True)
     return 0
 

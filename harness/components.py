@@ -26,6 +26,7 @@ from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import NotFound
 from gpu_scheduling.kube.leaderelection import ElectionConfig
 from gpu_scheduling.kube.sync import SyncClient
+from hack import toolchain
 from harness import manifests, pki
 from harness.controlplane import ControlPlane
 from harness.faultproxy import FaultProxy
@@ -81,9 +82,10 @@ def start_kube_scheduler(
     burst: int,
     leader_election: LeaderElection | None,
 ) -> Process:
-    """The upstream kube-scheduler of the pinned version (cp.bin), one default profile for `scheduler_name`, signed
-    in with `kubeconfig`; with `leader_election` its timings, else alone. Started and waited for until ready (its
-    /readyz includes the informers' sync). The benchmark's contender and the fit differential test both run it."""
+    """The upstream kube-scheduler of the plane's Kubernetes version (toolchain.binary) with the plane's gates, one
+    default profile for `scheduler_name`, signed in with `kubeconfig`; with `leader_election` its timings, else alone.
+    Started and waited for until ready (its /readyz includes the informers' sync). The benchmark's contender and the
+    fit differential test both run it."""
     if leader_election is None:
         election = "  leaderElect: false"
     else:
@@ -107,13 +109,14 @@ profiles:
     proc = Process(
         "kube-scheduler",
         [
-            str(cp.bin / "kube-scheduler"),
+            str(toolchain.binary("kube-scheduler")),
             f"--config={config}",
             "--bind-address=127.0.0.1",
             f"--secure-port={port}",
             f"--authentication-kubeconfig={cp.kubeconfig}",
             f"--authorization-kubeconfig={cp.kubeconfig}",
             f"--cert-dir={workdir / 'kube-scheduler-certs'}",
+            *cp.workload_flags.get("kube-scheduler", []),
         ],
         cp.logs,
     ).start()

@@ -1,7 +1,8 @@
 """etcd + kube-apiserver + kube-controller-manager + kwok on loopback, with fake Ready nodes.
 
 The binaries come from hack/toolchain.py's cache (built from the Go module proxy at the versions in
-versions.yml). Everything is written below one working folder that the caller owns.
+versions.yml), the Kubernetes ones at the supported minor $GPU_TESTBED_KUBERNETES chooses (newest, the default, or
+oldest). Everything is written below one working folder that the caller owns.
 """
 
 from __future__ import annotations
@@ -122,6 +123,30 @@ def node_ready(node: dict[str, Any]) -> bool:
     return conditions.get("Ready") == "True" and not tainted
 
 
+def minor(kubernetes: str) -> int:
+    """The minor of a Kubernetes release: v1.37.2 -> 37."""
+    return int(kubernetes.lstrip("v").split(".")[1])
+
+
+WORKLOAD_API_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+"""Kubernetes' gang API (KEP-4671): GenericWorkload serves PodGroups and pods' spec.schedulingGroup and turns on
+kube-scheduler's gang plugins and the controller manager's PodGroup protection; TopologyAwareWorkloadScheduling
+keeps a PodGroup's topology constraint (alpha). Both off by default in 1.37."""
+
+
+def workload_api_flags(kubernetes: str) -> dict[str, list[str]]:
+    """The flags per program that serve and honour Kubernetes' gang API where the minor has it as beta (1.37 on):
+    the planes run with it on, as a cluster using native gangs does. Older minors run with their defaults."""
+    if minor(kubernetes) < 37:
+        return {}
+    gates = f"--feature-gates={WORKLOAD_API_GATES}"
+    return {
+        "kube-apiserver": [gates, "--runtime-config=scheduling.k8s.io/v1beta1=true"],
+        "kube-controller-manager": [gates],
+        "kube-scheduler": [gates],
+    }
+
+
 class ControlPlane:
     """`extra_args` adds flags per program ("kube-apiserver", "kube-controller-manager", "kwok"); a flag given
     again there overrides the default (the last occurrence wins). The benchmark tunes the plane this way."""
@@ -136,12 +161,10 @@ class ControlPlane:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.pki_dir = workdir / "pki"
         self.pki_dir.mkdir(exist_ok=True)
-        self.bin = toolchain.bindir()
-        missing = [
-            b for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kwok") if not (self.bin / b).exists()
-        ]
-        if missing:
-            raise RuntimeError(f"missing control-plane binaries {missing} in {self.bin}; run `make toolchain`")
+        self.kubernetes = toolchain.at_kubernetes(toolchain.read_versions())["kubernetes_version"]
+        self.workload_flags = workload_api_flags(self.kubernetes)
+        # Each program is looked up now, so that a missing one fails here, naming the command that builds it.
+        self.bin = {b: toolchain.binary(b) for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")}
         self.processes: dict[str, Process] = {}
         self.ca = pki.CA(self.pki_dir, "kubernetes")
         self.kubeconfig = workdir / "admin.kubeconfig"
@@ -166,7 +189,7 @@ class ControlPlane:
         self._run(
             "etcd",
             [
-                str(self.bin / "etcd"),
+                str(self.bin["etcd"]),
                 "--data-dir",
                 str(self.dir / "etcd"),
                 "--name",
@@ -200,7 +223,7 @@ class ControlPlane:
         self._run(
             "kube-apiserver",
             [
-                str(self.bin / "kube-apiserver"),
+                str(self.bin["kube-apiserver"]),
                 f"--etcd-servers=http://127.0.0.1:{etcd_port}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={api_port}",
@@ -220,6 +243,7 @@ class ControlPlane:
                 "--audit-log-mode=blocking",
                 f"--cert-dir={self.pki_dir}",
                 "--profiling=false",
+                *self.workload_flags.get("kube-apiserver", []),
             ],
         ).wait_http(f"{self.server}/readyz", timeout=120, context=ctx)
         self.api = SyncClient(str(self.kubeconfig))
@@ -227,7 +251,7 @@ class ControlPlane:
         self._run(
             "kube-controller-manager",
             [
-                str(self.bin / "kube-controller-manager"),
+                str(self.bin["kube-controller-manager"]),
                 f"--kubeconfig={self.kubeconfig}",
                 f"--authentication-kubeconfig={self.kubeconfig}",
                 f"--authorization-kubeconfig={self.kubeconfig}",
@@ -237,10 +261,12 @@ class ControlPlane:
                 # ephemeral-volume makes a pod's ephemeral claims, and the two protection controllers lift the
                 # finalizers the apiserver puts on claims and volumes, so that they (and a namespace holding
                 # them) can be deleted (features/volumes); disruption keeps the PodDisruptionBudgets' status, which
-                # preemption reads (features/preemption).
+                # preemption reads (features/preemption); where the gang API is served, podgroup-protection lifts the
+                # finalizer the apiserver puts on PodGroups (features/gangs).
                 (
                     "--controllers=serviceaccount,serviceaccount-token,statefulset,job,namespace,garbagecollector,"
                     "nodelifecycle,persistentvolume-binder,ephemeral-volume,pvc-protection,pv-protection,disruption"
+                    + (",podgroup-protection-controller" if self.workload_flags else "")
                 ),
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={self.ca.cert_path}",
@@ -249,12 +275,13 @@ class ControlPlane:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 f"--cert-dir={self.pki_dir}",
+                *self.workload_flags.get("kube-controller-manager", []),
             ],
         )
         self._run(
             "kwok",
             [
-                str(self.bin / "kwok"),
+                str(self.bin["kwok"]),
                 f"--kubeconfig={self.kubeconfig}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",

@@ -66,8 +66,6 @@ def running_plane(workdir: pathlib.Path, controller_manager: Sequence[str] = ())
     cp.start()
     scheduler = None
     try:
-        if not (cp.bin / "kube-scheduler").exists():
-            raise RuntimeError(f"no kube-scheduler in {cp.bin}; run `make scenario-toolchain`")
         assert cp.api is not None
         create_namespace(cp.api, NAMESPACE)
         # Alone (no leader election), with a limiter high enough never to hold the probes back.

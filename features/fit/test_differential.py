@@ -158,6 +158,7 @@ from gpu_scheduling.kube.informer import key_of
 from gpu_scheduling.kube.sync import SyncClient
 from gpu_scheduling.scheduler import decision, fit, framework, volumes
 from gpu_scheduling.scheduler.plugins import node_affinity, unsupported
+from hack import toolchain
 from harness.controlplane import KWOK_LEAVE_ALONE, create_namespace, node_body
 from harness.wait import wait_for
 
@@ -2304,7 +2305,7 @@ def test_fit_agrees_with_kube_scheduler(plane: Plane) -> None:
         f"unsupported: {_unsupported_rule(c.gpu_reason)}" if c.unsupported else "wrong" for c in differing
     )
     summary = {
-        "kube_scheduler": (plane.cp.bin / "kube-scheduler").resolve().parent.name,
+        "kube_scheduler": toolchain.binary("kube-scheduler").parent.name,
         "seed": SEED,
         "batches": BATCHES,
         "rounds_per_batch": ROUNDS_PER_BATCH,

@@ -90,6 +90,7 @@ from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.sync import SyncClient
 from gpu_scheduling.scheduler import decision, preemption, selectors
 from gpu_scheduling.scheduler.cache import Cache
+from hack import toolchain
 from harness.controlplane import KWOK_LEAVE_ALONE, create_namespace, node_body
 from harness.wait import wait_for
 
@@ -716,7 +717,7 @@ def test_preemption_agrees_with_kube_scheduler(plane: Plane) -> None:
     changed = collections.Counter(c.pdb_changed for c in in_play if c.pdb_changed)
     unchanged = sum(c.pdb_changed is None for c in in_play)
     summary = {
-        "kube_scheduler": (plane.cp.bin / "kube-scheduler").resolve().parent.name,
+        "kube_scheduler": toolchain.binary("kube-scheduler").parent.name,
         "seed": SEED,
         "rounds": len(cases),
         "wrong": len(wrong),
