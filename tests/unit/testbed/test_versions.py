@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
 from hack import toolchain
 from harness import openapi
@@ -12,14 +13,39 @@ from harness import openapi
 
 def test_kubeadm_etcd_image_tag_is_kubeadms_default_for_the_pinned_kubernetes() -> None:
     # The public mirror's stand-in node image carries etcd under this tag, as a real kindest/node does: kubeadm names
-    # it for the pinned minor in cmd/kubeadm/app/constants (SupportedEtcdVersion), read from the module source.
+    # it for the pinned minor in cmd/kubeadm/app/constants (SupportedEtcdVersion), read from the module source; for a
+    # minor newer than the table (v1.37's stops at 36), kubeadm's GetEtcdVersion takes the table's newest entry.
     versions = toolchain.read_versions()
     minor = int(versions["kubernetes_version"].lstrip("v").split(".")[1])
     constants = (openapi.spec_dir().parents[2] / "cmd/kubeadm/app/constants/constants.go").read_text()
     table = re.search(r"SupportedEtcdVersion = map\[uint8\]string\{(.*?)\}", constants, re.DOTALL)
     assert table, "SupportedEtcdVersion not found in kubeadm's constants.go"
-    entries = dict(re.findall(r"(\d+):\s*\"([^\"]+)\"", table.group(1)))
-    assert entries[str(minor)] == versions["kubeadm_etcd_image_tag"]
+    entries = {int(k): v for k, v in re.findall(r"(\d+):\s*\"([^\"]+)\"", table.group(1))}
+    assert min(entries) <= minor, f"kubeadm's table starts at {min(entries)}, after the pinned minor {minor}"
+    expected = entries[minor] if minor in entries else entries[max(entries)]
+    assert expected == versions["kubeadm_etcd_image_tag"]
+
+
+def test_staging_version_is_derived_from_the_kubernetes_release() -> None:
+    assert toolchain.staging_version("v1.37.2") == "v0.37.2"
+    assert toolchain.staging_version("v1.35.4") == "v0.35.4"
+    for wrong in ("1.37.2", "v0.37.2", "v1.37", "v2.0.1"):
+        with pytest.raises(ValueError, match="not a Kubernetes release"):
+            toolchain.staging_version(wrong)
+
+
+def test_the_supported_minors_are_the_newest_and_the_oldest(monkeypatch: pytest.MonkeyPatch) -> None:
+    versions = toolchain.read_versions()
+    newest, oldest = versions["kubernetes_version"], versions["kubernetes_oldest_version"]
+    assert int(newest.split(".")[1]) - int(oldest.split(".")[1]) == 2, "three minors are supported at a time"
+    monkeypatch.delenv(toolchain.KUBERNETES_ENV, raising=False)
+    assert toolchain.at_kubernetes(versions)["kubernetes_version"] == newest
+    monkeypatch.setenv(toolchain.KUBERNETES_ENV, "oldest")
+    assert toolchain.at_kubernetes(versions)["kubernetes_version"] == oldest
+    assert toolchain.at_kubernetes(versions)["etcd_version"] == versions["etcd_version"]
+    monkeypatch.setenv(toolchain.KUBERNETES_ENV, "v1.35.4")
+    with pytest.raises(SystemExit, match="not one of newest, oldest"):
+        toolchain.at_kubernetes(versions)
 
 
 def test_prometheus_release_reads_the_go_module_version() -> None:
@@ -86,3 +112,9 @@ def test_go_version_is_at_least_the_pinned_kubernetes_modules_go_line() -> None:
     asked = toolchain.go_directive(gomod)
     assert asked is not None
     assert asked <= toolchain.go_release(toolchain.read_versions()["go_version"])
+
+
+def test_the_charts_minimum_kubernetes_is_the_oldest_supported_minor() -> None:
+    chart = yaml.safe_load((toolchain.ROOT / "charts/gpu-scheduler/Chart.yaml").read_text())
+    oldest = toolchain.read_versions()["kubernetes_oldest_version"]
+    assert chart["annotations"]["gpu-scheduling.io/minimum-kubernetes"] == ".".join(oldest.lstrip("v").split(".")[:2])
