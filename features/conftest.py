@@ -73,8 +73,9 @@ from gpu_scheduling.cli.health import PART_OF, PART_OF_LABEL
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import NotFound
 from gpu_scheduling.kube.sync import SyncClient
+from hack import toolchain
 from harness.components import Components
-from harness.controlplane import ControlPlane, create_namespace
+from harness.controlplane import ControlPlane, create_namespace, workload_api_flags
 from harness.inventory import publish
 from harness.processes import Process
 from harness.skips import as_failure
@@ -98,7 +99,11 @@ EXTERNAL_KUBECONFIG = os.environ.get("GPU_TEST_KUBECONFIG")
 #: Tags of the scenarios that make a program restart (or exit) or log a traceback or an error record on purpose;
 #: every other scenario fails at its end when one did (harness/watch.py, the `world` fixture).
 EXPECT_RESTART, EXPECT_TRACEBACK = "expect_restart", "expect_traceback"
+#: Tag of the scenarios that need Kubernetes' own gang API (scheduling.k8s.io/v1beta1 PodGroups, 1.37 on): the
+#: control-plane tier leaves them out on an older minor ($GPU_TESTBED_KUBERNETES=oldest), reported as deselected.
+WORKLOAD_API = "workload_api"
 _DESELECTED = pytest.StashKey[int]()
+_WITHOUT_WORKLOAD_API = pytest.StashKey[tuple[int, str]]()
 _WHY_NOT_EXCLUSIVE = pytest.StashKey[tuple[int, str]]()
 
 
@@ -125,6 +130,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{EXPECT_TRACEBACK}: a program of the scenario logs a traceback or an error record, on purpose"
     )
+    config.addinivalue_line(
+        "markers", f"{WORKLOAD_API}: needs Kubernetes' gang API (scheduling.k8s.io/v1beta1), served from 1.37 on"
+    )
     tier = config.getoption("tier")
     if tier == KIND and not EXTERNAL_KUBECONFIG and not config.option.collectonly:
         raise pytest.UsageError("--tier kind runs against the KinD test-bed: set GPU_TEST_KUBECONFIG to its kubeconfig")
@@ -148,6 +156,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{CONTROLPLANE}): run them with --tier {KIND if tier == CONTROLPLANE else CONTROLPLANE}"
             )
         _deselect(config, items, other)
+    kubernetes = toolchain.at_kubernetes(toolchain.read_versions())["kubernetes_version"]
+    if tier == CONTROLPLANE and not workload_api_flags(kubernetes):
+        needing = [item for item in items if item.get_closest_marker(WORKLOAD_API) is not None]
+        if needing:
+            config.stash[_WITHOUT_WORKLOAD_API] = (len(needing), kubernetes)
+            _deselect(config, items, needing)
     exclusive = [item for item in items if item.get_closest_marker(EXCLUSIVE) is not None]
     if tier == KIND and exclusive and EXTERNAL_KUBECONFIG:
         why = exclusive_refusal(os.environ.get(EXCLUSIVE_ENV, ""), SyncClient(EXTERNAL_KUBECONFIG))
@@ -200,6 +214,12 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     if count:
         other = KIND if tier == CONTROLPLANE else CONTROLPLANE
         lines.append(f"tier {tier}: {count} scenario(s) of the {other} tier deselected (--tier {other} runs them)")
+    needing, kubernetes = config.stash.get(_WITHOUT_WORKLOAD_API, (0, ""))
+    if needing:
+        lines.append(
+            f"tier {tier}: {needing} @{WORKLOAD_API} scenario(s) deselected: Kubernetes {kubernetes} does not serve "
+            "the gang API (scheduling.k8s.io/v1beta1); the newest supported minor runs them"
+        )
     exclusive, why = config.stash.get(_WHY_NOT_EXCLUSIVE, (0, ""))
     if exclusive:
         lines.append(f"tier {tier}: {exclusive} @{EXCLUSIVE} scenario(s) deselected: {why}")
