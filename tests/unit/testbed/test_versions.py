@@ -118,3 +118,45 @@ def test_the_charts_minimum_kubernetes_is_the_oldest_supported_minor() -> None:
     chart = yaml.safe_load((toolchain.ROOT / "charts/gpu-scheduler/Chart.yaml").read_text())
     oldest = toolchain.read_versions()["kubernetes_oldest_version"]
     assert chart["annotations"]["gpu-scheduling.io/minimum-kubernetes"] == ".".join(oldest.lstrip("v").split(".")[:2])
+
+
+def test_the_node_runtime_is_built_as_containerd_and_runc_build_it() -> None:
+    # containerd's three programs from its one module, without the optional snapshotters (kind's base image's tags)
+    # and with the version its Makefile sets, which the kubelet reports as the node's runtime version.
+    versions = toolchain.read_versions()
+    found = toolchain.components()
+    for name in toolchain.CONTAINERD_PROGRAMS:
+        comp = found[name]
+        assert comp.version_key == "containerd_version"
+        assert comp.package == f"{toolchain.CONTAINERD_MODULE}/cmd/{name}"
+        assert {"no_btrfs", "no_devmapper", "no_zfs"} <= set(comp.tags)
+        assert not comp.cgo
+        flags = toolchain._ldflags(comp, versions)
+        assert f"-X {toolchain.CONTAINERD_MODULE}/version.Version={versions['containerd_version']}" in flags
+    assert "no_grpc" in found["containerd-shim-runc-v2"].tags
+    # runc links libseccomp (seccomp profiles), statically, from Debian's -dev package.
+    runc = found["runc"]
+    assert runc.cgo == ("libseccomp-dev",)
+    assert "seccomp" in runc.tags
+    assert "libpathrs" not in runc.tags
+    assert "-extldflags -static-pie" in toolchain._ldflags(runc, versions)
+
+
+def test_a_cgo_build_finds_only_the_unpacked_packages(tmp_path) -> None:
+    (tmp_path / "usr/lib/x86_64-linux-gnu/pkgconfig").mkdir(parents=True)
+    env = toolchain.cgo_env(tmp_path)
+    assert env["CGO_ENABLED"] == "1"
+    assert env["PKG_CONFIG_SYSROOT_DIR"] == str(tmp_path)
+    dirs = env["PKG_CONFIG_LIBDIR"].split(":")
+    assert str(tmp_path / "usr/lib/x86_64-linux-gnu/pkgconfig") in dirs
+    assert all(d.startswith(str(tmp_path)) for d in dirs)
+
+
+def test_runc_is_refused_when_its_source_is_another_release(tmp_path) -> None:
+    versions = toolchain.read_versions()
+    runc = toolchain.components()["runc"]
+    (tmp_path / "VERSION").write_text(versions["runc_version"].lstrip("v") + "\n")
+    toolchain._check_source(runc, versions, tmp_path)
+    (tmp_path / "VERSION").write_text("1.4.4\n")
+    with pytest.raises(SystemExit, match=r"is runc 1\.4\.4 by its VERSION file"):
+        toolchain._check_source(runc, versions, tmp_path)
