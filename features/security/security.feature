@@ -141,6 +141,24 @@ Feature: Least privilege on the KinD test-bed: what each service account may do,
       | default:default     | list   | gpuclaims       | all namespaces | no     |
       | default:default     | get    | secrets         | default        | no     |
 
+  Scenario Outline: <account> <answer> <verb> <resource> of <group> in <namespace>, whether or not the apiserver serves them
+    Then a SubjectAccessReview of "<verb> <resource>" in the API group "<group>" as the service account "<account>" in <namespace> answers <answer>
+
+    Examples: the scheduler reads Kubernetes' PodGroups (its gang API, docs/gangs.md) and writes none; others may not read them through us
+      | account                   | verb   | resource         | group             | namespace      | answer |
+      | kube-system:gpu-scheduler | get    | podgroups        | scheduling.k8s.io | all namespaces | yes    |
+      | kube-system:gpu-scheduler | list   | podgroups        | scheduling.k8s.io | all namespaces | yes    |
+      | kube-system:gpu-scheduler | watch  | podgroups        | scheduling.k8s.io | all namespaces | yes    |
+      | kube-system:gpu-scheduler | create | podgroups        | scheduling.k8s.io | default        | no     |
+      | kube-system:gpu-scheduler | update | podgroups        | scheduling.k8s.io | all namespaces | no     |
+      | kube-system:gpu-scheduler | patch  | podgroups        | scheduling.k8s.io | all namespaces | no     |
+      | kube-system:gpu-scheduler | delete | podgroups        | scheduling.k8s.io | all namespaces | no     |
+      | kube-system:gpu-scheduler | patch  | podgroups/status | scheduling.k8s.io | all namespaces | no     |
+      | kube-system:gpu-scheduler | get    | workloads        | scheduling.k8s.io | all namespaces | no     |
+      | kube-system:gpu-scheduler | get    | podgroups        | gpu.scheduling    | all namespaces | no     |
+      | kube-system:gpu-board     | list   | podgroups        | scheduling.k8s.io | all namespaces | no     |
+      | default:default           | list   | podgroups        | scheduling.k8s.io | all namespaces | no     |
+
   Scenario: The board runs locked down like every program of the chart
     Then every pod of the Deployment "gpu-board" in kube-system is ready, runs as uid 1000 and non-root with the RuntimeDefault seccomp profile, a read-only root filesystem, no privilege escalation and no capabilities
     And the Service "gpu-board" in kube-system serves HTTPS only, on its port named "https"

@@ -97,6 +97,37 @@ def can_i(world: World, verb: str, resource: str, account: str, where: str, answ
     assert said == answer, f"{' '.join(argv[3:])}: {said}, expected {answer}"
 
 
+@then(
+    parsers.parse(
+        'a SubjectAccessReview of "{verb} {resource}" in the API group "{group}" as the service account "{account}" '
+        "in {where} answers {answer}"
+    )
+)
+def access_review(world: World, verb: str, resource: str, group: str, account: str, where: str, answer: str) -> None:
+    """The authorizer's answer for a resource the apiserver may not serve (Kubernetes' PodGroups, where the gang
+    API's gate is off): `kubectl auth can-i` resolves the resource through discovery first, and for one not served
+    asks about another resource, so this asks the authorizer directly, as can-i's impersonated review would."""
+    _kind_only(world)
+    namespace, _, name = account.partition(":")
+    base, _, sub = resource.partition("/")
+    attributes = {"verb": verb, "group": group, "resource": base, "subresource": sub}
+    if where not in ("all namespaces", "the cluster"):
+        attributes["namespace"] = where
+    review = {
+        "apiVersion": paths.SUBJECT_ACCESS_REVIEW.api_version,
+        "kind": paths.SUBJECT_ACCESS_REVIEW.kind,
+        "spec": {
+            "user": f"system:serviceaccount:{namespace}:{name}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+            "resourceAttributes": attributes,
+        },
+    }
+    status = (world.api.create(paths.SUBJECT_ACCESS_REVIEWS, review) or {}).get("status") or {}
+    assert not status.get("evaluationError"), status
+    said = "yes" if status.get("allowed") else "no"
+    assert said == answer, f"{verb} {resource}.{group} in {where} as {account}: {said}, expected {answer} ({status})"
+
+
 # ---- the board's pods and Service ------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ import re
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from gpu_scheduling import constants, devices, gpumap, patches, podrequest
+from gpu_scheduling.claims import gangs
 from gpu_scheduling.text import json_type, plain, show
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
@@ -204,6 +205,21 @@ def _cuda_from_allocation() -> dict[str, Any]:
     }
 
 
+def _pod_group_record(pod: dict[str, Any]) -> list[patches.PatchOp]:
+    """The operation that records the pod's `spec.schedulingGroup.podGroupName` in the annotation
+    POD_GROUP_ANNOTATION (none when it names no PodGroup, or the annotation says so already): an apiserver whose
+    GenericWorkload gate is off drops the field after mutating admission, and the record keeps the scheduler from
+    placing alone a pod meant for a gang. Raises GangError for a reference that cannot be read
+    (claims.gangs.pod_group_ref: an invalid name, the field and the annotation disagreeing, 1.35's workloadRef)."""
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    annotations = annotations if isinstance(annotations, dict) else {}
+    name = gangs.pod_group_ref(pod.get("spec"), annotations)
+    if name is None or annotations.get(constants.POD_GROUP_ANNOTATION) == name:
+        return []
+    return patches.annotation_patch(pod, constants.POD_GROUP_ANNOTATION, name)
+
+
 def review_pod(
     request: AdmissionRequest,
     gpu_resource: str | None = None,
@@ -230,8 +246,9 @@ def review_pod(
     warning = ""
     try:
         asked = podrequest.read(pod.get("metadata"), maps)
+        recorded = _pod_group_record(pod)
         if asked is None:
-            return allow(uid)
+            return allow(uid, recorded)
         count = podrequest.count_containers(pod)
         if count * _MIN_OP_BYTES > MAX_RESPONSE_BYTES:  # at least one operation each: it cannot fit
             return deny(
@@ -259,8 +276,9 @@ def review_pod(
                     f"will give its containers no GPU device; write resources.limits {gpu_resource}: <the claim's "
                     "GPU count> in each container that uses the GPUs (a pod's requests are fixed at creation)"
                 )
-    except gpumap.PodMapError as exc:
+    except (gpumap.PodMapError, gangs.GangError) as exc:
         return deny(uid, f"{_describe(request)}: {exc}")
+    ops = recorded + ops
     # Every operation takes more than _MIN_OP_BYTES of the answer: past that count, do not even serialize.
     size = len(ops) * _MIN_OP_BYTES if len(ops) * _MIN_OP_BYTES > MAX_RESPONSE_BYTES else 0
     review = allow(uid, ops) if not size else deny(uid, "")

@@ -126,6 +126,21 @@ GANG_TOPOLOGY_MODE_ANNOTATION: Final = "gpu.scheduling/gang-topology-mode"
 GangTopologyMode = Literal["Required", "Preferred"]
 GANG_TOPOLOGY_MODES: Final[tuple[GangTopologyMode, ...]] = get_args(GangTopologyMode)
 
+#: Kubernetes' own gang API (KEP-4671; docs/gangs.md): a pod joins the PodGroup its `spec.schedulingGroup.podGroupName`
+#: names (same namespace), whose `spec.schedulingPolicy.gang.minCount` is the gang's minimum and whose
+#: `spec.schedulingConstraints.topology[0].key` its Required topology. Served as beta from 1.37 (feature gate
+#: GenericWorkload, off by default, and the runtime-config of this version); the scheduler reads it only where
+#: discovery finds it served.
+SCHEDULING_API_GROUP: Final = "scheduling.k8s.io"
+POD_GROUP_VERSION: Final = "v1beta1"
+POD_GROUP_API_VERSION: Final = f"{SCHEDULING_API_GROUP}/{POD_GROUP_VERSION}"
+POD_GROUP_KIND: Final = "PodGroup"
+POD_GROUP_PLURAL: Final = "podgroups"
+#: Pod annotation where gpu-webhook records `spec.schedulingGroup.podGroupName` at creation: an apiserver whose
+#: GenericWorkload gate is off drops the field after mutating admission (PrepareForCreate), and the record keeps such a
+#: pod from being placed alone. The scheduler reads the field, else this annotation; both, disagreeing, make it wait.
+POD_GROUP_ANNOTATION: Final = "gpu.scheduling/pod-group"
+
 #: Events of gangs: one that waits too long for its members, and one that dropped below its size after starting.
 EVENT_GANG_INCOMPLETE: Final = "GangIncomplete"
 EVENT_GANG_BROKEN: Final = "GangBelowMinimum"

@@ -1,4 +1,5 @@
-"""Build the JSONPatch (RFC 6902) that sets CUDA_VISIBLE_DEVICES in every container. Pure: no I/O.
+"""Build the JSONPatch (RFC 6902) that sets CUDA_VISIBLE_DEVICES in every container (and the annotation that records
+a pod's PodGroup). Pure: no I/O.
 
 An existing CUDA_VISIBLE_DEVICES entry is replaced in place (its value, or a valueFrom it had), so the variable
 appears exactly once and every other env entry keeps its position.
@@ -85,6 +86,16 @@ def resource_patch(pod: Mapping[str, Any], resource: str, units: int) -> list[Pa
                     f"map entry gives the pod {units} GPU(s): leave it out (the webhook sets it) or write {want}"
                 )
     return ops
+
+
+def annotation_patch(pod: Mapping[str, Any], key: str, value: str) -> list[PatchOp]:
+    """The operation that sets the annotation `key` to `value` (gpu-webhook's record of the pod's PodGroup)."""
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping):
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": {key: value}}}]
+    if not isinstance(meta.get("annotations"), Mapping):
+        return [{"op": "add", "path": "/metadata/annotations", "value": {key: value}}]
+    return [{"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}]
 
 
 def apply(pod: dict[str, Any], ops: Sequence[PatchOp]) -> dict[str, Any]:

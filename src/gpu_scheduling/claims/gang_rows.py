@@ -3,7 +3,10 @@ the GpuClaims they name. Pure: plain data in, rows out; no client, no clock. The
 
 Membership and the gang's spec are read as the scheduler reads them (claims.gangs: `gang_name`, `read`,
 `agreed`): a pod belongs to the gang its annotation names, or, for a claim pod without it, its GpuClaim's
-`spec.gangRef`. Members are the pods the scheduler counts: not finished, and not being deleted unless bound.
+`spec.gangRef`. Members are the pods the scheduler counts: not finished, and not being deleted unless bound. Given
+the PodGroups (`PodGroups`: `kubectl gpu gangs` lists them where the apiserver serves them), a pod naming one
+(Kubernetes' own gang API) belongs to its gang too, with the PodGroup's minimum and topology; without them (the
+board, which does not read PodGroups) such a reference is not looked at.
 
 A row's status:
 
@@ -56,6 +59,35 @@ class Member:
     claim: str | None  # the GpuClaim it names (valid name), whose gangRef applies without a gang annotation
     bound: bool
     message: str  # its PodScheduled=False message (one line, bounded), "" when none
+    pod_group: str | None = None  # the PodGroup it names (claims.gangs.pod_group_ref), or its value as shown
+    pod_group_error: str = ""  # why that reference cannot be read; "" when it can (or there is none)
+
+
+@dataclasses.dataclass(frozen=True)
+class PodGroups:
+    """Kubernetes' PodGroups the rows read native gangs from: (namespace, name) -> PodGroup, and whether the
+    apiserver serves them at all (not served: a pod naming one waits, and its row says why)."""
+
+    served: bool
+    groups: Mapping[tuple[str, str], Mapping[str, Any]]
+
+    @classmethod
+    def of(cls, listed: Iterable[object] | None) -> PodGroups:
+        """From the PodGroups listed (None: the apiserver serves none)."""
+        groups: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for obj in listed or ():
+            group = mapping(obj)
+            meta = mapping(group.get("metadata"))
+            name = string(meta.get("name"))
+            if name is not None:
+                groups[(string(meta.get("namespace")) or "", name)] = group
+        return cls(listed is not None, groups)
+
+    def native(self, m: Member) -> gangs.Native | None:
+        """The PodGroup `m` names as claims.gangs reads it; None when it names none."""
+        if m.pod_group is None or m.pod_group_error:
+            return None
+        return gangs.Native(m.pod_group, self.groups.get((m.namespace, m.pod_group)), self.served)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -96,9 +128,10 @@ def member(pod: object) -> Member | None:
             claim = podrequest.claim_name({"annotations": annotations})
         except gpumap.PodMapError:
             claim = None  # as the scheduler: a claim it cannot name gives no gangRef
-    if constants.GANG_ANNOTATION not in annotations and claim is None:
-        return None
     spec, status = mapping(obj.get("spec")), mapping(obj.get("status"))
+    pod_group, pod_group_error = _pod_group(spec, annotations)
+    if constants.GANG_ANNOTATION not in annotations and claim is None and pod_group is None:
+        return None
     bound = string(spec.get("nodeName")) is not None
     if status.get("phase") in FINISHED or (meta.get("deletionTimestamp") and not bound):
         return None
@@ -109,15 +142,31 @@ def member(pod: object) -> Member | None:
         claim=claim,
         bound=bound,
         message="" if bound else _waiting_message(status),
+        pod_group=pod_group,
+        pod_group_error=pod_group_error,
     )
 
 
-def membership(m: Member, gang_ref: Any = None) -> Membership | None:
-    """The gang of `m` (None: it belongs to none); `gang_ref` is the `spec.gangRef` of the GpuClaim it names."""
+def _pod_group(spec: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[str | None, str]:
+    """The PodGroup a pod names and "", or its reference as shown and why it cannot be read, or (None, "")."""
+    try:
+        return gangs.pod_group_ref(spec, annotations), ""
+    except gangs.GangError as exc:
+        group = mapping(spec.get("schedulingGroup")).get("podGroupName")
+        raw = annotations.get(constants.POD_GROUP_ANNOTATION, group)
+        return (raw if isinstance(raw, str) and raw else show(raw)), str(exc)
+
+
+def membership(m: Member, gang_ref: Any = None, pod_groups: PodGroups | None = None) -> Membership | None:
+    """The gang of `m` (None: it belongs to none); `gang_ref` is the `spec.gangRef` of the GpuClaim it names. With
+    `pod_groups`, the PodGroup it names counts as the scheduler counts it; without, it is not looked at."""
     annotations = dict(m.annotations)
     ref = gang_ref if m.claim is not None else None
+    if pod_groups is not None and m.pod_group_error:
+        return Membership(m.namespace, m.pod_group or "", m.pod_group_error)
+    native = pod_groups.native(m) if pod_groups is not None else None
     try:
-        name = gangs.gang_name(annotations, ref)
+        name = gangs.gang_name(annotations, ref, native)
     except gangs.GangError as exc:
         raw = annotations.get(constants.GANG_ANNOTATION, ref)
         return Membership(m.namespace, raw if isinstance(raw, str) and raw else show(raw), str(exc))
@@ -164,8 +213,11 @@ def _common(messages: Iterable[str]) -> str:
     return max(counts, key=counts.__getitem__) if counts else ""  # max keeps the first of equal counts
 
 
-def row(namespace: str, gang: str, members: Iterable[Member], error: str = "") -> GangRow:
-    """The row of one gang, from its members (and, when its name cannot be read, why)."""
+def row(
+    namespace: str, gang: str, members: Iterable[Member], error: str = "", pod_groups: PodGroups | None = None
+) -> GangRow:
+    """The row of one gang, from its members (and, when its name cannot be read, why); `pod_groups` as for
+    `membership`."""
     ordered = sorted(members, key=lambda m: m.name)
     bound = sum(1 for m in ordered if m.bound)
     waiting = len(ordered) - bound
@@ -174,7 +226,8 @@ def row(namespace: str, gang: str, members: Iterable[Member], error: str = "") -
     spec: gangs.Spec | None = None
     if not error:
         try:
-            spec = gangs.agreed({m.name: gangs.read(dict(m.annotations), gang) for m in ordered})
+            natives = {m.name: pod_groups.native(m) if pod_groups is not None else None for m in ordered}
+            spec = gangs.agreed({m.name: gangs.read(dict(m.annotations), gang, natives[m.name]) for m in ordered})
         except gangs.GangError as exc:
             error = str(exc)
         except StopIteration:  # no member: nothing to read (a caller's mistake, not a crash)
@@ -213,17 +266,17 @@ def gang_refs(claims: Iterable[object]) -> dict[tuple[str, str], Any]:
     return out
 
 
-def rows(pods: Iterable[object], claims: Iterable[object]) -> list[GangRow]:
-    """One row per gang of `pods` (the scheduler's pods), whose claim members' gangs `claims` say; by namespace,
-    then gang."""
+def rows(pods: Iterable[object], claims: Iterable[object], pod_groups: PodGroups | None = None) -> list[GangRow]:
+    """One row per gang of `pods` (the scheduler's pods), whose claim members' gangs `claims` say, and with
+    `pod_groups` the gangs of Kubernetes' PodGroups they name; by namespace, then gang."""
     refs = gang_refs(claims)
     groups: dict[Membership, list[Member]] = defaultdict(list)
     for pod in pods:
         m = member(pod)
         if m is None:
             continue
-        of = membership(m, refs.get((m.namespace, m.claim)) if m.claim else None)
+        of = membership(m, refs.get((m.namespace, m.claim)) if m.claim else None, pod_groups)
         if of is not None:
             groups[of].append(m)
-    found = [row(of.namespace, of.gang, ms, of.error) for of, ms in groups.items()]
+    found = [row(of.namespace, of.gang, ms, of.error, pod_groups) for of, ms in groups.items()]
     return sorted(found, key=lambda r: (r.namespace, r.gang))

@@ -10,6 +10,13 @@ annotations (a Job's pod template carries them, so every member says the same):
   value the gang's nodes must share; `gpu.scheduling/gang-topology-mode`: Required (default) or Preferred (one
   domain if any fits the whole gang, else any nodes). Inside a node, each claim member keeps its NVLink topology.
 
+Or with Kubernetes' own gang API (KEP-4671, `scheduling.k8s.io/v1beta1`): a pod whose
+`spec.schedulingGroup.podGroupName` (or gpu-webhook's record of it, the annotation `gpu.scheduling/pod-group`) names a
+PodGroup of its namespace belongs to the gang of that name (`pod_group_ref`, `Native`): the PodGroup's
+`gang.minCount` is its minimum, its topology constraint its Required topology (`pod_group_spec`); a PodGroup of the
+`basic` policy makes no gang. A member waits, never placed alone, while its PodGroup is missing or not served; gang
+annotations it also carries must agree.
+
 The decision is one transaction (`transact`): for each candidate domain in turn, every member is placed with
 `place` (which assumes its GPUs and room in the scheduler's ledger, so the next member sees them taken); the first
 member that does not fit undoes the members placed before it (`undo`, in reverse) and the next domain is tried.
@@ -28,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
 from gpu_scheduling import constants, names
 from gpu_scheduling.claims.ledger import Hold
@@ -60,15 +67,7 @@ class Spec:
         return f"gang {self.name} (min {self.min_members}{where})"
 
 
-def gang_name(annotations: Mapping[str, Any], gang_ref: Any = None) -> str | None:
-    """The gang a pod with these annotations belongs to (its GpuClaim's `gangRef` when it has no annotation), or
-    None. Raises GangError for a name that is not a valid object name."""
-    value = annotations.get(constants.GANG_ANNOTATION)
-    source = f"annotation {constants.GANG_ANNOTATION}"
-    if value is None:
-        value, source = gang_ref, "its GpuClaim's spec.gangRef"
-    if value is None or value == "":
-        return None
+def _valid_name(value: Any, source: str) -> str:
     if not isinstance(value, str):
         raise GangError(f"{source} is {json_type(value)}; expected the gang's name (a string)")
     if not names.is_subdomain(value):
@@ -76,8 +75,41 @@ def gang_name(annotations: Mapping[str, Any], gang_ref: Any = None) -> str | Non
     return value
 
 
-def read(annotations: Mapping[str, Any], name: str) -> Spec:
-    """The gang `name` as one member's annotations state it. Raises GangError naming the annotation."""
+def gang_name(annotations: Mapping[str, Any], gang_ref: Any = None, native: Native | None = None) -> str | None:
+    """The gang a pod with these annotations belongs to (its GpuClaim's `gangRef` when it has no annotation), or
+    None. With `native`, the PodGroup the pod names (`pod_group_ref`): its name, unless the PodGroup has the basic
+    policy (no gang: None); the pod's own declarations win over its claim's `gangRef`. Raises GangError for a name
+    that is not a valid object name, and for a pod whose annotation and PodGroup name two gangs, or whose annotation
+    names a gang its basic PodGroup does not make."""
+    value = annotations.get(constants.GANG_ANNOTATION)
+    source = f"annotation {constants.GANG_ANNOTATION}"
+    if native is not None:
+        named = _valid_name(value, source) if value is not None and value != "" else None
+        if named is not None and named != native.name:
+            raise GangError(
+                f"{source}={show(named)} and {POD_GROUP_FIELD}={show(native.name)} name two gangs; a pod belongs to "
+                "one: leave the annotation out, or make it name the PodGroup"
+            )
+        if native.group is not None and pod_group_policy(native.group) == "basic":
+            if named is not None:
+                raise GangError(
+                    f"PodGroup {native.name} has the basic policy (no gang), but {source} makes it a gang; leave "
+                    "the annotation out, or give the PodGroup a gang policy"
+                )
+            return None
+        return native.name
+    if value is None:
+        value, source = gang_ref, "its GpuClaim's spec.gangRef"
+    if value is None or value == "":
+        return None
+    return _valid_name(value, source)
+
+
+def read(annotations: Mapping[str, Any], name: str, native: Native | None = None) -> Spec:
+    """The gang `name` as one member's annotations state it, or, with `native`, as its PodGroup does (the
+    annotations it also carries must agree). Raises GangError naming the annotation or the PodGroup's field."""
+    if native is not None:
+        return _read_native(annotations, name, native)
     raw = annotations.get(constants.GANG_MIN_MEMBERS_ANNOTATION)
     if raw is None:
         raise GangError(
@@ -120,6 +152,142 @@ def agreed(specs: Mapping[str, Spec]) -> Spec:
                 f"{pod} says {spec.describe()}; every member must carry the same gang annotations"
             )
     return first
+
+
+# ---- Kubernetes' own gang API (KEP-4671) --------------------------------------------------------------------------
+
+POD_GROUP_FIELD: Final = "spec.schedulingGroup.podGroupName"
+"""The pod's field naming its PodGroup (Kubernetes 1.36 on; 1.35's alpha field was `spec.workloadRef`)."""
+
+PodGroupPolicy = Literal["gang", "basic"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Native:
+    """A pod's reference to a Kubernetes PodGroup (`pod_group_ref`) and what the scheduler has of it: the PodGroup
+    of that name in the pod's namespace (None: there is none), and whether the apiserver serves PodGroups at all
+    (discovery at the scheduler's start; not served, `group` is None)."""
+
+    name: str
+    group: Mapping[str, Any] | None
+    served: bool = True
+
+
+def pod_group_ref(spec: Any, annotations: Mapping[str, Any]) -> str | None:
+    """The PodGroup a pod names: its `spec.schedulingGroup.podGroupName`, else gpu-webhook's record of it (the
+    annotation POD_GROUP_ANNOTATION, kept where the apiserver dropped the field), or None when it names none. Raises
+    GangError for a name that is not a valid object name, for the field and the annotation naming two PodGroups, and
+    for 1.35's `spec.workloadRef`, which gpu-scheduler does not read (such a pod waits rather than run alone)."""
+    spec = spec if isinstance(spec, Mapping) else {}
+    if spec.get("workloadRef") is not None:
+        raise GangError(
+            "spec.workloadRef (Kubernetes 1.35's alpha Workload API) is not read by gpu-scheduler: declare the gang "
+            f"with the annotation {constants.GANG_ANNOTATION} (docs/gangs.md), or a PodGroup on Kubernetes 1.37"
+        )
+    field = None
+    group = spec.get("schedulingGroup")
+    if group is not None:
+        if not isinstance(group, Mapping) or group.get("podGroupName") is None:
+            raise GangError(
+                "spec.schedulingGroup names no podGroupName; expected the name of a PodGroup in the pod's namespace"
+            )
+        field = _valid_name(group["podGroupName"], POD_GROUP_FIELD)
+    recorded = annotations.get(constants.POD_GROUP_ANNOTATION)
+    if recorded is None:
+        return field
+    recorded = _valid_name(recorded, f"annotation {constants.POD_GROUP_ANNOTATION}")
+    if field is not None and recorded != field:
+        raise GangError(
+            f"{POD_GROUP_FIELD}={show(field)} and annotation {constants.POD_GROUP_ANNOTATION}={show(recorded)} name "
+            "two PodGroups; the annotation is gpu-webhook's record of the field: leave it out"
+        )
+    return field or recorded
+
+
+def pod_group_policy(group: Mapping[str, Any]) -> PodGroupPolicy | None:
+    """A PodGroup's `spec.schedulingPolicy`: gang, basic, or None when it sets neither (or is malformed)."""
+    spec = group.get("spec")
+    policy = spec.get("schedulingPolicy") if isinstance(spec, Mapping) else None
+    if not isinstance(policy, Mapping):
+        return None
+    if policy.get("gang") is not None:
+        return "gang"
+    if policy.get("basic") is not None:
+        return "basic"
+    return None
+
+
+def pod_group_spec(group: Mapping[str, Any], name: str) -> Spec:
+    """The gang a PodGroup of the gang policy makes: `gang.minCount` members at least, in one value of its topology
+    constraint's node label (Required: KEP-4671 colocates the whole group in one domain) or anywhere. Raises
+    GangError naming the field for a policy that is not gang, a count out of range, or a topology it cannot keep."""
+    spec = group.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    policy = pod_group_policy(group)
+    if policy != "gang":
+        said = "the basic policy (no gang)" if policy == "basic" else "neither a gang nor a basic policy"
+        raise GangError(f"PodGroup {name} has {said} in spec.schedulingPolicy; expected gang.minCount")
+    gang = spec["schedulingPolicy"]["gang"]
+    count = gang.get("minCount") if isinstance(gang, Mapping) else None
+    if type(count) is not int:
+        raise GangError(
+            f"PodGroup {name}: spec.schedulingPolicy.gang.minCount is {json_type(count)}; expected an integer from 1 "
+            f"to {MAX_MEMBERS}"
+        )
+    if not 1 <= count <= MAX_MEMBERS:
+        shown = str(count) if count.bit_length() <= 64 else show(count)
+        raise GangError(
+            f"PodGroup {name}: spec.schedulingPolicy.gang.minCount={shown} is out of range; expected 1 to "
+            f"{MAX_MEMBERS} (a gang is decided in one step)"
+        )
+    constraints = spec.get("schedulingConstraints")
+    levels = constraints.get("topology") if isinstance(constraints, Mapping) else None
+    if levels is None or levels == []:
+        return Spec(name, count)
+    if not isinstance(levels, list) or len(levels) != 1:
+        shown = f"{len(levels)} entries" if isinstance(levels, list) else json_type(levels)
+        raise GangError(
+            f"PodGroup {name}: spec.schedulingConstraints.topology is {shown}; gpu-scheduler keeps a gang in one "
+            "level: expected one entry"
+        )
+    key = levels[0].get("key") if isinstance(levels[0], Mapping) else None
+    if not isinstance(key, str) or not names.is_label_key(key):
+        said = f"={show(key)} is not a label key" if isinstance(key, str) else f" is {json_type(key)}"
+        raise GangError(
+            f"PodGroup {name}: spec.schedulingConstraints.topology[0].key{said}; expected a node label such as "
+            "topology.kubernetes.io/zone"
+        )
+    return Spec(name, count, key, "Required")
+
+
+def _read_native(annotations: Mapping[str, Any], name: str, native: Native) -> Spec:
+    """A native member's gang (`read` with `native`): its PodGroup's, the gang annotations it carries agreeing."""
+    if not native.served:
+        raise GangError(
+            f"gang {name}: its pod names the PodGroup {name} ({POD_GROUP_FIELD}), but the apiserver serves no "
+            f"{constants.POD_GROUP_API_VERSION} PodGroups (feature gate GenericWorkload and its runtime-config, "
+            "Kubernetes 1.37 on; the scheduler asks at its start): its members wait rather than be placed alone"
+        )
+    if native.group is None:
+        raise GangError(
+            f"gang {name}: its PodGroup {name} does not exist; its members wait for it and are tried again when it "
+            "is created"
+        )
+    spec = pod_group_spec(native.group, name)
+    said = {
+        constants.GANG_MIN_MEMBERS_ANNOTATION: (str(spec.min_members), "spec.schedulingPolicy.gang.minCount"),
+        constants.GANG_TOPOLOGY_ANNOTATION: (spec.topology, "spec.schedulingConstraints.topology[0].key"),
+    }
+    if spec.topology:
+        said[constants.GANG_TOPOLOGY_MODE_ANNOTATION] = (spec.mode, "topology (Required)")
+    for key, (value, field) in said.items():
+        given = annotations.get(key)
+        if given is not None and given != "" and given != value:
+            raise GangError(
+                f"gang {name}: annotation {key}={show(str(given))} disagrees with its PodGroup's {field} "
+                f"({show(value) if value else 'none'}); leave the annotation out, or make it agree"
+            )
+    return spec
 
 
 # ---- domains ------------------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ POLICIES = paths.GPU_SCHEDULING_POLICY
 PODS = paths.POD
 NODES = paths.NODE
 LEASES = paths.LEASE
+POD_GROUPS = paths.POD_GROUP
 DEPLOYMENTS = paths.DEPLOYMENT
 DAEMONSETS = paths.DAEMONSET
 
@@ -75,15 +76,27 @@ class Api:
         except TransportError as exc:
             raise CliError(f"cannot reach the API server {self.cfg.server}: {exc or type(exc).__name__}") from None
 
-    async def list(self, res: Resource, namespace: str | None = None, **params: str) -> list[JSON]:
+    async def _list(self, res: Resource, namespace: str | None, params: dict[str, str]) -> list[JSON]:
         async def pages() -> list[JSON]:
             items: list[JSON] = []
             async for page in self.client.list_pages(res.collection(namespace), 500, **params):
                 items += page.get("items") or []
             return items
 
+        return await self._call("list", res.full + where(res, namespace), pages)
+
+    async def list_optional(self, res: Resource, namespace: str | None = None, **params: str) -> list[JSON] | None:
+        """`list`, or None where the apiserver does not serve `res` (404: Kubernetes' PodGroups, say)."""
         try:
-            return await self._call("list", res.full + where(res, namespace), pages)
+            return await self._list(res, namespace, params)
+        except NotFound:
+            return None
+        except ApiError as exc:
+            raise CliError(_api_message(exc)) from None
+
+    async def list(self, res: Resource, namespace: str | None = None, **params: str) -> list[JSON]:
+        try:
+            return await self._list(res, namespace, params)
         except ApiError as exc:
             raise CliError(_api_message(exc)) from None
 

@@ -1,6 +1,7 @@
 """`kubectl gpu gangs`: one row per gang of the scheduler's pods (claims.gang_rows, the board's source too): its
 minimum, bound and waiting members, topology, status and why it waits. The rows are built from the pods and the
-GpuClaims of the namespace (every namespace with -A); this module only fetches and prints."""
+GpuClaims of the namespace (every namespace with -A), and its PodGroups when a pod names one (Kubernetes' own gang
+API); this module only fetches and prints."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from gpu_scheduling.claims import gang_rows
 from gpu_scheduling.claims.gang_rows import GangRow
-from gpu_scheduling.cli.api import GPU_CLAIMS, PODS, Api, CliError
+from gpu_scheduling.cli.api import GPU_CLAIMS, POD_GROUPS, PODS, Api, CliError
 from gpu_scheduling.cli.context import Ctx
 from gpu_scheduling.cli.output import NONE, dump, table
 
@@ -83,7 +84,11 @@ async def run(api: Api, ctx: Ctx) -> int:
         api.list(PODS, scope, fieldSelector=f"spec.schedulerName={ctx.scheduler_name}"),
         api.list(GPU_CLAIMS, scope),
     )
-    found = gang_rows.rows(pods, claims)
+    pod_groups = None
+    if any(m is not None and m.pod_group is not None for m in map(gang_rows.member, pods)):
+        # Kubernetes' own gang API: read only when a pod names a PodGroup (None: the apiserver serves none).
+        pod_groups = gang_rows.PodGroups.of(await api.list_optional(POD_GROUPS, scope))
+    found = gang_rows.rows(pods, claims, pod_groups)
     missing: list[str] = []
     if ctx.args.names:
         by_name = {r.gang: r for r in found}

@@ -57,6 +57,7 @@ GPU_SCHEDULING_POLICY: Final = Resource(
     constants.GPU_SCHEDULING_POLICY_KIND, constants.GPU_SCHEDULING_POLICY_PLURAL, constants.API_VERSION, False
 )
 POD: Final = Resource("Pod", "pods", constants.CORE_API_VERSION, True)
+POD_GROUP: Final = Resource(constants.POD_GROUP_KIND, constants.POD_GROUP_PLURAL, constants.POD_GROUP_API_VERSION, True)
 NODE: Final = Resource("Node", "nodes", constants.CORE_API_VERSION, False)
 EVENT: Final = Resource("Event", "events", constants.CORE_API_VERSION, True)
 LEASE: Final = Resource("Lease", "leases", constants.LEASE_API_VERSION, True)
@@ -73,6 +74,8 @@ PRIORITY_LEVEL: Final = Resource(
 CORE_API: Final = POD.base
 #: The API of GpuClaim and GpuNodeStatus: "/apis/gpu.scheduling/v1".
 GPU_API: Final = GPU_CLAIM.base
+#: The API of Kubernetes' PodGroup, asked at start whether it is served: "/apis/scheduling.k8s.io/v1beta1".
+POD_GROUP_API: Final = POD_GROUP.base
 #: The API of Lease: "/apis/coordination.k8s.io/v1".
 COORDINATION_API: Final = LEASE.base
 
@@ -86,6 +89,8 @@ ALL_GPU_CLAIMS: Final = GPU_CLAIM.collection()
 NODE_STATUSES: Final = GPU_NODE_STATUS.collection()
 #: Every GpuSchedulingPolicy (cluster-scoped; only constants.POLICY_NAME is read).
 SCHEDULING_POLICIES: Final = GPU_SCHEDULING_POLICY.collection()
+#: The PodGroups of every namespace (a cluster-wide list or watch).
+ALL_POD_GROUPS: Final = POD_GROUP.collection()
 
 
 def scheduling_policy(name: str = constants.POLICY_NAME) -> str:
@@ -151,6 +156,14 @@ def gpu_claim_status(namespace: str, name: str) -> str:
     return f"{gpu_claim(namespace, name)}/status"
 
 
+def pod_groups(namespace: str) -> str:
+    return POD_GROUP.collection(namespace)
+
+
+def pod_group(namespace: str, name: str) -> str:
+    return POD_GROUP.item(name, namespace)
+
+
 def gpu_node_status(name: str) -> str:
     return GPU_NODE_STATUS.item(name)
 
@@ -178,11 +191,13 @@ MUTATING_WEBHOOK_CONFIGURATION: Final = Resource(
     "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "admissionregistration.k8s.io/v1", False
 )
 SELF_SUBJECT_REVIEW: Final = Resource("SelfSubjectReview", "selfsubjectreviews", "authentication.k8s.io/v1", False)
+SUBJECT_ACCESS_REVIEW: Final = Resource("SubjectAccessReview", "subjectaccessreviews", "authorization.k8s.io/v1", False)
 
 APPS_API: Final = STATEFULSET.base
 POLICY_API: Final = POD_DISRUPTION_BUDGET.base
 NAMESPACES: Final = NAMESPACE.collection()
 SELF_SUBJECT_REVIEWS: Final = SELF_SUBJECT_REVIEW.collection()
+SUBJECT_ACCESS_REVIEWS: Final = SUBJECT_ACCESS_REVIEW.collection()
 CRDS: Final = CRD.collection()
 MUTATING_WEBHOOK_CONFIGURATIONS: Final = MUTATING_WEBHOOK_CONFIGURATION.collection()
 STORAGE_CLASSES: Final = STORAGE_CLASS.collection()

@@ -354,6 +354,7 @@ class Scheduler:
         # the ledger takes the two in any order.
         await self.nodes.synced.wait()
         tasks += await self.claim_path.watch()
+        tasks += await self.gangs.watch()  # Kubernetes' PodGroups, where served
         # The objects the rules read besides pods and nodes: the volume objects, and the namespaces' labels.
         rule_informers = (
             self.volume_claims,

@@ -19,6 +19,12 @@ One decision, in three steps:
    `claims.gangs.leases_answered` and `binds_answered`'s to say (pure, driven by tests/unit/claims/test_gangs.py's
    state machine); this module makes the calls and the writes.
 
+Kubernetes' own gang API (KEP-4671): where discovery at start finds `scheduling.k8s.io/v1beta1` PodGroups served,
+a PodGroup informer keeps them, and a pod naming one (`spec.schedulingGroup.podGroupName`, or gpu-webhook's record
+of it) is a member of the gang of that name with the PodGroup's minimum and topology (claims.gangs `Native`). A
+member whose PodGroup is missing, or not served, waits with the reason; a PodGroup's arrival or change tries the
+pods that name it again at once (no LIST per pod). A basic PodGroup makes no gang: its pods are placed one by one.
+
 A waiting gang holds nothing and keeps no nodes from others; gangs are tried as their members are (priority, then
 age, on every change that could help) and a gang's failed decision is not repeated until something changed.
 After start, a gang whose bound members drop below its minimum is reported (GangBelowMinimum) and kept running.
@@ -40,6 +46,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpu_scheduling import constants, gpumap, podrequest
 from gpu_scheduling.claims import gangs, objects, priority
 from gpu_scheduling.claims.ledger import Hold
+from gpu_scheduling.kube import paths
+from gpu_scheduling.kube.errors import NotFound
+from gpu_scheduling.kube.informer import Informer
 from gpu_scheduling.scheduler import decision
 from gpu_scheduling.scheduler.claims import Placed
 from gpu_scheduling.scheduler.volumebinder import Outcome
@@ -49,7 +58,7 @@ if TYPE_CHECKING:
 
     from gpu_scheduling import gpumap as gpumap_module
     from gpu_scheduling.claims.ledger import Ledger
-    from gpu_scheduling.kube.informer import Informer
+    from gpu_scheduling.kube.client import Client
     from gpu_scheduling.scheduler.cache import Cache, Trial
     from gpu_scheduling.scheduler.claims import ClaimPath
     from gpu_scheduling.scheduler.events import Recorder
@@ -82,6 +91,7 @@ class Host(Protocol):
     named here, so that this module imports nothing of the controller."""
 
     config: Any
+    client: Client
     pods: Informer
     nodes: Informer
     ledger: Ledger
@@ -112,6 +122,33 @@ class GangPath:
         self._failed: dict[str, tuple[int, str]] = {}  # gang -> (queue generation, message) of its last refusal
         self._incomplete_since: dict[str, float] = {}  # gang -> when it was first found short of members
         self._overdue: set[str] = set()  # gangs whose GangIncomplete event was written
+        # Kubernetes' PodGroups, where the apiserver serves them (`watch`), and which pods name which PodGroup
+        # ("<namespace>/<name>"), so that a PodGroup's change reaches exactly them.
+        self.groups = Informer(
+            scheduler.client, paths.ALL_POD_GROUPS, self._on_pod_group, name="podgroups", transform=_pod_group_view
+        )
+        self.served = False
+        self._naming: dict[str, set[str]] = {}  # PodGroup key -> keys of the pods that name it
+        self._named: dict[str, str] = {}  # the reverse
+
+    async def watch(self) -> list[asyncio.Task[Any]]:
+        """Ask the apiserver whether it serves PodGroups; if so, watch them (until synced) and return the task.
+        Otherwise pods naming one wait, saying so (a cluster whose minor or gates do not serve them, docs/gangs.md);
+        the answer holds until the scheduler restarts."""
+        try:
+            api = await self.s.client.get(paths.POD_GROUP_API)
+        except NotFound:
+            api = {}
+        if constants.POD_GROUP_PLURAL not in {r.get("name") for r in api.get("resources") or []}:
+            log.info(
+                "the apiserver serves no %s PodGroups: pods that name one wait (docs/gangs.md)",
+                constants.POD_GROUP_API_VERSION,
+            )
+            return []
+        self.served = True
+        task = asyncio.create_task(self.groups.run(), name="podgroups-informer")
+        await self.groups.synced.wait()
+        return [task]
 
     # ---- membership (the controller's pod handler) --------------------------------------------------------------
     def gang_of(self, pod: Mapping[str, Any]) -> str | None:
@@ -125,10 +162,59 @@ class GangPath:
         placed: placing a member alone is what a gang must never do)."""
         meta = pod.get("metadata") or {}
         try:
-            name = gangs.gang_name(meta.get("annotations") or {}, self._gang_ref(pod))
+            name = gangs.gang_name(meta.get("annotations") or {}, self._gang_ref(pod), self._native(pod))
         except gangs.GangError as exc:
             return exc
         return f"{meta.get('namespace')}/{name}" if name else None
+
+    def _native(self, pod: Mapping[str, Any]) -> gangs.Native | None:
+        """The PodGroup `pod` names and what the scheduler has of it; None when it names none. Raises GangError
+        (claims.gangs.pod_group_ref)."""
+        meta = pod.get("metadata") or {}
+        name = gangs.pod_group_ref(pod.get("spec"), meta.get("annotations") or {})
+        if name is None:
+            return None
+        group = self.groups.cache.get(f"{meta.get('namespace')}/{name}") if self.served else None
+        return gangs.Native(name, group, self.served)
+
+    def _index(self, key: str, pod: Mapping[str, Any] | None) -> None:
+        """Record which PodGroup pod `key` names now (none when gone, or when the name cannot be read)."""
+        try:
+            native = self._native(pod) if pod is not None else None
+        except gangs.GangError:
+            native = None
+        group = f"{key.partition('/')[0]}/{native.name}" if native is not None else None
+        old = self._named.get(key)
+        if old == group:
+            return
+        if old is not None:
+            naming = self._naming[old]
+            naming.discard(key)
+            if not naming:
+                del self._naming[old]
+            del self._named[key]
+        if group is not None:
+            self._named[key] = group
+            self._naming.setdefault(group, set()).add(key)
+
+    def _on_pod_group(self, kind: str, group: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """A PodGroup appeared, changed or went: the pods that name it are read again (a basic policy takes them
+        out of any gang) and the waiting ones tried again at once; its gang's last refusal is stale."""
+        if kind == "MODIFIED" and old is not None and old.get("spec") == group.get("spec"):
+            return  # its status (kube-scheduler's conditions, if it runs): nothing the gang reads
+        meta = group["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        self._failed.pop(key, None)
+        cache = self.s.pods.cache
+        waiting = []
+        for pod_key in sorted(self._naming.get(key, ())):
+            pod = cache.get(pod_key)
+            if pod is None:
+                continue
+            self.track(pod_key, pod)
+            if not self._is_bound(pod):
+                waiting.append(pod_key)
+        self.s.queue.wake(waiting)
 
     def _gang_ref(self, pod: Mapping[str, Any]) -> Any:
         """The `spec.gangRef` of the claim a claim pod names (None: none, or no such claim yet)."""
@@ -142,9 +228,10 @@ class GangPath:
         return self.s.claim_path.strategy_of(claim) if claim else ""
 
     def track(self, key: str, pod: Mapping[str, Any]) -> str | gangs.GangError | None:
-        """Record which gang pod `key` belongs to now; what `read_gang` says of it."""
+        """Record which gang pod `key` belongs to now (and which PodGroup it names); what `read_gang` says of it."""
         gang = self.read_gang(pod)
         self.book.set(key, gang if isinstance(gang, str) else None)
+        self._index(key, pod)
         return gang
 
     def member_bound(self, key: str) -> None:
@@ -160,6 +247,7 @@ class GangPath:
         succeeding (a finishing Job's members leave one by one)."""
         gang = self.book.gang_of(key)
         self.book.set(key, None)
+        self._index(key, None)
         if gang is None:
             return
         # The gang changed: a refusal that named the member is stale, and a smaller gang may fit now.
@@ -223,7 +311,9 @@ class GangPath:
 
     def _read_spec(self, gang: str, pods: Mapping[str, Mapping[str, Any]]) -> gangs.Spec:
         name = gang.partition("/")[2]
-        return gangs.agreed({k: gangs.read((p["metadata"].get("annotations") or {}), name) for k, p in pods.items()})
+        return gangs.agreed(
+            {k: gangs.read((p["metadata"].get("annotations") or {}), name, self._native(p)) for k, p in pods.items()}
+        )
 
     # ---- deciding ----------------------------------------------------------------------------------------------
     async def schedule(self, key: str, gang: str) -> str | None:
@@ -567,6 +657,16 @@ class GangPath:
                 claims[claim["metadata"].get("uid", claim_key or "")] = claim
         for claim in claims.values():
             await self.s.claim_path.set_claim_status(claim, {"phase": "Pending", "message": message})
+
+
+def _pod_group_view(group: dict[str, Any]) -> dict[str, Any]:
+    """What the scheduler keeps of a PodGroup (its informer's transform): its name and what makes its gang."""
+    meta = group.get("metadata") or {}
+    spec = group.get("spec") or {}
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta},
+        "spec": {k: spec[k] for k in ("schedulingPolicy", "schedulingConstraints") if k in spec},
+    }
 
 
 def _waiter(gang: str) -> str:

@@ -199,6 +199,14 @@ class SchedulingQueue:
         if kind in (framework.GPUS_FREED, framework.GPU_INVENTORY) or (kind in framework.NODE_SCOPED and event.gpus):
             self._retry_claim_pods()
 
+    def wake(self, keys: Iterable[str]) -> None:
+        """An object exactly these pods name changed (their PodGroup, scheduler.gangs): they are tried again at once,
+        their backoff reset, as a GpuClaim's pods are when it changes; it can help no other pod (not a guess)."""
+        self.generation += 1
+        for key in keys:
+            self.backoff.reset(key)
+            self.retry(key)
+
     def ledger_changed(self, ledger: Ledger) -> None:
         """The ledger changed: if it freed GPUs, the change is `GPUS_FREED` on those nodes. (The ledger collects the
         nodes in `freed`; they are taken here.)"""

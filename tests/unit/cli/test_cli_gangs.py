@@ -258,3 +258,80 @@ def test_json_has_the_rows_whole_and_names_select_gangs():
 def test_a_long_why_is_cut_in_the_table():
     r = only([pod("train-0", message="gang train (min 3) " + "x" * 200)])
     assert gangs.short_why(r) == "x" * (gangs.WHY_SHOWN - 1) + "…"
+
+
+# ---- Kubernetes' own gang API: pods naming a PodGroup ----------------------------------------------------------------
+
+
+def native(name: str, group: str = "train", **kw: Any) -> dict[str, Any]:
+    """A pod naming the PodGroup `group` (spec.schedulingGroup), without gang annotations."""
+    body = pod(name, gang=None, size=None, **kw)
+    body["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return body
+
+
+def pod_group(name: str = "train", min_count: int | None = 2, topology: str | None = None) -> dict[str, Any]:
+    policy = {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
+    spec: dict[str, Any] = {"schedulingPolicy": policy}
+    if topology:
+        spec["schedulingConstraints"] = {"topology": [{"key": topology}]}
+    return {"metadata": {"name": name, "namespace": "ml"}, "spec": spec}
+
+
+def test_a_pod_group_makes_a_row_as_the_scheduler_counts_it():
+    groups = gang_rows.PodGroups.of([pod_group(topology=ZONE)])
+    (r,) = gang_rows.rows([native("train-0", node="node1"), native("train-1", node="node2")], [], groups)
+    assert (r.gang, r.min_members, r.bound, r.topology_text(), r.status) == (
+        "train",
+        2,
+        2,
+        f"Required {ZONE}",
+        "Running",
+    )
+
+
+@pytest.mark.parametrize(
+    ("groups", "fragment"),
+    [
+        ([], "its PodGroup train does not exist"),
+        (None, "the apiserver serves no scheduling.k8s.io/v1beta1 PodGroups"),
+    ],
+)
+def test_a_missing_or_unserved_pod_group_makes_an_invalid_row_saying_why(groups, fragment):
+    (r,) = gang_rows.rows([native("train-0")], [], gang_rows.PodGroups.of(groups))
+    assert r.status == "Invalid" and fragment in r.why, r
+
+
+def test_a_basic_pod_group_makes_no_row_and_without_pod_groups_the_reference_is_not_looked_at():
+    assert gang_rows.rows([native("train-0")], [], gang_rows.PodGroups.of([pod_group(min_count=None)])) == []
+    assert gang_rows.rows([native("train-0")], []) == [], "the board reads no PodGroups: no row, as before"
+
+
+def test_a_reference_that_cannot_be_read_makes_an_invalid_row():
+    (r,) = gang_rows.rows([native("train-0", group="Bad_Name")], [], gang_rows.PodGroups.of([]))
+    assert (r.gang, r.status) == ("Bad_Name", "Invalid") and "is not a valid gang name" in r.why
+
+
+class CannedGroups(CannedApi):
+    """CannedApi that also serves PodGroups (None: the apiserver does not serve them) and counts their lists."""
+
+    def __init__(self, pods: list[dict], groups: list[dict] | None) -> None:
+        super().__init__(pods, [])
+        self.groups, self.group_lists = groups, 0
+
+    async def list_optional(self, res, namespace=None, **params):
+        assert res is api.POD_GROUPS
+        self.group_lists += 1
+        return self.groups
+
+
+def test_kubectl_gpu_gangs_lists_pod_groups_only_when_a_pod_names_one():
+    args = main.parser().parse_args(["gangs", "-n", "ml", "-o", "json"])
+    canned = CannedGroups([native("train-0"), native("train-1")], [pod_group()])
+    out = io.StringIO()
+    assert asyncio.run(gangs.run(canned, Ctx(args, out, io.StringIO(), output.Painter(False)))) == 0  # type: ignore[arg-type]
+    ((row),) = json.loads(out.getvalue())["gangs"]
+    assert (row["gang"], row["minMembers"], row["status"], canned.group_lists) == ("train", 2, "Waiting", 1)
+    plain = CannedGroups(PODS, [pod_group()])
+    asyncio.run(gangs.run(plain, Ctx(args, io.StringIO(), io.StringIO(), output.Painter(False))))  # type: ignore[arg-type]
+    assert plain.group_lists == 0

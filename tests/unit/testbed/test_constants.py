@@ -406,6 +406,17 @@ def test_scheduler_rbac_is_least_privilege():
         ("poddisruptionbudgets", "get"),
         ("poddisruptionbudgets", "list"),
         ("poddisruptionbudgets", "watch"),
+        # Kubernetes' own gang API (scheduler/gangs.py): PodGroups read, never written.
+        ("podgroups", "get"),
+        ("podgroups", "list"),
+        ("podgroups", "watch"),
+    }
+    # ... of their API group alone (a `podgroups` of another group is no gang of Kubernetes').
+    (pod_groups,) = [r for r in role["rules"] if constants.POD_GROUP_PLURAL in r["resources"]]
+    assert pod_groups == {
+        "apiGroups": [constants.SCHEDULING_API_GROUP],
+        "resources": [constants.POD_GROUP_PLURAL],
+        "verbs": ["get", "list", "watch"],
     }
     # The policy's status: the one policy the scheduler reads, no other.
     (status_rule,) = [r for r in role["rules"] if "gpuschedulingpolicies/status" in r["resources"]]

@@ -323,3 +323,55 @@ def test_encode_review_bounds_any_answer():
 
 def test_deny_cuts_its_message():
     assert len(admission.deny("u", "m" * 100_000)["response"]["status"]["message"]) == admission.MAX_MESSAGE_CHARS
+
+
+# ---- the PodGroup a pod names, recorded where the apiserver would drop it ------------------------------------------
+
+POD_GROUP = "gpu.scheduling/pod-group"
+
+
+def grouped(the_pod, group="train", recorded=None):
+    """`the_pod` naming the PodGroup `group` in spec.schedulingGroup (and, given, the annotation `recorded`)."""
+    the_pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    if recorded is not None:
+        the_pod["metadata"].setdefault("annotations", {})[POD_GROUP] = recorded
+    return the_pod
+
+
+@pytest.mark.parametrize(
+    "the_pod",
+    [grouped(claim_pod()), grouped(pod()), grouped(pod(annotation=None))],
+    ids=["claim pod", "map pod", "pod of the scheduler with neither (no annotations)"],
+)
+def test_the_pod_group_a_pod_names_is_recorded_in_an_annotation(the_pod):
+    """The apiserver drops spec.schedulingGroup after mutating admission where its GenericWorkload gate is off
+    (PrepareForCreate): the record survives, and gpu-scheduler keeps the pod waiting instead of placing it alone."""
+    resp = decide(review(the_pod))
+    assert resp["allowed"], resp
+    patched = patches.apply(the_pod, json.loads(base64.b64decode(resp["patch"])))
+    assert patched["metadata"]["annotations"][POD_GROUP] == "train"
+    assert patched["spec"]["schedulingGroup"] == {"podGroupName": "train"}, "the field itself is left alone"
+
+
+def test_a_record_that_says_so_already_is_left_alone_and_a_pod_naming_none_gets_none():
+    resp = decide(review(grouped(pod(annotation=None), recorded="train")))
+    assert resp["allowed"] and "patch" not in resp
+    resp = decide(review(claim_pod()))
+    assert POD_GROUP not in json.dumps(json.loads(base64.b64decode(resp["patch"])))
+
+
+@pytest.mark.parametrize(
+    ("the_pod", "fragment"),
+    [
+        (grouped(claim_pod(), recorded="other"), "spec.schedulingGroup.podGroupName='train' and annotation"),
+        (grouped(claim_pod(), group="Not_A_Name"), "podGroupName='Not_A_Name' is not a valid gang name"),
+        (grouped(pod(annotation=None), group=["x"]), "podGroupName is an array; expected the gang's name"),
+        (
+            {**claim_pod(), "spec": {"workloadRef": {"name": "w", "podGroup": "g"}, "containers": []}},
+            "spec.workloadRef (Kubernetes 1.35's alpha Workload API) is not read by gpu-scheduler",
+        ),
+    ],
+)
+def test_a_pod_group_reference_that_cannot_be_read_is_refused_with_the_reason(the_pod, fragment):
+    resp = decide(review(the_pod))
+    assert not resp["allowed"] and fragment in resp["status"]["message"], resp
