@@ -5,9 +5,11 @@ on its cluster (listed before it is stopped) and returns one line per problem, e
 - W1: every pod bound to the node its map entry (or its affinity) names.
 - W2: no GPU held by two pods: the GPU ids gpu-scheduler wrote on its pods, the devices of the ResourceClaims
   kube-scheduler allocated, and for the extended resource (no ids) no node given more than its GPUs.
-- W3: gpu-scheduler never has a gang partly bound: from the audit log, every GPU Lease of a gang's members was
-  created before the gang's first bind, and no gang ends with some members bound and others not. Every bound
-  member holds a whole node's GPUs, all distinct, and no GPU is held twice (as in W2).
+- W3: no gang ends with some members bound and others not, whichever scheduler; gpu-scheduler never has one partly
+  bound on the way either: from the audit log, every GPU Lease of a gang's members was created before the gang's
+  first bind. Every bound member holds a whole node's GPUs, all distinct, and no GPU is held twice (as in W2). And
+  the scheduler gangs at all (`gang_proof`, after the timed window, bench/gangproof.py): a gang short of one member
+  stays unbound while a pod of no gang is placed, and binds once its last member comes.
 - W4: every pod bound to its mapped node (as W1), and the bound pods' count of every zone within the spread
   constraint's maxSkew of the emptiest zone's.
 - Storm: no waiting pod bound (every GPU was taken by the fill).
@@ -22,7 +24,6 @@ from typing import Any
 
 from bench import workload
 from gpu_scheduling import constants
-from gpu_scheduling.claims import objects
 
 #: How many offending pods or GPUs a problem line names.
 EXAMPLES = 5
@@ -115,38 +116,49 @@ def held_twice(
     return problems
 
 
+def _gangs(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """The W3 members by gang (workload.gang_of), in gang order."""
+    gangs: dict[str, list[Mapping[str, Any]]] = {}
+    for p in pods:
+        gang = workload.gang_of(p["metadata"]["name"])
+        if gang is not None:
+            gangs.setdefault(gang, []).append(p)
+    return dict(sorted(gangs.items()))
+
+
+def partly_bound(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """W3, every contender: the gangs that end with some members bound and others not."""
+    partial = []
+    for gang, members in _gangs(pods).items():
+        bound = sum(bool(p["spec"].get("nodeName")) for p in members)
+        if 0 < bound < len(members):
+            partial.append(f"{gang} ({bound}/{len(members)})")
+    return [f"{len(partial)} W3 gangs partly bound: {_some(partial)}"] if partial else []
+
+
 def gangs_whole(
     pods: Iterable[Mapping[str, Any]], leases: Mapping[str, float], binds: Mapping[str, float]
 ) -> list[str]:
     """W3, gpu-scheduler's rows: the gangs (workload.gang_of) ever partly bound, by the apiserver's own account (the
     audit log). gpu-scheduler decides a whole gang and creates every member's GPU Leases before it binds any member
     (scheduler/gangs.py), so a gang's Lease created after its first bind is a member decided or locked while
-    another was bound already; and a gang with some members bound but not all at the end stayed partly bound.
-    `leases`: Lease name -> when its last create was received (the one that holds the GPU now: W3 deletes no pod);
-    `binds`: pod name -> when its binding was received. A bound member's Leases are named by its node and GPU ids
-    (`member_gpus` checks those); one missing from the log, or a missing binding, is a problem, never a pass.
+    another was bound already; and a gang with some members bound but not all at the end stayed partly bound
+    (`partly_bound`). `leases`: Lease name -> when its last create was received (the one that holds the GPU now: W3
+    deletes no pod); `binds`: pod name -> when its binding was received. A bound member's Leases are named by its
+    node and GPU ids (`member_gpus` checks those); one missing from the log, or a missing binding, is a problem,
+    never a pass.
 
-    kube-scheduler's rows are exempt: it has no gang semantics (it places each member on its own), so there is no
-    gang it could have split."""
-    gangs: dict[str, list[Mapping[str, Any]]] = {}
-    for p in pods:
-        gang = workload.gang_of(p["metadata"]["name"])
-        if gang is not None:
-            gangs.setdefault(gang, []).append(p)
-    partial, late, unlogged = [], [], []
-    for gang, members in sorted(gangs.items()):
+    kube-scheduler writes nothing before its bindings (it decides a PodGroup in memory, then binds each member), so
+    for it only the end state (`partly_bound`) and the proof that it gangs (`gang_proof`) are checked."""
+    pods = list(pods)
+    late, unlogged = [], []
+    for gang, members in _gangs(pods).items():
         bound = {p["metadata"]["name"]: p for p in members if p["spec"].get("nodeName")}
-        if not bound:
-            continue
-        if len(bound) < len(members):
-            partial.append(f"{gang} ({len(bound)}/{len(members)})")
         locked: list[tuple[float, str, str]] = []  # (created, member, Lease) of every GPU of a bound member
         for name, p in bound.items():
             if name not in binds:
                 unlogged.append(f"{name}'s binding")
-            ids = (p["metadata"].get("annotations") or {}).get(constants.GPU_IDS_ANNOTATION, "")
-            for gpu in (int(g) for g in ids.split(",") if g.strip().isdigit()):
-                lease = objects.lease_name(p["spec"]["nodeName"], gpu)
+            for lease in workload.member_leases(p):
                 if lease in leases:
                     locked.append((leases[lease], name, lease))
                 else:
@@ -156,13 +168,36 @@ def gangs_whole(
             created, member, lease = max(locked)
             early = (created - first[0]) * 1000
             late.append(f"{gang} ({first[1]} bound {early:.1f} ms before {member}'s Lease {lease} was created)")
-    problems = []
-    if partial:
-        problems.append(f"{len(partial)} W3 gangs partly bound: {_some(partial)}")
+    problems = partly_bound(pods)
     if late:
         problems.append(f"{len(late)} W3 gangs with a member bound before every GPU Lease was created: {_some(late)}")
     if unlogged:
         problems.append(f"{len(unlogged)} writes of bound W3 members missing from the audit log: {_some(unlogged)}")
+    return problems
+
+
+def gang_proof(
+    alone_bound: bool, short: Mapping[str, bool], completed: Mapping[str, bool], hold: float, timeout: float
+) -> list[str]:
+    """W3, every contender: does its scheduler gang at all (bench/gangproof.py)? A gang of minimum N is created with
+    N - 1 members beside a pod of no gang asking the same; once the lone pod is bound (`alone_bound`, within
+    `timeout` s) and `hold` s more have passed, no member of the short gang may be bound (`short`: member -> bound
+    then); then its last member is created and every member must be bound within `timeout` s (`completed`: member
+    -> bound). A scheduler that placed pods one by one would bind the short members with the lone pod; one that
+    placed nothing would leave the lone pod unbound, so the held gang would prove nothing."""
+    problems = []
+    if not alone_bound:
+        problems.append(f"gang proof: the pod of no gang was not bound within {timeout:g} s, so nothing was proved")
+    if bound := sorted(name for name, b in short.items() if b):
+        problems.append(
+            f"gang proof: {len(bound)} of the {len(short)} members of a gang short of one were bound by {hold:g} s "
+            f"after the pod of no gang (not held as a gang): {_some(bound)}"
+        )
+    if unbound := sorted(name for name, b in completed.items() if not b):
+        problems.append(
+            f"gang proof: {len(unbound)} of the {len(completed)} members still unbound {timeout:g} s after the "
+            f"gang was completed: {_some(unbound)}"
+        )
     return problems
 
 

@@ -3,9 +3,12 @@
   gpu-scheduler       this project's scheduler, with its webhook in the admission path (as deployed); GPUs are
                       asked for with GpuClaims;
   kube-scheduler      the upstream scheduler built from the same Kubernetes version, default profile; GPUs are
-                      asked for as the extended resource nvidia.com/gpu; in W3 it has no gang semantics (v1.34 has
-                      no Workload API): the gangs' members are placed one by one; in W4 it judges the same spread
-                      constraint as gpu-scheduler (its PodTopologySpread plugin);
+                      asked for as the extended resource nvidia.com/gpu; in W3 it is the native gang peer: the gangs
+                      are PodGroups (`scheduling.k8s.io/v1beta1`, gang minCount) and its default profile at 1.37,
+                      with the gates the plane passes (GenericWorkload, TopologyAwareWorkloadScheduling), includes
+                      the GangScheduling plugin, so it holds a gang until it is whole and decides it in one
+                      pod-group cycle (bench/gangproof.py proves it in every W3 run); in W4 it judges the same
+                      spread constraint as gpu-scheduler (its PodTopologySpread plugin);
   kube-scheduler-dra  the same kube-scheduler, GPUs asked for with Dynamic Resource Allocation (ResourceClaims
                       against ResourceSlices): the native form of a claim, for W2 and the storm (its W1 and W4
                       would be kube-scheduler's);
@@ -156,7 +159,6 @@ class KubeScheduler(Contender):
     scheduler_name = workload.KUBE_SCHEDULER
     claim_api = workload.EXTENDED
     workloads = ("w1", "w2", "w3", "w4")
-    """W3 with no gang: its members are placed one by one (a reference for placement speed, not a gang scheduler)."""
 
     def start(self, plane: BenchPlane) -> None:
         kubeconfig, _ = plane.scheduler_identity()

@@ -264,3 +264,44 @@ def gang_figures(times: dict[str, PodTimes], gangs: dict[str, list[str]]) -> Gan
         gang_p99_ms=percentile(waits, 99) if waits else 0.0,
         gang_max_ms=max(waits) if waits else 0.0,
     )
+
+
+@dataclasses.dataclass
+class GangPhases:
+    """Where a placed gang's wait went, by the apiserver's account: medians over the gangs, in ms. The commit is the
+    gang's first write after its decision: its first GPU Lease create (gpu-scheduler locks every member's GPUs
+    before it binds any), or, for a scheduler that writes no Lease, its first binding."""
+
+    gangs: int
+    to_commit_p50_ms: float  # last member's create completed -> the gang's first commit write received
+    locking_p50_ms: float  # first GPU Lease create -> last one received (0 without Leases)
+    binding_p50_ms: float  # last Lease create (or first binding) -> last binding received
+
+
+def gang_phases(
+    times: dict[str, PodTimes],
+    gangs: dict[str, list[str]],
+    leases: dict[str, list[float]],
+    binds: dict[str, float],
+) -> GangPhases:
+    """`leases`: member -> when each of its GPU Leases' creates was received (none for a scheduler without Leases);
+    `binds`: member -> when its binding was received. A gang with a member never created, bound or logged is left
+    out."""
+    commit, locking, binding = [], [], []
+    for members in gangs.values():
+        if not members or any(m not in times or times[m].bound is None or m not in binds for m in members):
+            continue
+        created = max(times[m].created for m in members)
+        locked = [at for m in members for at in leases.get(m, [])]
+        bound = [binds[m] for m in members]
+        first = min(locked) if locked else min(bound)
+        last_lock = max(locked) if locked else first
+        commit.append((first - created) * 1000)
+        locking.append((last_lock - first) * 1000)
+        binding.append((max(bound) - last_lock) * 1000)
+    return GangPhases(
+        gangs=len(commit),
+        to_commit_p50_ms=percentile(commit, 50) if commit else 0.0,
+        locking_p50_ms=percentile(locking, 50) if locking else 0.0,
+        binding_p50_ms=percentile(binding, 50) if binding else 0.0,
+    )

@@ -19,8 +19,11 @@ Tuning, and why (each run gets a fresh plane, so no run inherits another's objec
     SCHEDULER_USER with its own client certificate, so its writes are told apart from the load generator's and
     the controllers' (reads are not recorded: they cost the same audit work for every contender and say nothing
     the CPU figures do not).
-  - Dynamic Resource Allocation needs nothing: Kubernetes 1.34 serves `resource.k8s.io/v1` and enables the
+  - Dynamic Resource Allocation needs nothing: Kubernetes serves `resource.k8s.io/v1` (since 1.34) and enables the
     DynamicResourceAllocation feature gate by default (`check_dra` fails the run early if that ever changes).
+  - Kubernetes' gang API (PodGroups, `scheduling.k8s.io/v1beta1`), which W3's kube-scheduler contender uses, is
+    served from 1.37 on with the feature gates ControlPlane turns on there (harness.controlplane.workload_api_flags,
+    which start_kube_scheduler passes to kube-scheduler too); `check_gang_api` fails such a run early without it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from bench import workload
+from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import ApiError
 from gpu_scheduling.kube.sync import SyncClient
@@ -297,6 +301,18 @@ class BenchPlane:
         missing = {"deviceclasses", "resourceslices", "resourceclaims", "resourceclaims/status"} - resources
         if missing:
             raise RuntimeError(f"{workload.DRA_API} lacks {sorted(missing)}")
+
+    def check_gang_api(self) -> None:
+        """Fail early, saying why, when this apiserver does not serve PodGroups (Kubernetes' gang API)."""
+        try:
+            resources = {r["name"] for r in self.api.get(paths.POD_GROUP_API)["resources"]}
+        except ApiError as exc:
+            raise RuntimeError(
+                f"the apiserver does not serve {constants.POD_GROUP_API_VERSION} ({exc}): kube-scheduler's gangs need "
+                "Kubernetes 1.37 or newer with the GenericWorkload feature gate (harness.controlplane)"
+            ) from None
+        if "podgroups" not in resources:
+            raise RuntimeError(f"{constants.POD_GROUP_API_VERSION} serves no podgroups: {sorted(resources)}")
 
     def namespace(self, name: str) -> None:
         """Create a namespace and wait for its default ServiceAccount (pods are refused until it exists)."""

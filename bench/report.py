@@ -34,9 +34,8 @@ STORM_TARGET = 0.05
 """CPU-seconds per second the apiserver and the scheduler may each spend on pods waiting for GPUs (issue 9)."""
 PEERS = ("kube-scheduler-dra", "kube-scheduler")
 """What gpu-scheduler is compared with in W2, the native form of a claim first."""
-NO_GANG = "kube-scheduler (no gang: members placed one by one)"
-"""How the report names kube-scheduler in W3: v1.34 has no gang scheduling, so it is a reference for raw placement
-speed, not the native peer (kube-scheduler v1.37's Workload API or Kueue)."""
+GANG_PEER = "kube-scheduler (PodGroups)"
+"""How the report names kube-scheduler in W3: the native gang peer, its gangs declared as PodGroups."""
 
 
 WORKLOAD_PLOTS = ("w1", "w2", "w3", "w4")
@@ -121,7 +120,7 @@ def plot(runs: list[dict[str, Any]], wl: str, path: pathlib.Path) -> bool:
     for r in mine:
         xs = [0.0] + [t for t, _ in r["curve"]]
         ys = [0] + [n for _, n in r["curve"]]
-        name = NO_GANG if wl == "w3" and r["contender"] == "kube-scheduler" else r["contender"]
+        name = GANG_PEER if wl == "w3" and r["contender"] == "kube-scheduler" else r["contender"]
         label = name if r["contender"] not in seen else None
         seen.add(r["contender"])
         ax.step(
@@ -354,22 +353,34 @@ def _webhook(hooks: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _gang_label(name: str) -> str:
+    return GANG_PEER if name == "kube-scheduler" else name
+
+
+def _w3_runs(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """W3's runs by contender, in the order they ran."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        if r["workload"] == "w3":
+            out.setdefault(r["contender"], []).append(r)
+    return out
+
+
 def _gang_table(runs: list[dict[str, Any]]) -> str:
-    """W3, one row per contender: gangs placed per second, last member created -> gang bound, CPU and RSS (median
-    over the repetitions, with min–max)."""
+    """W3, one row per contender: gangs placed per second, last member created -> gang bound, CPU, RSS and writes
+    per member (median over the repetitions, with min–max)."""
     lines = [
         (
             "| contender | gangs placed | members bound | gangs/s | pods/s | last member created→gang bound p50 ms | "
-            "p99 ms | max ms | scheduler CPU s | contender CPU s | scheduler peak RSS MiB | apiserver CPU s |"
+            "p99 ms | max ms | scheduler CPU s | contender CPU s | scheduler CPU ms per member | "
+            "scheduler peak RSS MiB | apiserver CPU s | scheduler writes per member |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in dict.fromkeys(r["contender"] for r in runs if r["workload"] == "w3"):
-        mine = [r for r in runs if r["workload"] == "w3" and r["contender"] == name]
+    for name, mine in _w3_runs(runs).items():
         g = [r["gangs"] for r in mine]
-        label = NO_GANG if name == "kube-scheduler" else name
         lines.append(
-            f"| {label} | {min(x['placed'] for x in g)}/{g[0]['gangs']} | {min(r['bound'] for r in mine)}/"
+            f"| {_gang_label(name)} | {min(x['placed'] for x in g)}/{g[0]['gangs']} | {min(r['bound'] for r in mine)}/"
             f"{mine[0]['pods']} | {_fmt(measure.spread(x['gangs_per_second'] for x in g), 2)} | "
             f"{_fmt(measure.spread(r['throughput'] for r in mine), 1)} | "
             f"{_fmt(measure.spread(x['gang_p50_ms'] for x in g))} | "
@@ -377,10 +388,56 @@ def _gang_table(runs: list[dict[str, Any]]) -> str:
             f"{_fmt(measure.spread(x['gang_max_ms'] for x in g))} | "
             f"{_fmt(measure.spread(r['cpu_seconds'].get('scheduler', 0.0) for r in mine), 1)} | "
             f"{_fmt(measure.spread(_contender_cpu(r) for r in mine), 1)} | "
+            f"{_fmt(measure.spread(r['cpu_seconds'].get('scheduler', 0.0) * 1000 / r['pods'] for r in mine), 1)} | "
             f"{_fmt(measure.spread(r['peak_rss_mib'].get('scheduler', 0.0) for r in mine))} | "
-            f"{_fmt(measure.spread(r['cpu_seconds']['kube-apiserver'] for r in mine), 1)} |"
+            f"{_fmt(measure.spread(r['cpu_seconds']['kube-apiserver'] for r in mine), 1)} | "
+            f"{_fmt(measure.spread((r.get('writes_per_pod') or {}).get('total', 0.0) for r in mine), 2)} |"
         )
     return "\n".join(lines)
+
+
+def _phase_table(runs: list[dict[str, Any]]) -> str:
+    """W3, where a gang's wait went (measure.gang_phases), per contender: medians over the gangs, then over the
+    repetitions."""
+    lines = [
+        "| contender | last member created→first commit write ms | first→last GPU Lease ms | →last binding ms |",
+        "|---|---|---|---|",
+    ]
+    for name, mine in _w3_runs(runs).items():
+        ph = [r["gang_phases"] for r in mine if r.get("gang_phases")]
+        if not ph:
+            continue
+        lines.append(
+            f"| {_gang_label(name)} | {_fmt(measure.spread(x['to_commit_p50_ms'] for x in ph))} | "
+            f"{_fmt(measure.spread(x['locking_p50_ms'] for x in ph))} | "
+            f"{_fmt(measure.spread(x['binding_p50_ms'] for x in ph))} |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def proof_sentence(proof: dict[str, Any]) -> str:
+    """What bench/gangproof.py saw, in one sentence."""
+    n, hold = proof["min_count"], proof["hold_seconds"]
+    if proof["alone_bound_ms"] is None:
+        first = f"the pod of no gang was not bound, so the {n - 1} members of a gang of minimum {n} proved nothing"
+    else:
+        first = (
+            f"{proof['short_bound']} of the {n - 1} members of a gang of minimum {n} bound {hold:g} s after a pod of "
+            f"no gang created with them was bound ({proof['alone_bound_ms']:.0f} ms)"
+        )
+    if proof["completed_bound_ms"] is None:
+        return f"{first}; once member {n} was created, not every member was bound"
+    return f"{first}; once member {n} was created, all {n} bound in {proof['completed_bound_ms']:.0f} ms"
+
+
+def _proofs(runs: list[dict[str, Any]]) -> str:
+    """Each W3 run's gang proof, as a list."""
+    return "\n".join(
+        f"- {_gang_label(name)}, repetition {r['rep']}: {proof_sentence(r['gang_proof'])}."
+        for name, mine in _w3_runs(runs).items()
+        for r in mine
+        if r.get("gang_proof")
+    )
 
 
 def gangs_section(runs: list[dict[str, Any]], assets: str, source: str = "") -> str:
@@ -391,24 +448,65 @@ def gangs_section(runs: list[dict[str, Any]], assets: str, source: str = "") -> 
         return ""
     r0 = w3[0]
     lead = f"{source}\n\n" if source else ""
-    return f"""## W3: gangs
+    parts = [
+        f"""## W3: gangs
 
 {r0["gangs"]["gangs"]} gangs of 2, 4 and 8 members in turn, every member asking for a whole node (8 GPUs):
-{r0["pods"]} pods on {r0["nodes"]} nodes (about 90 % of them). gpu-scheduler gets one GpuClaim of 8 GPUs per gang
-with `spec.gangRef`, each member naming it with `gpu.scheduling/gang-min-members` (placed whole or not at all).
-kube-scheduler is the v1.34 build the benchmark runs elsewhere, the same pods asking `nvidia.com/gpu: 8` and **no
-gang semantics**: it places the members one by one, so its row is a reference for raw placement speed, not the
-native peer. The issue's native peer, kube-scheduler v1.37 with the Workload API's gang scheduling or Kueue v0.17,
-is not built by this benchmark. The claims and the inventory exist before the timed window. Gangs/s = gangs with
-every member bound / (the bind that completed the last gang − the first create received); per gang, the wait is
-from its last member's create completed to its last member's bind completed (the apiserver's audit log), what
-`gpu_scheduler_gang_scheduling_duration_seconds` measures from the scheduler's side. Each run fails if a gang is
-partly bound, a bound member lacks 8 distinct GPUs, or a GPU is held twice (`bench/checks.py`).
+{r0["pods"]} pods on {r0["nodes"]} nodes (about 90 % of them), each gang in the scheduler's own gang API.
+gpu-scheduler gets one GpuClaim of 8 GPUs per gang with `spec.gangRef`, each member naming it with
+`gpu.scheduling/gang-min-members`. kube-scheduler, the native peer, gets one PodGroup per gang
+(`scheduling.k8s.io/v1beta1`, `spec.schedulingPolicy.gang.minCount` = the gang's size; no topology constraint, as
+W3 asks for no domain), each member asking `nvidia.com/gpu: 8` and joining it with
+`spec.schedulingGroup.podGroupName`; its default profile with the feature gates the plane passes (GenericWorkload,
+TopologyAwareWorkloadScheduling) holds a gang until minCount members exist (GangScheduling's PreEnqueue) and
+decides it in one pod-group cycle. Both place a gang whole or not at all; gpu-scheduler also gives each member 8
+GPU ids and locks them with one GPU Lease each before it binds. The claims, the PodGroups and the inventory exist
+before the timed window. Gangs/s = gangs with every member bound / (the bind that completed the last gang − the
+first create received); per gang, the wait is from its last member's create completed to its last member's bind
+completed (the apiserver's audit log), what `gpu_scheduler_gang_scheduling_duration_seconds` measures from the
+scheduler's side. Each run fails if a gang ends partly bound (gpu-scheduler's also if a member was bound before
+every GPU Lease of its gang was created), a bound member lacks 8 distinct GPUs, or a GPU is held twice
+(`bench/checks.py`).
 
 {lead}{_gang_table(runs)}
 
 ![W3 bound pods over time]({assets}/w3-bound-over-time.png)
 """
+    ]
+    proofs = _proofs(runs)
+    if proofs:
+        p0 = next(r["gang_proof"] for r in w3 if r.get("gang_proof"))
+        n = p0["min_count"]
+        parts.append(f"""### Gang proof
+
+After each run's timed window, on its plane and with the scheduler it measured (`bench/gangproof.py`): a gang of
+minimum {n} in the scheduler's form, each member asking one GPU, is created with {n - 1} members beside one pod of no
+gang asking the same; the run fails if a member is bound by {p0["hold_seconds"]:g} s after the lone pod is, or if the
+gang is not bound once its member {n} comes. Times are the benchmark's client's, polling the pods every 0.1 s.
+
+{proofs}
+""")
+    phases = _phase_table(runs)
+    if phases:
+        parts.append(f"""### Where a gang's wait goes
+
+Per gang, from the audit log: from its last member's create to the first write of its commit (gpu-scheduler: the
+gang's first GPU Lease create; kube-scheduler, which writes nothing before it binds: its first binding), the GPU
+Lease creates (gpu-scheduler locks every member's GPUs before it binds any), then to its last binding. Medians over
+the gangs (and over the repetitions, with min–max).
+
+{phases}
+""")
+    writes = _writes(runs, "w3")
+    if writes:
+        parts.append(f"""### Writes per member
+
+The scheduler's write requests per member, by verb and resource (as for W2; `update leases` is the leader's own
+renewal).
+
+{writes}
+""")
+    return "\n".join(parts)
 
 
 def _against_w1(runs: list[dict[str, Any]]) -> str:
@@ -526,7 +624,8 @@ shares these {m["cpus"]} CPUs, so every figure is a figure of the whole machine 
 - Contenders (`bench/contenders.py`), each in namespace `bench`, same apiserver build and flags:
   1. **gpu-scheduler** with the webhook in the admission path, {results["client"]["workers"]} bind workers;
   2. **kube-scheduler** {v.get("kubernetes_version")}, default profile, the same pods pinned natively
-     (W1, W4: required node affinity on `kubernetes.io/hostname`; `nvidia.com/gpu` requests);
+     (W1, W4: required node affinity on `kubernetes.io/hostname`; `nvidia.com/gpu` requests; W3: gangs as
+     PodGroups, with the gang API's feature gates on);
   3. **kube-scheduler-dra**: the same kube-scheduler, the same claims as Dynamic Resource Allocation
      ResourceClaims (`resource.k8s.io/v1`, enabled by default in {v.get("kubernetes_version")}), which its
      DynamicResources plugin allocates and reserves before binding (W2 and the storm);

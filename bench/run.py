@@ -26,7 +26,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench import board, checks, contenders, measure, report, state, workload
+from bench import board, checks, contenders, gangproof, measure, report, state, workload
 from bench.plane import SCHEDULER_USER, BenchPlane, build_loadgen
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
@@ -161,6 +161,9 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         elif wl == "w3":
             gang_sizes = workload.w3_sizes(settings.nodes, settings.w3_fill)
             plane.add_inventory(contender.claim_api, settings.nodes)
+            if contender.claim_api == workload.EXTENDED:
+                plane.check_gang_api()
+            # The gangs' GpuClaims or PodGroups, created before the timed window like W2's claims.
             claims, pods = workload.gang_pods(contender.claim_api, contender.scheduler_name, NAMESPACE, gang_sizes)
             gpus = len(pods) * workload.GPUS_PER_NODE
         else:
@@ -202,11 +205,16 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
         figs = measure.figures(tail.pods, tail.failed_binds)
         gang_figs = measure.gang_figures(tail.pods, _gangs(pods)) if wl == "w3" else None
         writes = _settled_writes(plane, settings.writes_settle_seconds)
+        phases = _gang_phases(plane, tail, writes, _gangs(pods)) if wl == "w3" else None
         first_create = min(t.received for t in tail.pods.values())
         scheduler_writes = writes.counts(SCHEDULER_USER, since=first_create)
         claims_done = _claims_done(plane, contender.claim_api) if claims else None
         problems = _problems(plane, settings, wl, contender.claim_api, writes)
         spread = _spread(plane, settings) if wl == "w4" else None
+        # After the window (its writes are counted already), on the same plane: does this scheduler gang at all?
+        proof = gangproof.prove(plane.api, contender.claim_api, contender.scheduler_name) if wl == "w3" else None
+        if proof is not None:
+            problems += proof.problems
     finally:
         contender.stop()
         plane.stop()
@@ -229,6 +237,10 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
     }
     if gang_figs is not None:
         result["gangs"] = dataclasses.asdict(gang_figs)
+    if phases is not None:
+        result["gang_phases"] = dataclasses.asdict(phases)
+    if proof is not None:
+        result["gang_proof"] = dataclasses.asdict(proof)
     if spread is not None:
         result["spread"] = {**spread, "refusals_written": scheduler_writes.get("patch pods/status", 0)}
     result["curve"] = _thin(result["curve"], 600)
@@ -245,12 +257,20 @@ def run_one(settings: Settings, loadgen: pathlib.Path, wl: str, name: str, rep: 
             f"{gang_figs.gang_p50_ms:.0f} ms, p99 {gang_figs.gang_p99_ms:.0f} ms",
             flush=True,
         )
+    if phases is not None:
+        print(
+            f"   per gang (p50): last member created -> commit {phases.to_commit_p50_ms:.0f} ms, locking "
+            f"{phases.locking_p50_ms:.0f} ms, binding {phases.binding_p50_ms:.0f} ms",
+            flush=True,
+        )
+    if proof is not None:
+        print(f"   gang proof: {report.proof_sentence(result['gang_proof'])}", flush=True)
     print(
         f"   {figs.bound}/{figs.pods} bound in {figs.seconds:.1f}s: {figs.throughput:.1f} pods/s, "
         f"p50 {figs.latency_p50_ms:.0f} ms, p99 {figs.latency_p99_ms:.0f} ms; scheduler CPU "
         f"{cpu.get('scheduler', 0):.1f}s, RSS {rss.get('scheduler', 0):.0f} MiB; apiserver CPU "
         f"{cpu['kube-apiserver']:.1f}s; scheduler writes per pod {result['writes_per_pod']['total']:.2f}"
-        + ("" if claims_done is None else f"; {claims_done}/{len(claims)} claims allocated to their pod"),
+        + ("" if claims_done is None else f"; {claims_done}/{len(claims)} {_done_what(claims)}"),
         flush=True,
     )
     return result
@@ -286,9 +306,10 @@ def _problems(
     plane: BenchPlane, settings: Settings, wl: str, api: workload.ClaimApi, writes: measure.WriteTail
 ) -> list[str]:
     """What the run got wrong (bench/checks.py): W1 and W4 pods off their mapped node, W4's zones skewed beyond its
-    maxSkew, W2 GPUs held twice, W3 gangs ever partly bound (gpu-scheduler's, from the audit log `writes` read after
-    every bind: the apiserver writes that log one event at a time in the order requests complete, so it holds every
-    Lease create answered before a bind was sent) or members without a whole node's GPUs."""
+    maxSkew, W2 GPUs held twice, W3 gangs partly bound at the end (either scheduler) or on the way (gpu-scheduler's,
+    from the audit log `writes` read after every bind: the apiserver writes that log one event at a time in the
+    order requests complete, so it holds every Lease create answered before a bind was sent) or members without a
+    whole node's GPUs. (W3's proof that the scheduler gangs at all comes after: gangproof.)"""
     listed = plane.api.get(paths.pods(NAMESPACE))["items"]
     if wl == "w1":
         return checks.misplaced(listed, checks.w1_mapped(settings.pods, settings.nodes, settings.group_size))
@@ -305,7 +326,7 @@ def _problems(
                 writes.created("create pods/binding", NAMESPACE),
             )
             if api == workload.GPUCLAIM
-            else []  # kube-scheduler has no gangs (checks.gangs_whole)
+            else checks.partly_bound(listed)  # kube-scheduler writes nothing before it binds (checks.gangs_whole)
         )
         return whole + checks.member_gpus(listed, api)
     resource_claims = (
@@ -314,12 +335,41 @@ def _problems(
     return checks.held_twice(listed, api, resource_claims)
 
 
+def _gang_phases(
+    plane: BenchPlane, tail: measure.AuditTail, writes: measure.WriteTail, gangs: dict[str, list[str]]
+) -> measure.GangPhases:
+    """W3: where each gang's wait went (measure.gang_phases), from the audit log read after every bind: the bound
+    members' GPU Leases (named by their node and GPU ids: none for kube-scheduler's pods) and bindings."""
+    created = writes.created("create leases", constants.LEASE_NAMESPACE)
+    leases = {
+        p["metadata"]["name"]: [created[lease] for lease in workload.member_leases(p) if lease in created]
+        for p in plane.api.get(paths.pods(NAMESPACE))["items"]
+        if p["spec"].get("nodeName")
+    }
+    return measure.gang_phases(tail.pods, gangs, leases, writes.created("create pods/binding", NAMESPACE))
+
+
+def _done_what(objs: list[dict[str, Any]]) -> str:
+    """What `_claims_done` counted, in words."""
+    return "PodGroups scheduled" if objs[0]["kind"] == constants.POD_GROUP_KIND else "claims allocated to their pod"
+
+
 def _claims_done(plane: BenchPlane, api: workload.ClaimApi) -> int:
     """Claims the scheduler finished with: a GpuClaim in phase Bound, a ResourceClaim allocated and reserved for
-    its pod (what kube-scheduler writes before it binds)."""
+    its pod (what kube-scheduler writes before it binds); for W3's PodGroups (`extended`), those kube-scheduler
+    marked scheduled (workload.POD_GROUP_SCHEDULED True)."""
     if api == workload.GPUCLAIM:
         items = plane.api.get(paths.gpu_claims(NAMESPACE))["items"]
         return sum((c.get("status") or {}).get("phase") == "Bound" for c in items)
+    if api == workload.EXTENDED:
+        items = plane.api.get(paths.pod_groups(NAMESPACE))["items"]
+        return sum(
+            any(
+                c.get("type") == workload.POD_GROUP_SCHEDULED and c.get("status") == "True"
+                for c in (g.get("status") or {}).get("conditions") or []
+            )
+            for g in items
+        )
     items = plane.api.get(workload.dra_path("resourceclaims", NAMESPACE))["items"]
     return sum(
         bool((c.get("status") or {}).get("allocation"))

@@ -24,11 +24,17 @@ inventory (`gpu_scheduling.agent.inventory.simulated_status`): the GpuNodeStatus
 (`dra_inventory`).
 
 W3, gangs: groups of pods placed whole or not at all, each member asking for a whole node (8 GPUs), gangs of 2, 4
-and 8 members in turn until `fill` of the nodes is asked for (`w3_sizes`). gpu-scheduler gets one GpuClaim of 8 GPUs
-per gang with `spec.gangRef` naming the gang, and each member's pod names that claim and states the gang's size
-(`gpu.scheduling/gang-min-members`); kube-scheduler gets the same pods asking `nvidia.com/gpu: 8` with no gang at
-all (its members are placed one by one: a reference for raw placement speed, not a gang scheduler). Member m of gang
-g is `w3-g<g>-<size>x-<m>`: `gang_of` reads the gang back from the name, whatever the contender.
+and 8 members in turn until `fill` of the nodes is asked for (`w3_sizes`). Each contender gets the gang in its own
+API (`gang_pods`):
+  - `gpuclaim`: one GpuClaim of 8 GPUs per gang with `spec.gangRef` naming the gang, and each member's pod names
+    that claim and states the gang's size (`gpu.scheduling/gang-min-members`) (gpu-scheduler);
+  - `extended`: Kubernetes' own gang API (`scheduling.k8s.io/v1beta1`, 1.37 on): one PodGroup per gang with
+    `spec.schedulingPolicy.gang.minCount` the gang's size, and each member's pod asks `nvidia.com/gpu: 8` and joins
+    it with `spec.schedulingGroup.podGroupName` (kube-scheduler, whose GangScheduling plugin holds a gang until
+    minCount members exist and decides them in one pod-group cycle). W3 asks for no topology domain, so the
+    PodGroups carry no topology constraint (`spec.schedulingConstraints`), as gpu-scheduler's gangs carry no
+    `gpu.scheduling/gang-topology`.
+Member m of gang g is `w3-g<g>-<size>x-<m>`: `gang_of` reads the gang back from the name, whatever the contender.
 
 W4, W1 with a zone spread constraint: W1's pods, pinned the same way for each contender (the map for gpu-scheduler,
 required node affinity for kube-scheduler, `nvidia.com/gpu: 1` for both), each also carrying the label W4_LABEL,
@@ -113,6 +119,8 @@ def collection_path(obj: dict[str, Any]) -> str:
         return paths.NODES
     if kind in DRA_KINDS:
         return dra_path(DRA_KINDS[kind], namespace)
+    if kind == constants.POD_GROUP_KIND:
+        return paths.pod_groups(namespace)
     raise ValueError(f"the benchmark creates no {kind}")
 
 
@@ -171,8 +179,10 @@ def _pod(
     labels: dict[str, str] | None = None,
     resource_claim: str | None = None,
     env: dict[str, str] | None = None,
+    pod_group: str | None = None,
 ) -> dict[str, Any]:
-    """A pod asking `gpus` nvidia.com/gpu (None: no extended resource), or the ResourceClaim `resource_claim`."""
+    """A pod asking `gpus` nvidia.com/gpu (None: no extended resource), or the ResourceClaim `resource_claim`; a
+    member of the PodGroup `pod_group` when given."""
     container: dict[str, Any] = {"name": "main", "image": IMAGE, "resources": {}}
     if env:
         container["env"] = [{"name": k, "value": v} for k, v in env.items()]
@@ -183,6 +193,8 @@ def _pod(
         "terminationGracePeriodSeconds": 0,
         "containers": [container],
     }
+    if pod_group:
+        spec["schedulingGroup"] = {"podGroupName": pod_group}
     if resource_claim:
         spec["resourceClaims"] = [{"name": DRA_REQUEST, "resourceClaimName": resource_claim}]
         container["resources"]["claims"] = [{"name": DRA_REQUEST}]
@@ -402,27 +414,53 @@ def gang_of(pod_name: str) -> str | None:
     return gang if sep and gang.startswith(f"{W3_PREFIX}-g") and member.isdigit() else None
 
 
+POD_GROUP_SCHEDULED = "PodGroupInitiallyScheduled"
+"""The condition kube-scheduler sets True on a PodGroup once it has placed the gang."""
+
+
+def pod_group(name: str, namespace: str, min_count: int) -> dict[str, Any]:
+    """A PodGroup placed whole or not at all once `min_count` of its pods exist: a gang. No topology constraint
+    (`spec.schedulingConstraints`): no W3 gang asks for a domain."""
+    return {
+        "apiVersion": constants.POD_GROUP_API_VERSION,
+        "kind": constants.POD_GROUP_KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
 def gang_pods(
-    api: ClaimApi, scheduler: str, namespace: str, sizes: list[int]
+    api: ClaimApi, scheduler: str, namespace: str, sizes: list[int], gpus: int = GPUS_PER_NODE
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(claims, pods) of the W3 gangs of `sizes` members, each member asking for a whole node (GPUS_PER_NODE GPUs).
+    """(gang objects, pods) of the W3 gangs of `sizes` members, each member asking for `gpus` GPUs (a whole node).
     `gpuclaim`: one GpuClaim per gang with `spec.gangRef`, every member naming it with the gang's size;
-    `extended`: the pods ask `nvidia.com/gpu` and carry no gang (no claims). Members of a gang are consecutive."""
-    claims: list[dict[str, Any]] = []
+    `extended`: one PodGroup per gang (minCount: its size), every member asking `nvidia.com/gpu` and joining it.
+    The gang objects are created before the pods. Members of a gang are consecutive."""
+    objs: list[dict[str, Any]] = []
     pods: list[dict[str, Any]] = []
     for g, size in enumerate(sizes):
         gang = gang_name(g, size)
+        annotations: dict[str, str] = {}
+        group = None
         if api == GPUCLAIM:
-            claims.append(gpuclaim(gang, namespace, {**gpuclaim_spec(GPUS_PER_NODE), "gangRef": gang}))
+            objs.append(gpuclaim(gang, namespace, {**gpuclaim_spec(gpus), "gangRef": gang}))
             annotations = {constants.CLAIM_ANNOTATION: gang, constants.GANG_MIN_MEMBERS_ANNOTATION: str(size)}
         elif api == EXTENDED:
-            annotations = {}
+            objs.append(pod_group(gang, namespace, size))
+            group = gang
         else:
             raise ValueError(f"W3 has no {api!r} form")
         pods.extend(
-            _pod(namespace, f"{gang}-{m}", scheduler, GPUS_PER_NODE, annotations=dict(annotations)) for m in range(size)
+            _pod(namespace, f"{gang}-{m}", scheduler, gpus, annotations=dict(annotations), pod_group=group)
+            for m in range(size)
         )
-    return claims, pods
+    return objs, pods
+
+
+def member_leases(pod: Mapping[str, Any]) -> list[str]:
+    """The GPU Leases a bound gpu-scheduler pod holds: one per GPU id it carries, on its node."""
+    ids = (pod["metadata"].get("annotations") or {}).get(constants.GPU_IDS_ANNOTATION, "")
+    return [objects.lease_name(pod["spec"]["nodeName"], int(g)) for g in ids.split(",") if g.strip().isdigit()]
 
 
 def pod_gpus(pod: dict[str, Any], claims: dict[str, dict[str, Any]] | None = None) -> int:

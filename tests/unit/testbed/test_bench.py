@@ -161,8 +161,10 @@ def test_every_object_is_created_in_its_collection():
     dra_claims, _ = workload.claim_pods(workload.DRA, workload.KUBE_SCHEDULER, "ns", [1])
     device_class, resource_slice = workload.dra_inventory(1)
     node = node_body("node1")
+    group = workload.pod_group("g", "ns", 2)
     assert [
-        workload.collection_path(o) for o in (pods[0], claims[0], dra_claims[0], device_class, resource_slice, node)
+        workload.collection_path(o)
+        for o in (pods[0], claims[0], dra_claims[0], device_class, resource_slice, node, group)
     ] == [
         "/api/v1/namespaces/ns/pods",
         "/apis/gpu.scheduling/v1/namespaces/ns/gpuclaims",
@@ -170,6 +172,7 @@ def test_every_object_is_created_in_its_collection():
         "/apis/resource.k8s.io/v1/deviceclasses",
         "/apis/resource.k8s.io/v1/resourceslices",
         "/api/v1/nodes",
+        "/apis/scheduling.k8s.io/v1beta1/namespaces/ns/podgroups",
     ]
     with pytest.raises(ValueError, match="creates no Secret"):
         workload.collection_path({"kind": "Secret", "metadata": {"name": "s"}})
@@ -570,10 +573,22 @@ def test_w3_gangs_ask_a_whole_node_per_member_in_each_contender_form():
     annotations = pods[5]["metadata"]["annotations"]
     assert annotations == {constants.CLAIM_ANNOTATION: "w3-g0001-4x", constants.GANG_MIN_MEMBERS_ANNOTATION: "4"}
     assert all(workload.pod_gpus(p) == workload.GPUS_PER_NODE for p in pods)
-    no_claims, plain = workload.gang_pods(workload.EXTENDED, workload.KUBE_SCHEDULER, "ns", [2, 4])
-    assert no_claims == [] and [p["metadata"]["name"] for p in plain] == [p["metadata"]["name"] for p in pods]
-    assert all(p["metadata"]["annotations"] == {} and workload.pod_gpus(p) == 8 for p in plain)
-    assert {workload.gang_of(p["metadata"]["name"]) for p in plain} == {"w3-g0000-2x", "w3-g0001-4x"}
+    assert "schedulingGroup" not in pods[0]["spec"]
+    groups, native = workload.gang_pods(workload.EXTENDED, workload.KUBE_SCHEDULER, "ns", [2, 4])
+    # Kubernetes' gang API: one PodGroup per gang, minCount its size, no topology constraint (W3 asks for no domain)
+    assert groups[1] == {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "w3-g0001-4x", "namespace": "ns"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}},
+    }
+    assert [g["metadata"]["name"] for g in groups] == [c["metadata"]["name"] for c in claims]
+    assert [p["metadata"]["name"] for p in native] == [p["metadata"]["name"] for p in pods]
+    assert all(p["metadata"]["annotations"] == {} and workload.pod_gpus(p) == 8 for p in native)
+    assert native[5]["spec"]["schedulingGroup"] == {"podGroupName": "w3-g0001-4x"}
+    assert {workload.gang_of(p["metadata"]["name"]) for p in native} == {"w3-g0000-2x", "w3-g0001-4x"}
+    _, small = workload.gang_pods(workload.EXTENDED, workload.KUBE_SCHEDULER, "ns", [4], gpus=1)
+    assert all(workload.pod_gpus(p) == 1 for p in small)
     assert workload.gang_of("w2-00001-8gpu") is None
     with pytest.raises(ValueError, match="W3 has no 'dra' form"):
         workload.gang_pods(workload.DRA, "s", "ns", [2])
@@ -635,6 +650,11 @@ def test_a_partly_bound_gang_or_a_member_short_of_gpus_is_a_problem():
         {**p, "spec": {**p["spec"], "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]}} for p in pods
     ]
     assert checks.member_gpus(plain, workload.EXTENDED) == ["nodes given more than 8 GPUs: node1 (16)"]
+    # kube-scheduler's gangs carry no GPU ids: the end state is what is checked
+    assert checks.partly_bound([*pods[:2], member("w3-g0001-2x-0", "node3"), member("w3-g0001-2x-1", None)]) == [
+        "1 W3 gangs partly bound: w3-g0001-2x (1/2)"
+    ]
+    assert checks.partly_bound([member("w3-g0001-2x-0", None), member("w3-g0001-2x-1", None)]) == []
 
 
 def test_a_gang_member_bound_before_every_lease_of_its_gang_was_created_is_a_problem():
@@ -680,7 +700,47 @@ def test_write_tail_keeps_each_objects_last_successful_create(tmp_path):
     assert tail.created("create leases", "elsewhere") == {}
 
 
-def test_report_shows_w3_with_kube_scheduler_named_as_no_gang():
+def test_gang_phases_split_each_wait_into_deciding_locking_and_binding():
+    times = {
+        "a-0": measure.PodTimes(0.0, 0.1, 2.0),
+        "a-1": measure.PodTimes(0.0, 0.2, 2.1),  # last created at 0.2
+        "b-0": measure.PodTimes(0.0, 0.5, 1.5),
+        "c-0": measure.PodTimes(0.0, 0.5, None),  # not bound: left out
+    }
+    gangs = {"a": ["a-0", "a-1"], "b": ["b-0"], "c": ["c-0"]}
+    binds = {"a-0": 1.9, "a-1": 2.05, "b-0": 1.4}
+    leases = {"a-0": [1.0, 1.2], "a-1": [1.1, 1.5], "b-0": [0.6, 0.7]}
+    with_leases = measure.gang_phases(times, gangs, leases, binds)
+    # a: 0.2 -> first Lease 1.0 (800 ms), locking to 1.5 (500 ms), last bind 2.05 (550 ms); b: 100, 100, 700
+    assert with_leases.gangs == 2
+    assert with_leases.to_commit_p50_ms == pytest.approx(100.0)
+    assert with_leases.locking_p50_ms == pytest.approx(100.0)
+    assert with_leases.binding_p50_ms == pytest.approx(550.0)
+    # without Leases the commit is the first binding: a 1700 ms then 150 ms binding, b 900 then 0
+    without = measure.gang_phases(times, gangs, {}, binds)
+    assert (without.to_commit_p50_ms, without.locking_p50_ms) == (pytest.approx(900.0), 0.0)
+    assert without.binding_p50_ms == pytest.approx(0.0)
+    missing = {k: v for k, v in binds.items() if k != "b-0"}  # a binding missing from the log: b is left out
+    assert measure.gang_phases(times, gangs, leases, missing).gangs == 1
+    assert workload.member_leases(member("m", "node2", "0,3")) == ["gpu-node2-0", "gpu-node2-3"]
+
+
+def test_a_gang_proof_fails_unless_the_short_gang_waits_while_a_lone_pod_binds():
+    held = {"g-0": False, "g-1": False, "g-2": False}
+    done = dict.fromkeys([*held, "g-3"], True)
+    assert checks.gang_proof(True, held, done, hold=5, timeout=60) == []
+    (problem,) = checks.gang_proof(True, {**held, "g-1": True}, done, hold=5, timeout=60)
+    assert problem == (
+        "gang proof: 1 of the 3 members of a gang short of one were bound by 5 s after the pod of no gang "
+        "(not held as a gang): g-1"
+    )
+    assert checks.gang_proof(False, held, {**done, "g-3": False}, hold=5, timeout=60) == [
+        "gang proof: the pod of no gang was not bound within 60 s, so nothing was proved",
+        "gang proof: 1 of the 4 members still unbound 60 s after the gang was completed: g-3",
+    ]
+
+
+def test_report_shows_w3_against_kube_scheduler_with_podgroups():
     gangs = {
         "gangs": 2,
         "placed": 2,
@@ -690,14 +750,41 @@ def test_report_shows_w3_with_kube_scheduler_named_as_no_gang():
         "gang_p99_ms": 300.0,
         "gang_max_ms": 300.0,
     }
+    phases = {"gangs": 2, "to_commit_p50_ms": 700.0, "locking_p50_ms": 120.0, "binding_p50_ms": 80.0}
+    proof = {
+        "min_count": 4,
+        "hold_seconds": 5.0,
+        "alone_bound_ms": 150.0,
+        "short_bound": 0,
+        "completed_bound_ms": 420.0,
+        "problems": [],
+    }
     runs = [
-        {**run_result("gpu-scheduler", "w3", 6.0, {}), "gangs": gangs},
-        {**run_result("kube-scheduler", "w3", 60.0, {}), "gangs": {**gangs, "gangs_per_second": 20.0}},
+        {
+            **run_result("gpu-scheduler", "w3", 6.0, {"create leases": 8.0, "total": 10.5}),
+            "gangs": gangs,
+            "gang_phases": phases,
+            "gang_proof": proof,
+        },
+        {
+            **run_result("kube-scheduler", "w3", 60.0, {"create pods/binding": 1.0, "total": 2.25}),
+            "gangs": {**gangs, "gangs_per_second": 20.0},
+            "gang_phases": {**phases, "locking_p50_ms": 0.0},
+            "gang_proof": {**proof, "completed_bound_ms": None},
+        },
     ]
     text = report.gangs_section(runs, "assets")
-    assert "| gpu-scheduler | 2/2 | 40/40 | 2.00 | 6.0 | 100 | 300 | 300 | 0.4 | 0.4 | 100 | 2.0 |" in text
-    assert f"| {report.NO_GANG} | 2/2 | 40/40 | 20.00 |" in text
-    assert "not the\nnative peer" in text or "not the native peer" in text.replace("\n", " ")
+    row = "| gpu-scheduler | 2/2 | 40/40 | 2.00 | 6.0 | 100 | 300 | 300 | 0.4 | 0.4 | 10.0 | 100 | 2.0 | 10.50 |"
+    assert row in text
+    assert f"| {report.GANG_PEER} | 2/2 | 40/40 | 20.00 |" in text and text.count("2.25 |") == 2
+    assert "`spec.schedulingPolicy.gang.minCount`" in text and "no gang semantics" not in text
+    assert "| gpu-scheduler | 700 | 120 | 80 |" in text and f"| {report.GANG_PEER} | 700 | 0 | 80 |" in text
+    assert (
+        "- gpu-scheduler, repetition 1: 0 of the 3 members of a gang of minimum 4 bound 5 s after a pod of no gang "
+        "created with them was bound (150 ms); once member 4 was created, all 4 bound in 420 ms." in text
+    )
+    assert f"- {report.GANG_PEER}, repetition 1: " in text and "not every member was bound." in text
+    assert "| `create leases` | 8.00 | – |" in text
     assert report.gangs_section([run_result("gpu-scheduler", "w2", 1.0, {})], "a") == ""
 
 
