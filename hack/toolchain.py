@@ -215,7 +215,7 @@ CONTAINERD_PROGRAMS = ("containerd", "containerd-shim-runc-v2", "ctr")
 # kind's base image's choice (images/base/Dockerfile: no optional snapshotter), plus the Makefile's defaults; the shim
 # is built as containerd's Makefile builds it (no_grpc).
 CONTAINERD_TAGS = ("no_aufs", "no_zfs", "no_btrfs", "no_devmapper", "urfave_cli_no_docs")
-# runc's Makefile's default tags but libpathrs (a Rust library no registry here serves as a Debian package: runc
+# runc's Makefile's default tags but libpathrs (a Rust library Debian 12 does not package: runc
 # then uses its pure-Go pathrs-lite), and its static build's netgo and osusergo.
 RUNC_TAGS = ("seccomp", "urfave_cli_no_docs", "netgo", "osusergo")
 

@@ -2,7 +2,7 @@
 # Assemble a kind node image offline, the way `kind build node-image` does, from things built on this machine:
 #   1. root filesystems from debootstrap (Debian bookworm): a minimal one, one with python3, one for the node;
 #   2. the node's base image: kind's own base files (from the kind module source) on the node root filesystem,
-#      with Debian's systemd, containerd 1.6 and runc;
+#      with Debian's systemd, and containerd 2 and runc built here (hack/toolchain.py, the pinned versions);
 #   3. images for every pod kubeadm and kind start: kube-apiserver, kube-controller-manager, kube-scheduler,
 #      kube-proxy, etcd, coredns, pause (compiled from the Kubernetes source), testbed-netd (the CNI), and kind's
 #      default storage: rancher's local-path-provisioner and the helper image its volume set-up pods run;
@@ -26,6 +26,8 @@ kind_version=$(toolchain version kind_version)
 etcd_tag=$(toolchain version etcd_image_tag)
 coredns_version=$(toolchain version coredns_version)
 local_path_version=$(toolchain version local_path_provisioner_version)
+containerd_version=$(toolchain version containerd_version)
+runc_version=$(toolchain version runc_version)
 cache=$(toolchain cache-dir)
 bin=$(toolchain bindir)
 work=$cache/node-image
@@ -35,6 +37,10 @@ mirror=${mirror:-http://deb.debian.org/debian}
 
 log() { printf '%s node-image: %s\n' "$(date -u +%T)" "$*"; }
 have() { docker image inspect "$1" >/dev/null 2>&1; }
+digest() { sha256sum | cut -c1-12; }
+prune() {  # REPOSITORY KEEP: remove the repository's other tags (an earlier package list or runtime; uninstall removes all)
+  docker image ls "$1" --format '{{.Repository}}:{{.Tag}}' | { grep -vxF "$2" || true; } | xargs -r docker image rm >/dev/null
+}
 build() {  # docker build ARGS...; quiet unless it fails (the legacy builder's deprecation notice is noise here)
   local out
   out=$(docker build --quiet "$@" 2>&1) || { printf '%s\n' "$out" >&2; return 1; }
@@ -55,19 +61,16 @@ rootfs_image() {  # NAME PACKAGES(comma-separated, may be empty)
 }
 
 # --- 2. base image ------------------------------------------------------------------------------------------------
-kind_source() {
-  GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$kind_version" | sed -n 's/.*"Dir": *"\(.*\)".*/\1/p'
-}
-
 base_image() {  # NAME
   have "$1" && return
-  log "base image $1 from kind $kind_version's base files"
-  local ctx="$work/base-context"
-  rm -rf "$ctx" && mkdir -p "$ctx"
-  cp -r "$(kind_source)/images/base/files" "$ctx/files"
+  log "base image $1 from kind $kind_version's base files, containerd $containerd_version, runc $runc_version"
+  local ctx="$work/base-context" b
+  rm -rf "$ctx" && mkdir -p "$ctx/runtime"
+  cp -r "$kind_src/images/base/files" "$ctx/files"
   chmod -R u+w "$ctx/files"
+  for b in containerd containerd-shim-runc-v2 ctr runc; do cp -L "$bin/$b" "$ctx/runtime/"; done
   cp "$here/base.Dockerfile" "$ctx/Dockerfile"
-  build --build-arg ROOTFS=gpu-testbed/kind-rootfs:bookworm --tag "$1" "$ctx"
+  build --build-arg ROOTFS="$node_rootfs" --tag "$1" "$ctx"
 }
 
 # --- 3. images of the cluster's own pods ----------------------------------------------------------------------
@@ -88,10 +91,9 @@ pause_image() {  # NAME...
   for name in "$@"; do have "$name" || break; done
   have "$name" && return
   log "image pause (compiled from Kubernetes $k8s build/pause/linux/pause.c)"
-  local ctx="$work/ctx-pause" src
-  src=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$k8s" | sed -n 's/.*"Dir": *"\(.*\)".*/\1/p')
+  local ctx="$work/ctx-pause"
   rm -rf "$ctx" && mkdir -p "$ctx"
-  gcc -Os -Wall -Werror -static -DVERSION="\"$k8s-testbed\"" -o "$ctx/pause" "$src/build/pause/linux/pause.c"
+  gcc -Os -Wall -Werror -static -DVERSION="\"$k8s-testbed\"" -o "$ctx/pause" "$k8s_src/build/pause/linux/pause.c"
   strip "$ctx/pause"
   printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$ctx/Dockerfile"
   build --tag "$1" "$ctx"
@@ -103,7 +105,7 @@ node_image() {
   have "$node_image" && { log "$node_image is cached"; return; }
   log "assembling $node_image"
   local images=("$@") id
-  id=$(docker run -d --init --privileged --entrypoint=sleep gpu-testbed/kind-base:"$kind_version" infinity)
+  id=$(docker run -d --init --privileged --entrypoint=sleep "$base" infinity)
   trap 'docker rm -f "$id" >/dev/null 2>&1 || true' EXIT
   for b in kubeadm kubelet kubectl; do docker cp -L "$bin/$b" "$id:/usr/bin/$b"; done
   docker exec "$id" bash -c "mkdir -p /kind/manifests && echo $k8s > /kind/version"
@@ -113,7 +115,9 @@ node_image() {
     | docker exec -i "$id" tee /kind/manifests/default-storage.yaml >/dev/null
   docker exec "$id" bash -c 'nohup containerd >/tmp/containerd.log 2>&1 & for i in $(seq 50); do ctr version >/dev/null 2>&1 && exit 0; sleep 0.2; done; cat /tmp/containerd.log; exit 1'
   log "  importing ${#images[@]} images into containerd (k8s.io)"
-  docker save "${images[@]}" | docker exec -i "$id" ctr --namespace=k8s.io images import --all-platforms --no-unpack --digests - >/dev/null
+  # Pinned, as kind imports them: the kubelet's image garbage collection never removes them.
+  docker save "${images[@]}" | docker exec -i "$id" ctr --namespace=k8s.io images import \
+    --label=io.cri-containerd.pinned=pinned --all-platforms --no-unpack --digests - >/dev/null
   docker exec "$id" bash -c 'pkill containerd; while pgrep -x containerd >/dev/null; do sleep 0.2; done; rm -f /tmp/containerd.log'
   docker commit --change 'ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]' "$id" "$node_image" >/dev/null
   docker rm -f "$id" >/dev/null
@@ -123,21 +127,40 @@ node_image() {
 started=$SECONDS
 # The binaries that go into the node image and its component images (each built once, then cached by version).
 toolchain build kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns \
-  local-path-provisioner | sed 's/^/  /'
+  local-path-provisioner containerd containerd-shim-runc-v2 ctr runc | sed 's/^/  /'
+kind_src=$(toolchain source kind)
+k8s_src=$(toolchain source kubeadm)
 timed rootfs_image gpu-testbed/debian:bookworm ""
 timed rootfs_image gpu-testbed/python:bookworm "python3,python3-venv,iproute2,ca-certificates"
-timed rootfs_image gpu-testbed/kind-rootfs:bookworm \
-  "systemd,dbus,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,containerd,runc,containernetworking-plugins"
-timed base_image "gpu-testbed/kind-base:$kind_version"
+# The node's packages: kind's base image's list (images/base/Dockerfile) but its container runtime, which is built
+# here, and the storage tools no scenario uses; libseccomp2 stays, as in kind's (runc links its own copy statically).
+# Tagged by the list, so that a change to it bootstraps a new one.
+node_packages="systemd,dbus,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,containernetworking-plugins"
+node_rootfs=gpu-testbed/kind-rootfs:bookworm-$(digest <<<"$node_packages")
+timed rootfs_image "$node_rootfs" "$node_packages"
+prune gpu-testbed/kind-rootfs "$node_rootfs"
+# The base image, tagged by what goes into it: the root filesystem, kind's base files, the runtime, the Dockerfile.
+base=gpu-testbed/kind-base:$kind_version-$(cat "$here/base.Dockerfile" - <<<"$node_rootfs $containerd_version $runc_version" | digest)
+timed base_image "$base"
+prune gpu-testbed/kind-base "$base"
 reg=registry.k8s.io
 for c in kube-apiserver kube-controller-manager kube-scheduler; do
   timed binary_image "$reg/$c:$k8s" gpu-testbed/debian:bookworm "$bin/$c"
 done
 # kube-proxy programs iptables/nftables: it gets the node's own userland.
-timed binary_image "$reg/kube-proxy:$k8s" gpu-testbed/kind-rootfs:bookworm "$bin/kube-proxy"
+timed binary_image "$reg/kube-proxy:$k8s" "$node_rootfs" "$bin/kube-proxy"
 timed binary_image "$reg/etcd:$etcd_tag" gpu-testbed/debian:bookworm "$bin/etcd"
 timed binary_image "$reg/coredns/coredns:$coredns_version" gpu-testbed/debian:bookworm "$bin/coredns"
-pause_tags=("$reg/pause:3.10.1" "$reg/pause:3.10")  # kubeadm's pause, and the sandbox image kind's containerd names
+# The pause image under kubeadm's name for it (PauseVersion in cmd/kubeadm/app/constants), and under the sandbox image
+# kind's containerd config names (its pinned sandbox image, which containerd's CRI runs every pod sandbox on).
+kubeadm_pause=$(sed -n 's/^\s*PauseVersion = "\(.*\)"$/\1/p' "$k8s_src/cmd/kubeadm/app/constants/constants.go")
+kind_sandbox=$(sed -n 's/^\s*sandbox_image = "\(.*\)"$/\1/p' "$kind_src/images/base/files/etc/containerd/config.toml")
+[[ $kubeadm_pause && $kind_sandbox == "$reg/pause:"* ]] || {
+  log "kubeadm's PauseVersion ('$kubeadm_pause') or kind's sandbox_image ('$kind_sandbox') not found in their sources"
+  exit 1
+}
+pause_tags=("$reg/pause:$kubeadm_pause")
+[[ $kind_sandbox == "${pause_tags[0]}" ]] || pause_tags+=("$kind_sandbox")
 timed pause_image "${pause_tags[@]}"
 if ! have "$reg/testbed-netd:$k8s"; then
   log "image testbed-netd"

@@ -6,6 +6,7 @@ a new default without a line in the README, or a README line for a default that 
 import pathlib
 import re
 
+import jinja2
 import pytest
 import yaml
 
@@ -112,3 +113,29 @@ def test_every_program_image_is_a_thin_layer_running_a_console_script():
         (entrypoint,) = re.findall(r"^ENTRYPOINT \[\"/opt/gpu-scheduling/bin/([\w-]+)\"\]$", dockerfile, re.MULTILINE)
         assert entrypoint in scripts, (key, entrypoint)
         assert program["image"] == entrypoint, f"{key}: the image is named after its program (images/README.md)"
+
+
+@pytest.mark.parametrize("offline", [True, False])
+@pytest.mark.parametrize("cgroup_v1", [True, False])
+def test_the_kind_configuration_tells_the_kubelets_about_cgroup_v1_only_on_a_v1_host(offline, cgroup_v1):
+    # kind applies each kubeadmConfigPatches entry to the kubeadm document of its kind; failCgroupV1: false only where
+    # the host (and so every kind node) runs cgroup v1, and kind's defaults on a cgroup v2 host.
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["bool"] = bool
+    template = env.from_string((ROOT / "roles/kind_cluster/templates/kind-config.yaml.j2").read_text())
+    config = yaml.safe_load(
+        template.render(
+            testbed_cluster_name="gpu-cluster",
+            testbed_facts_offline=offline,
+            kind_cluster_cgroup_v1=cgroup_v1,
+            etcd_image_tag="3.7.3-0",
+            testbed_facts_node_image="gpu-testbed/kind-node:v1.37.2-abc",
+            testbed_worker_nodes=["node1", "node2"],
+        )
+    )
+    patches = [yaml.safe_load(p) for p in config.get("kubeadmConfigPatches") or []]
+    kubelet = [p for p in patches if p["kind"] == "KubeletConfiguration"]
+    assert kubelet == ([{"kind": "KubeletConfiguration", "failCgroupV1": False}] if cgroup_v1 else [])
+    etcd = [p["etcd"]["local"]["imageTag"] for p in patches if p["kind"] == "ClusterConfiguration"]
+    assert etcd == (["3.7.3-0"] if offline else [])
+    assert [n["kubeadmConfigPatches"] for n in config["nodes"] if n["role"] == "worker"]
