@@ -38,8 +38,12 @@ mirror=${mirror:-http://deb.debian.org/debian}
 log() { printf '%s node-image: %s\n' "$(date -u +%T)" "$*"; }
 have() { docker image inspect "$1" >/dev/null 2>&1; }
 digest() { sha256sum | cut -c1-12; }
-prune() {  # REPOSITORY KEEP: remove the repository's other tags (an earlier package list or runtime; uninstall removes all)
-  docker image ls "$1" --format '{{.Repository}}:{{.Tag}}' | { grep -vxF "$2" || true; } | xargs -r docker image rm >/dev/null
+prune() {  # REPOSITORY KEEP: untag the repository's other tags (an earlier package list or runtime). One that a
+  # container still uses (an interrupted build's) stays, and is no reason to fail: uninstall removes them all.
+  local old
+  for old in $(docker image ls "$1" --format '{{.Repository}}:{{.Tag}}' | { grep -vxF "$2" || true; }); do
+    docker image rm "$old" >/dev/null 2>&1 || log "kept $old (in use)"
+  done
 }
 build() {  # docker build ARGS...; quiet unless it fails (the legacy builder's deprecation notice is noise here)
   local out
