@@ -16,7 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
-from bench import measure, workload
+from bench import measure, plane, workload
 from gpu_scheduling import constants
 from hack import toolchain
 
@@ -160,6 +160,10 @@ def write_csv(runs: list[dict[str, Any]], path: pathlib.Path) -> None:
         "etcd_cpu_s",
         "scheduler_peak_rss_mib",
         "scheduler_writes_per_pod",
+        "gangs_placed",
+        "gangs_per_second",
+        "gang_p50_ms",
+        "gang_p99_ms",
     ]
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -174,6 +178,14 @@ def write_csv(runs: list[dict[str, Any]], path: pathlib.Path) -> None:
                 scheduler_peak_rss_mib=r["peak_rss_mib"].get("scheduler"),
                 scheduler_writes_per_pod=(r.get("writes_per_pod") or {}).get("total"),
             )
+            if r.get("gangs"):  # W3
+                g = r["gangs"]
+                row.update(
+                    gangs_placed=g["placed"],
+                    gangs_per_second=g["gangs_per_second"],
+                    gang_p50_ms=g["gang_p50_ms"],
+                    gang_p99_ms=g["gang_p99_ms"],
+                )
             w.writerow({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
 
 
@@ -620,7 +632,8 @@ shares these {m["cpus"]} CPUs, so every figure is a figure of the whole machine 
   inventory in the contender's form: the simulated GpuNodeStatus, or a DeviceClass and one ResourceSlice per
   node), in {workload.ZONES} zones (`{workload.ZONE_LABEL}`, node i in zone i mod {workload.ZONES}; only W4's pods
   ask anything of it), on a fresh etcd + kube-apiserver + kube-controller-manager + kwok for every run, so no run
-  inherits another's objects. kwok renews node leases every 5 min and runs no pods (see `bench/plane.py`).
+  inherits another's objects. kwok renews node leases every {plane.NODE_LEASE_SECONDS // 4 // 60} min and runs no pods
+  (see `bench/plane.py`).
 - Contenders (`bench/contenders.py`), each in namespace `bench`, same apiserver build and flags:
   1. **gpu-scheduler** with the webhook in the admission path, {results["client"]["workers"]} bind workers;
   2. **kube-scheduler** {v.get("kubernetes_version")}, default profile, the same pods pinned natively

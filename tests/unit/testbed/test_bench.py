@@ -788,6 +788,18 @@ def test_report_shows_w3_against_kube_scheduler_with_podgroups():
     assert report.gangs_section([run_result("gpu-scheduler", "w2", 1.0, {})], "a") == ""
 
 
+def test_the_runs_csv_carries_each_w3_runs_gang_figures(tmp_path):
+    gangs = {"gangs": 2, "placed": 2, "seconds": 1.0, "gangs_per_second": 2.0, "gang_p50_ms": 100.0}
+    runs = [
+        {**run_result("gpu-scheduler", "w3", 6.0, {"total": 10.5}), "gangs": {**gangs, "gang_p99_ms": 300.0}},
+        run_result("gpu-scheduler", "w2", 20.0, {"total": 4.0}),
+    ]
+    report.write_csv(runs, tmp_path / "runs.csv")
+    header, w3, w2 = (tmp_path / "runs.csv").read_text().splitlines()
+    assert header.endswith(",scheduler_writes_per_pod,gangs_placed,gangs_per_second,gang_p50_ms,gang_p99_ms")
+    assert w3.endswith(",100.0,10.5,2,2.0,100.0,300.0") and w2.endswith(",100.0,4.0,,,,")
+
+
 # ---- W4: W1 with a zone spread constraint ---------------------------------------------------------------------------
 
 
