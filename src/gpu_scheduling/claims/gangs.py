@@ -284,7 +284,7 @@ def _read_native(annotations: Mapping[str, Any], name: str, native: Native) -> S
         given = annotations.get(key)
         if given is not None and given != "" and given != value:
             raise GangError(
-                f"gang {name}: annotation {key}={show(str(given))} disagrees with its PodGroup's {field} "
+                f"gang {name}: annotation {key}={show(given)} disagrees with its PodGroup's {field} "
                 f"({show(value) if value else 'none'}); leave the annotation out, or make it agree"
             )
     return spec

@@ -12,6 +12,7 @@ watch answered 404 stop nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -42,6 +43,15 @@ def pod_group(name: str, min_count: int | None = 2, topology: str | None = None,
         "metadata": {"name": name, "namespace": NAMESPACE, "resourceVersion": "1"},
         "spec": body,
     }
+
+
+def gangs_annotations() -> tuple[str, ...]:
+    return (
+        constants.GANG_ANNOTATION,
+        constants.GANG_MIN_MEMBERS_ANNOTATION,
+        constants.GANG_TOPOLOGY_ANNOTATION,
+        constants.GANG_TOPOLOGY_MODE_ANNOTATION,
+    )
 
 
 def naming(group: str) -> dict[str, Any]:
@@ -199,42 +209,76 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=20), inner, max_size=3),
     max_leaves=12,
 )
-FIELDS = st.fixed_dictionaries(
-    {},
-    optional={
-        "schedulingGroup": JSON | st.fixed_dictionaries({"podGroupName": JSON}),
-        "workloadRef": JSON,
-    },
-)
-MIN_COUNT = st.fixed_dictionaries({"minCount": JSON | st.integers()})
-GROUPS = st.fixed_dictionaries(
-    {},
-    optional={
-        "spec": JSON
-        | st.fixed_dictionaries(
-            {
-                "schedulingPolicy": JSON
-                | st.fixed_dictionaries({"gang": JSON | st.fixed_dictionaries({"minCount": JSON})})
-            },
-            optional={"schedulingConstraints": JSON | st.fixed_dictionaries({"topology": JSON})},
-        )
-    },
-)
+
+# A well-formed pod (its spec and annotations) and PodGroup, and every place in them that hostile input may replace:
+# one place is replaced by anything JSON holds, so that each level, the deepest included, is reached as often as
+# the others.
+POD_PLACES: list[tuple[Any, ...]] = [
+    ("spec",),
+    ("spec", "schedulingGroup"),
+    ("spec", "schedulingGroup", "podGroupName"),
+    ("spec", "workloadRef"),
+    *(("annotations", key) for key in (constants.POD_GROUP_ANNOTATION, *gangs_annotations())),
+]
+GROUP_PLACES: list[tuple[Any, ...]] = [
+    ("spec",),
+    ("spec", "schedulingPolicy"),
+    ("spec", "schedulingPolicy", "gang"),
+    ("spec", "schedulingPolicy", "gang", "minCount"),
+    ("spec", "schedulingConstraints"),
+    ("spec", "schedulingConstraints", "topology"),
+    ("spec", "schedulingConstraints", "topology", 0),
+    ("spec", "schedulingConstraints", "topology", 0, "key"),
+]
+
+
+def _replaced(obj: Any, place: tuple[Any, ...], value: Any) -> Any:
+    parent = obj
+    for step in place[:-1]:
+        parent = parent[step]
+    parent[place[-1]] = value
+    return obj
+
+
+@st.composite
+def hostile(draw: st.DrawFn, valid: Any, places: list[tuple[Any, ...]]) -> Any:
+    obj = valid()
+    for place in draw(st.lists(st.sampled_from(places), max_size=2)):
+        value = draw(JSON | st.integers() | st.text(max_size=3000))
+        with contextlib.suppress(KeyError, IndexError, TypeError):  # a level above was replaced already
+            _replaced(obj, place, value)
+    return obj
+
+
+def _valid_pod() -> dict[str, Any]:
+    return {"spec": naming("g"), "annotations": {}}
+
+
+def _valid_group() -> dict[str, Any]:
+    return pod_group("g", 2, ZONE)
+
+
+@given(group=hostile(_valid_group, GROUP_PLACES))
+def test_whatever_a_pod_group_says_it_makes_a_gang_or_a_bounded_reason(group: Any) -> None:
+    try:
+        spec = gangs.pod_group_spec(group, "g")
+    except GangError as exc:
+        assert len(str(exc)) < 2000, str(exc)
+    else:
+        assert 1 <= spec.min_members <= gangs.MAX_MEMBERS and spec.mode == "Required"
 
 
 @given(
-    spec=FIELDS,
-    recorded=st.none() | st.text(max_size=300),
-    gang=st.none() | st.text(max_size=300),
-    group=st.none() | GROUPS,
+    pod=hostile(_valid_pod, POD_PLACES),
+    group=hostile(_valid_group, GROUP_PLACES),
+    exists=st.booleans(),
     served=st.booleans(),
 )
-def test_whatever_the_objects_say_the_answer_is_a_gang_or_a_bounded_reason(spec, recorded, gang, group, served):
-    given_ = {constants.POD_GROUP_ANNOTATION: recorded, constants.GANG_ANNOTATION: gang}
-    annotations = {k: v for k, v in given_.items() if v is not None}
+def test_whatever_the_objects_say_the_answer_is_a_gang_or_a_bounded_reason(pod, group, exists, served):
+    annotations = pod["annotations"] if isinstance(pod.get("annotations"), dict) else {}
     try:
-        ref = gangs.pod_group_ref(spec, annotations)
-        native = Native(ref, group if served else None, served) if ref is not None else None
+        ref = gangs.pod_group_ref(pod.get("spec"), annotations)
+        native = Native(ref, group if exists and served else None, served) if ref is not None else None
         name = gangs.gang_name(annotations, None, native)
         if name is not None:
             gangs.read(annotations, name, native)
