@@ -131,7 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"{EXPECT_TRACEBACK}: a program of the scenario logs a traceback or an error record, on purpose"
     )
     config.addinivalue_line(
-        "markers", f"{WORKLOAD_API}: needs Kubernetes' gang API (scheduling.k8s.io/v1beta1), served from 1.37 on"
+        "markers", f"{WORKLOAD_API}: needs Kubernetes' gang API ({constants.POD_GROUP_API_VERSION}), 1.37 on"
     )
     tier = config.getoption("tier")
     if tier == KIND and not EXTERNAL_KUBECONFIG and not config.option.collectonly:
@@ -218,7 +218,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     if needing:
         lines.append(
             f"tier {tier}: {needing} @{WORKLOAD_API} scenario(s) deselected: Kubernetes {kubernetes} does not serve "
-            "the gang API (scheduling.k8s.io/v1beta1); the newest supported minor runs them"
+            f"the gang API ({constants.POD_GROUP_API_VERSION}); the newest supported minor runs them"
         )
     exclusive, why = config.stash.get(_WHY_NOT_EXCLUSIVE, (0, ""))
     if exclusive:

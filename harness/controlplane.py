@@ -141,7 +141,7 @@ def workload_api_flags(kubernetes: str) -> dict[str, list[str]]:
         return {}
     gates = f"--feature-gates={WORKLOAD_API_GATES}"
     return {
-        "kube-apiserver": [gates, "--runtime-config=scheduling.k8s.io/v1beta1=true"],
+        "kube-apiserver": [gates, f"--runtime-config={constants.POD_GROUP_API_VERSION}=true"],
         "kube-controller-manager": [gates],
         "kube-scheduler": [gates],
     }
