@@ -1,8 +1,8 @@
 """Rendered Kubernetes manifests checked offline against the pinned Kubernetes OpenAPI v3 schemas.
 
 The schemas are the apiserver's own published ones: ``api/openapi-spec/v3/*.json`` of the ``k8s.io/kubernetes`` Go
-module at versions.yml's ``kubernetes_version``, read from the Go module cache (hack/toolchain.py's build of
-kube-apiserver puts the module there). A custom resource is checked against the ``openAPIV3Schema`` of the served
+module at versions.yml's ``kubernetes_version`` (``kubernetes_oldest_version`` with $GPU_TESTBED_KUBERNETES=oldest),
+read from the Go module cache (hack/toolchain.py's build of kube-apiserver puts the module there). A custom resource is checked against the ``openAPIV3Schema`` of the served
 version of its CustomResourceDefinition, given by the caller.
 
 What is checked is what the apiserver's decoding and schema checks refuse with ``fieldValidation=Strict``: unknown
@@ -118,8 +118,9 @@ def validate(docs: Iterable[dict[str, Any]], *, crds: Iterable[dict[str, Any]] =
 
 @functools.cache
 def spec_dir() -> pathlib.Path:
-    """The folder of the pinned Kubernetes version's OpenAPI v3 documents in the Go module cache."""
-    version = toolchain.read_versions()["kubernetes_version"]
+    """The folder of the pinned Kubernetes version's OpenAPI v3 documents in the Go module cache: the supported minor
+    $GPU_TESTBED_KUBERNETES chooses (hack/toolchain.py kubernetes_choice; newest unless told)."""
+    version = toolchain.at_kubernetes(toolchain.read_versions())["kubernetes_version"]
     module = f"{_escape_module_path(KUBERNETES_MODULE)}@{version}"
     folder = _gomodcache() / module / SPEC_SUBDIR
     if not folder.is_dir():
@@ -206,7 +207,7 @@ def _custom_resource_schemas(crds: Iterable[dict[str, Any]]) -> dict[tuple[str, 
 
 
 def _unknown_kind(api_version: str, kind: str, spec: _Spec | None, custom: Mapping[tuple[str, str, str], Any]) -> str:
-    version = toolchain.read_versions()["kubernetes_version"]
+    version = toolchain.at_kubernetes(toolchain.read_versions())["kubernetes_version"]
     known = sorted({k for (_, _, k) in spec.kinds}) if spec is not None else []
     known += sorted({k for (g, v, k) in custom if api_version == (f"{g}/{v}" if g else v)})
     where = f"Kubernetes {version}'s OpenAPI v3 schemas"
