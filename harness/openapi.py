@@ -2,8 +2,9 @@
 
 The schemas are the apiserver's own published ones: ``api/openapi-spec/v3/*.json`` of the ``k8s.io/kubernetes`` Go
 module at versions.yml's ``kubernetes_version`` (``kubernetes_oldest_version`` with $GPU_TESTBED_KUBERNETES=oldest),
-read from the Go module cache (hack/toolchain.py's build of kube-apiserver puts the module there). A custom resource is checked against the ``openAPIV3Schema`` of the served
-version of its CustomResourceDefinition, given by the caller.
+read from the Go module cache (hack/toolchain.py's build of kube-apiserver puts the module there). A custom resource
+is checked against the ``openAPIV3Schema`` of the served version of its CustomResourceDefinition, given by the
+caller.
 
 What is checked is what the apiserver's decoding and schema checks refuse with ``fieldValidation=Strict``: unknown
 fields (an object whose schema lists ``properties`` is closed; in a CRD's structural schema every object is, as
