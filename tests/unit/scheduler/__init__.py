@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from gpu_scheduling.kube.errors import NotFound
+
 if TYPE_CHECKING:
     from gpu_scheduling.scheduler.queue import SchedulingQueue
 
@@ -46,3 +48,30 @@ def labelled_pod(
     if bound_to:
         body["nodeName"] = bound_to
     return {"metadata": {"name": name, "namespace": namespace, "uid": name, "labels": labels or {}}, "spec": body}
+
+
+class Recording:
+    """A plain-data stand-in for the scheduler's API client in unit tests: answers GETs from `objects` (path -> object,
+    or the exception to raise; else 404), answers every PATCH and POST with {}, and records every call."""
+
+    def __init__(self, objects: dict[str, Any]):
+        self.objects = objects
+        self.calls: list[tuple[str, str]] = []
+
+    async def get(self, path: str, **_params: Any) -> Any:
+        self.calls.append(("GET", path))
+        answer = self.objects.get(path, NotFound(404, "NotFound", f"{path} not found"))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def patch(self, path: str, _body: Any, kind: str = "merge") -> Any:
+        self.calls.append(("PATCH", path))
+        return {}
+
+    async def post(self, path: str, _body: Any) -> Any:
+        self.calls.append(("POST", path))
+        return {}
+
+    def writes(self) -> list[tuple[str, str]]:
+        return [c for c in self.calls if c[0] != "GET"]

@@ -15,36 +15,11 @@ from typing import Any
 
 from gpu_scheduling import constants
 from gpu_scheduling.kube import paths
-from gpu_scheduling.kube.errors import NotFound, TransportError
+from gpu_scheduling.kube.errors import TransportError
 from gpu_scheduling.scheduler.controller import Scheduler, SchedulerConfig
+from tests.unit.scheduler import Recording
 
 NAMESPACE = "ns"
-
-
-class Recording:
-    """Answers GETs from `objects` (path -> object, or the exception to raise) and records every call."""
-
-    def __init__(self, objects: dict[str, Any]):
-        self.objects = objects
-        self.calls: list[tuple[str, str]] = []
-
-    async def get(self, path: str, **_params: Any) -> Any:
-        self.calls.append(("GET", path))
-        answer = self.objects.get(path, NotFound(404, "NotFound", f"{path} not found"))
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    async def patch(self, path: str, _body: Any, kind: str = "merge") -> Any:
-        self.calls.append(("PATCH", path))
-        return {}
-
-    async def post(self, path: str, _body: Any) -> Any:
-        self.calls.append(("POST", path))
-        return {}
-
-    def writes(self) -> list[tuple[str, str]]:
-        return [c for c in self.calls if c[0] != "GET"]
 
 
 def _claim(name: str) -> dict[str, Any]:

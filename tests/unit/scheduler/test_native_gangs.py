@@ -26,6 +26,7 @@ from gpu_scheduling.claims.gangs import GangError, Native, Spec
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import NotFound
 from gpu_scheduling.scheduler.controller import Scheduler, SchedulerConfig
+from tests.unit import scheduler as shared
 
 NAMESPACE = "ns"
 ZONE = "topology.kubernetes.io/zone"
@@ -289,21 +290,15 @@ def test_whatever_the_objects_say_the_answer_is_a_gang_or_a_bounded_reason(pod, 
 # ---- the scheduler -------------------------------------------------------------------------------------------------
 
 
-class Recording:
-    """Answers GETs from `objects` (path -> object; else 404), pages and watches the PodGroups in `groups` (a watch
-    answers 404 when `watch_gone`), records every call."""
+class Recording(shared.Recording):
+    """tests.unit.scheduler's Recording that also pages and watches the PodGroups in `groups` (a watch answers 404
+    when `watch_gone`)."""
 
     def __init__(self, objects: dict[str, Any], groups: list[dict[str, Any]] | None = None, watch_gone: bool = False):
-        self.objects, self.groups, self.watch_gone = objects, groups or [], watch_gone
-        self.calls: list[tuple[str, str]] = []
+        super().__init__(objects)
+        self.groups, self.watch_gone = groups or [], watch_gone
         self.watches = 0
         self.watched_twice = asyncio.Event()
-
-    async def get(self, path: str, **_params: Any) -> Any:
-        self.calls.append(("GET", path))
-        if path not in self.objects:
-            raise NotFound(404, "NotFound", f"{path} not found")
-        return self.objects[path]
 
     async def list_pages(self, path: str, page_size: int, **params: Any) -> AsyncIterator[dict[str, Any]]:
         self.calls.append(("LIST", path))
@@ -317,14 +312,6 @@ class Recording:
             raise NotFound(404, "NotFound", "the server could not find the requested resource")
         await asyncio.Event().wait()
         yield {}
-
-    async def patch(self, path: str, _body: Any, kind: str = "merge") -> Any:
-        self.calls.append(("PATCH", path))
-        return {}
-
-    async def post(self, path: str, _body: Any) -> Any:
-        self.calls.append(("POST", path))
-        return {}
 
     def bound(self) -> list[str]:
         return sorted(p.split("/")[-2] for verb, p in self.calls if verb == "POST" and p.endswith("/binding"))
