@@ -271,6 +271,27 @@ def running_on(w: World, name: str, node: str, namespace: str | None = None) -> 
     return None
 
 
+def started_on(w: World, name: str, node: str, namespace: str | None = None) -> dict[str, Any] | None:
+    """The pod, once it runs on `node` with every one of its containers running. Phase Running needs only one: the
+    kubelet starts a pod's containers one after another, so under load the others can still be starting, and
+    `kubectl exec` into one of them answers "container not found"."""
+    pod = running_on(w, name, node, namespace)
+    if pod is None:
+        return None
+    statuses = {s["name"]: s for s in pod["status"].get("containerStatuses") or []}
+    for c in pod["spec"]["containers"]:
+        if "running" not in (statuses.get(c["name"], {}).get("state") or {}):
+            return None
+    return pod
+
+
+def restarts(pod: dict[str, Any]) -> dict[str, int]:
+    """container -> its restart count, for the containers that restarted (init containers included)."""
+    status = pod.get("status") or {}
+    every = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    return {s["name"]: s["restartCount"] for s in every if s.get("restartCount")}
+
+
 def pod_ready(pod: dict[str, Any]) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"

@@ -26,7 +26,8 @@ from features.support import (
     indexed_job_body,
     on_node,
     pod_body,
-    running_on,
+    restarts,
+    started_on,
     statefulset_body,
     step,
 )
@@ -117,13 +118,15 @@ def recorded(view: dict[str, Any], namespace: str, pod: str) -> dict[str, list[i
 
 
 def check_pod_gpus(world: World, namespace: str, pod: str, node: str, gpus: list[int]) -> None:
-    body = wait_for(f"pod {pod} Running on {node}", lambda: running_on(world, pod, node, namespace), timeout=180)
+    running = f"pod {pod} on {node} with every container running"
+    body = wait_for(running, lambda: started_on(world, pod, node, namespace), timeout=180)
     view = kubelet_view(world, node)
     for c in body["spec"]["containers"]:
         ids, env = sees(world, namespace, pod, c["name"])
         assert ids == sorted(gpus), f"{pod}/{c['name']} sees GPU files {ids}, expected {gpus}"
         assert env == ",".join(map(str, gpus)), f"{pod}/{c['name']} has {constants.DEVICE_GPUS_ENV}={env!r}"
         assert recorded(view, namespace, pod).get(c["name"]) == sorted(gpus), (pod, c["name"], view["pods"])
+    assert not (restarted := restarts(get_pod(world, pod, namespace))), f"{pod}: containers restarted {restarted}"
 
 
 def _docker(*args: str) -> list[str]:
