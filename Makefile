@@ -30,9 +30,12 @@ OLDEST_UNIT := tests/unit/testbed/test_chart.py tests/unit/testbed/test_openapi.
 CHROMIUM := /usr/bin/chromium
 CHROMEDRIVER := /usr/bin/chromedriver
 
-# The test-bed's own builds (the node image's binaries, kind, the registry, the storage provisioner): `make test`
-# builds them in the background while the tests before the test-bed run, so that a cold machine waits less.
-TESTBED_TOOLS := kind kubectl kubeadm kubelet kube-proxy coredns registry local-path-provisioner
+# The test-bed's own builds (the node image's binaries and its container runtime, kind, the registry, the storage
+# provisioner): `make test` builds them in the background while the tests before the test-bed run, then assembles
+# the node image there too (NODE_IMAGE_PHASES of site.yml), so that a cold machine waits less.
+TESTBED_TOOLS := kind kubectl kubeadm kubelet kube-proxy coredns registry local-path-provisioner \
+  containerd containerd-shim-runc-v2 ctr runc
+NODE_IMAGE_PHASES := engine,toolchain,node_image
 BACKGROUND_LOG := build/toolchain-background.log
 
 # kube-scheduler is the benchmark's second contender, built at the same Kubernetes version.
@@ -150,17 +153,21 @@ idempotence: venv
 	cache-dir)/state/$$($(BIN)/python -c 'import yaml; print(yaml.safe_load(open("inventory/localhost/group_vars/all.yml"))["testbed_cluster_name"])')/kubeconfig" \
 	hack/check-idempotent.sh $(PLAYBOOK) site.yml
 
-# The scenarios' tools, then the test-bed's binaries, build in the background meanwhile (their log: $(BACKGROUND_LOG),
-# shown if it fails): lint and the unit tests need neither, and the scenarios step waits only for its own.
-test: prereqs venv
+# Every build the steps need runs in the background, one after another in the order the steps need them (their log:
+# $(BACKGROUND_LOG), shown if it fails): the unit tests' tools (lint needs none), the scenarios', the oldest minor's,
+# the test-bed's, then the Docker engine and the node image (site.yml's $(NODE_IMAGE_PHASES) phases), which the
+# control-plane scenarios leave the cores idle for. A step whose tool is still building waits for that build
+# (hack/toolchain.py's lock) or builds it; `browser` runs first, as the engine's packages come from apt too.
+test: prereqs venv browser
 	@mkdir -p build
-	@{ $(PYTHON) hack/toolchain.py build $(SCENARIO_TOOLS) && \
+	@{ $(PYTHON) hack/toolchain.py build $(TEST_TOOLS) $(SCENARIO_TOOLS) && \
 	   $(PYTHON) hack/toolchain.py build --kubernetes oldest $(OLDEST_TOOLS) && \
-	   $(PYTHON) hack/toolchain.py build $(filter-out $(SCENARIO_TOOLS),$(TESTBED_TOOLS)); } >$(BACKGROUND_LOG) 2>&1 & background=$$!; \
-	echo "test: building $(SCENARIO_TOOLS), $(OLDEST_TOOLS) at the oldest minor, $(filter-out $(SCENARIO_TOOLS),$(TESTBED_TOOLS)) in the background (pid $$background, log $(BACKGROUND_LOG))"; \
+	   $(PYTHON) hack/toolchain.py build $(filter-out $(TEST_TOOLS) $(SCENARIO_TOOLS),$(TESTBED_TOOLS)) && \
+	   $(PLAYBOOK) site.yml --tags $(NODE_IMAGE_PHASES); } >$(BACKGROUND_LOG) 2>&1 & background=$$!; \
+	echo "test: building $(TEST_TOOLS) $(SCENARIO_TOOLS), $(OLDEST_TOOLS) at the oldest minor, $(filter-out $(TEST_TOOLS) $(SCENARIO_TOOLS),$(TESTBED_TOOLS)), then the node image in the background (pid $$background, log $(BACKGROUND_LOG))"; \
 	$(MAKE) lint unit scenarios scenarios-oldest bench-smoke; status=$$?; \
 	if ! wait $$background; then echo "test: the background build failed:"; cat $(BACKGROUND_LOG); exit 1; fi; \
-	grep -h '^toolchain: built' $(BACKGROUND_LOG) || true; \
+	grep -h '^toolchain: built\|node-image: node image' $(BACKGROUND_LOG) || true; \
 	[ $$status -eq 0 ] || exit $$status; \
 	$(MAKE) testbed idempotence online uninstall-check
 
