@@ -10,9 +10,12 @@ Two inventories, chosen explicitly with `--source`:
 - `simulated`: the node's declaration (annotation constants.SIMULATED_ANNOTATION, else `--simulated`); a container
   is given one read-only file per GPU (id, simulated UUID, node) and the variables of `devices.response`;
 - `nvml`: the driver's GPUs through NVML; a container is given each GPU's /dev/nvidia<minor>, the control devices
-  and NVIDIA_VISIBLE_DEVICES=<UUIDs> (which NVIDIA's container runtime reads).
+  and NVIDIA_VISIBLE_DEVICES=<UUIDs> (which NVIDIA's container runtime reads), and the GPUs' CDI devices: the plugin
+  keeps a CDI spec of the GPUs and the driver under --driver-root in --cdi-dir, so that a CDI-aware runtime
+  (containerd 2) also gives the container the driver's programs and libraries (`gpu_scheduling.cdi`).
 
-Touches only its own socket, the GPU files folder (simulated) and the kubelet's two sockets; reads pods and its Node.
+Touches only its own socket, the GPU files folder (simulated), its CDI spec (nvml) and the kubelet's two sockets;
+reads pods and its Node.
 """
 
 from __future__ import annotations
@@ -26,13 +29,13 @@ import logging
 import os
 import pathlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import grpc
 from aiohttp import web
 
-from gpu_scheduling import constants, devices, gpumap, health, logs, runtime
+from gpu_scheduling import cdi, constants, devices, gpumap, health, logs, runtime
 from gpu_scheduling.agent import inventory, nvml
 from gpu_scheduling.kube import config as kubeconfig
 from gpu_scheduling.kube import paths
@@ -136,6 +139,18 @@ def kubelet_view(response: pr.ListPodResourcesResponse, resource: str) -> dict[t
     return view
 
 
+def container_response(answer: devices.ContainerResponse, cdi_devices: Iterable[str]) -> dp.ContainerAllocateResponse:
+    """One container's Allocate answer. With CDI the device specs and variables stay: a runtime without CDI (or a
+    kubelet that drops the field) still gives the device nodes, and containerd applies both, the CDI spec's device
+    nodes replacing the same paths."""
+    return dp.ContainerAllocateResponse(
+        envs=answer.envs,
+        mounts=[dp.Mount(container_path=c, host_path=h, read_only=r) for c, h, r in answer.mounts],
+        devices=[dp.DeviceSpec(container_path=c, host_path=h, permissions=p) for c, h, p in answer.devices],
+        cdi_devices=[dp.CDIDevice(name=n) for n in cdi_devices],
+    )
+
+
 class Kubelet:
     """The kubelet's two gRPC endpoints this plugin calls: Registration and PodResources."""
 
@@ -159,14 +174,79 @@ class Kubelet:
         return await _unary(self.pod_resources_socket, pr, "PodResourcesLister", method, request, response, 5)
 
 
-class Inventory:
-    """This node's GPUs as the plugin gives them out: the devices (id, health) and each GPU's identity."""
+def driver_listing(root: str, gpus: Iterable[devices.NodeGpu]) -> cdi.Driver:
+    """What exists of the driver: the files under the driver root's folders that a container is given (symbolic
+    links included, as the libraries' sonames are), and the device nodes of the control devices and of `gpus`."""
+    files: set[str] = set()
+    for folder in cdi.DRIVER_FOLDERS:
+        top = pathlib.Path(root, folder)
+        for current, _dirs, names in os.walk(top):
+            rel = pathlib.Path(current).relative_to(root)
+            files.update(str(rel / name) for name in names)
+    wanted = [*devices.NVIDIA_CONTROL_DEVICES, *(f"/dev/nvidia{g.minor}" for g in gpus if g.minor is not None)]
+    return cdi.Driver(root, frozenset(files), frozenset(_present(tuple(wanted))))
 
-    def __init__(self, source: str, node: str, default_simulated: str, files_dir: str | None):
+
+class Inventory:
+    """This node's GPUs as the plugin gives them out: the devices (id, health) and each GPU's identity; with NVML
+    and a `cdi_dir`, the CDI spec of the GPUs and of the driver under `driver_root`, kept up to date."""
+
+    def __init__(
+        self,
+        source: str,
+        node: str,
+        default_simulated: str,
+        files_dir: str | None,
+        *,
+        cdi_dir: str = "",
+        driver_root: str = cdi.DEFAULT_DRIVER_ROOT,
+        with_glibc: bool = False,
+    ):
         self.source, self.node, self.default_simulated, self.files_dir = source, node, default_simulated, files_dir
         self.gpus: list[dict[str, Any]] = []
         self.identity: dict[int, devices.NodeGpu] = {}
         self.control: list[str] = []
+        #: Where the CDI spec is kept ("": no CDI, the simulated source's case); the driver it describes.
+        self.cdi_dir = cdi_dir if source == "nvml" else ""
+        self.driver_root, self.with_glibc = driver_root, with_glibc
+        #: The spec's text as last written, so that it is written again only when it changes (or a write failed).
+        self.cdi_text = ""
+
+    def cdi_devices(self, gpus: Iterable[devices.NodeGpu]) -> list[str]:
+        """The CDI names that Allocate answers for `gpus`; none without CDI."""
+        return [cdi.qualified_name(cdi.device_name(g)) for g in gpus] if self.cdi_dir else []
+
+    def write_cdi(self) -> None:
+        """Keep the CDI spec of the GPUs read last, replaced in one rename (a runtime reading the folder never sees
+        half a spec). A spec with no device is not valid CDI, so the file is removed then. Failures are logged, and
+        the next read tries again: the GPUs are still served, and a container given one fails to start with the
+        runtime's reason (an unresolvable CDI device) rather than without its driver."""
+        if not self.cdi_dir:
+            return
+        path = pathlib.Path(self.cdi_dir, cdi.SPEC_FILE)
+        try:
+            driver = driver_listing(self.driver_root, self.identity.values())
+            document = cdi.spec(self.identity.values(), driver, with_glibc=self.with_glibc)
+            text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+            if text == self.cdi_text and path.exists() == bool(document["devices"]):
+                return
+            if document["devices"]:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _write_atomically(path, text, 0o644)
+            else:
+                _remove(path)
+        except OSError as exc:
+            self.cdi_text = ""
+            log.error("could not keep the CDI spec %s: %s", path, exc)
+            return
+        self.cdi_text = text
+        log.info(
+            "CDI spec %s: %d GPU(s), driver root %s (%d file(s))",
+            path,
+            len({d["containerEdits"]["deviceNodes"][0]["path"] for d in document["devices"]}),
+            self.driver_root,
+            len(driver.files),
+        )
 
     async def read(self, client: Client | None) -> bool:
         """Read the GPUs again; True when what the kubelet is told changed. NVML errors are raised, never hidden.
@@ -189,6 +269,7 @@ class Inventory:
         self.gpus, self.identity = gpus, identity
         if changed and self.files_dir is not None:
             self._write_files()
+        await asyncio.to_thread(self.write_cdi)
         return changed
 
     def _write_files(self) -> None:
@@ -358,15 +439,7 @@ class DevicePlugin:
                 answer = devices.response(
                     given, files_dir=self.inventory.files_dir, control_devices=self.inventory.control
                 )
-                out.append(
-                    dp.ContainerAllocateResponse(
-                        envs=answer.envs,
-                        mounts=[dp.Mount(container_path=c, host_path=h, read_only=r) for c, h, r in answer.mounts],
-                        devices=[
-                            dp.DeviceSpec(container_path=c, host_path=h, permissions=p) for c, h, p in answer.devices
-                        ],
-                    )
-                )
+                out.append(container_response(answer, self.inventory.cdi_devices(given)))
                 log.info(
                     "pod %s container %s given GPUs %s (%s) in %.1f ms",
                     found.pod.ref,
@@ -533,7 +606,15 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> None:
         plugin = DevicePlugin(
             client,
             Kubelet(args.plugin_dir, args.pod_resources_socket),
-            Inventory(args.source, args.node_name, args.simulated, files_dir),
+            Inventory(
+                args.source,
+                args.node_name,
+                args.simulated,
+                files_dir,
+                cdi_dir=args.cdi_dir,
+                driver_root=args.driver_root,
+                with_glibc=args.cdi_glibc,
+            ),
             resource=args.resource,
             slots=args.slots,
             socket_name=args.socket_name,
@@ -583,6 +664,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--files-dir",
         default="/var/lib/gpu-scheduling/devices",
         help="simulated: host folder of the GPUs' files (mounted at the same path in this container)",
+    )
+    p.add_argument(
+        "--cdi-dir",
+        default=cdi.DEFAULT_DIR,
+        help=f"nvml: keep the GPUs' CDI spec ({cdi.SPEC_FILE}) here and answer CDI devices ('': no CDI)",
+    )
+    p.add_argument(
+        "--driver-root",
+        default=cdi.DEFAULT_DRIVER_ROOT,
+        help="nvml: the host folder of the driver (bin, lib64, glibc) that the CDI spec gives containers",
+    )
+    p.add_argument(
+        "--cdi-glibc",
+        action="store_true",
+        help="nvml: the CDI spec also mounts the driver's glibc loader at /lib64/ld-linux-x86-64.so.2, for images "
+        "without glibc (every glibc program of the container then runs on the driver's glibc)",
     )
     p.add_argument(
         "--interval", type=runtime.seconds(0.1, 3600), default=5.0, help="seconds between reads of the GPUs' health"
