@@ -15,7 +15,8 @@ names them; the plugin answers the UUID, which stays the same when another GPU d
 - the control devices that exist (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia-modeset).
   Not /dev/nvidia-caps: those nodes grant MIG configuration and monitoring, which a whole-GPU container never needs;
 - the driver root's folders that exist (`bin`, `lib64`, `glibc`), bind-mounted read-only at the same path, so that
-  the libraries' own paths (and the CUDA images' default `/usr/local/nvidia/lib64` for the default root) hold;
+  the libraries' own paths (and the CUDA images' default `/usr/local/nvidia/lib64` for the default root) hold. Not
+  with a root of `/`, whose /bin and /lib64 are the host's own and would hide the image's;
 - each program of `PROGRAMS` that exists, also mounted at /usr/bin/<name>, so an unmodified `nvidia-smi` is on every
   image's default PATH without replacing the image's PATH (a CDI env entry replaces the variable, it never appends);
 - `LD_LIBRARY_PATH=<root>/lib64`, so nvidia-smi and NVML/CUDA programs find libnvidia-ml.so.1 and libcuda.so.1 in
@@ -106,13 +107,15 @@ def common_edits(driver: Driver, *, with_glibc: bool = False) -> dict[str, Any]:
     nodes = [{"path": d, "hostPath": d, "permissions": "rw"} for d in devices.NVIDIA_CONTROL_DEVICES if d in driver.dev]
     if nodes:
         edits["deviceNodes"] = nodes
-    folders = [f for f in DRIVER_FOLDERS if any(p.startswith(f"{f}/") for p in driver.files)]
+    # A driver installed at "/" (the host's own /usr/bin and /usr/lib) has no folders of its own: mounting the host's
+    # /bin or /lib64 over the image's would replace the image's programs, so only the programs are given then.
+    folders = [f for f in DRIVER_FOLDERS if root != "/" and any(p.startswith(f"{f}/") for p in driver.files)]
     mounts = [_bind(posixpath.join(root, f)) for f in folders]
     mounts.extend(
         _bind(posixpath.join(root, "bin", p), f"/usr/bin/{p}") for p in PROGRAMS if f"bin/{p}" in driver.files
     )
     library_path = [posixpath.join(root, "lib64")] if "lib64" in folders else []
-    loader = _loader(driver) if with_glibc else None
+    loader = _loader(driver) if with_glibc and "glibc" in folders else None
     if loader is not None:
         mounts.append(_bind(posixpath.join(root, loader), LOADER))
         library_path.append(posixpath.join(root, posixpath.dirname(loader)))

@@ -93,6 +93,16 @@ def test_missing_files_and_nodes_are_left_out() -> None:
     assert cdi.problems(bare) == ["no devices (a CDI spec needs at least one)"]
 
 
+def test_a_driver_at_the_root_never_hides_the_images_folders() -> None:
+    document = cdi.spec(GPUS, cdi.Driver("/", FILES, DEV), with_glibc=True)
+    assert cdi.problems(document) == []
+    assert mounts(document) == {
+        "/usr/bin/nvidia-smi": "/bin/nvidia-smi",
+        "/usr/bin/nvidia-debugdump": "/bin/nvidia-debugdump",
+    }
+    assert "env" not in document["containerEdits"]
+
+
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
@@ -124,7 +134,7 @@ uuids = st.uuids().map(lambda u: f"GPU-{u}")
     gpus=st.lists(st.tuples(st.integers(0, 63), uuids, st.one_of(st.none(), st.integers(0, 255))), max_size=8),
     files=st.sets(st.sampled_from(sorted(FILES | {"lib64/sub/libx.so", "glibc/ld-linux-x86-64.so.2", "other/f"}))),
     dev=st.sets(st.sampled_from([*devices.NVIDIA_CONTROL_DEVICES, *(f"/dev/nvidia{i}" for i in range(4))])),
-    root=st.sampled_from(["/usr/local/nvidia", "/usr/local/nvidia/", "/home/kubernetes/bin/nvidia"]),
+    root=st.sampled_from(["/usr/local/nvidia", "/usr/local/nvidia/", "/home/kubernetes/bin/nvidia", "/"]),
     with_glibc=st.booleans(),
 )
 def test_any_inventory_gives_a_valid_spec_of_exactly_its_present_gpus(
@@ -144,9 +154,16 @@ def test_any_inventory_gives_a_valid_spec_of_exactly_its_present_gpus(
         rel = mount["hostPath"][len(root.rstrip("/")) + 1 :]
         assert mount["hostPath"].startswith(root.rstrip("/") + "/")
         assert rel in files or any(f.startswith(rel + "/") for f in files)
+        # Nothing of the image's own system folders is ever hidden: only the driver's paths and /usr/bin/<program>.
+        assert mount["containerPath"] in (mount["hostPath"], cdi.LOADER) or mount["containerPath"].startswith(
+            "/usr/bin/nvidia-"
+        )
+        assert mount["containerPath"] not in ("/", "/bin", "/lib64", "/usr", "/usr/bin", "/lib")
     assert {n["path"] for n in common.get("deviceNodes", [])} <= dev
     assert (cdi.LOADER in {m["containerPath"] for m in common.get("mounts", [])}) == (
-        with_glibc and any(f.startswith("glibc/") and f.endswith("/ld-linux-x86-64.so.2") for f in files)
+        with_glibc
+        and root != "/"
+        and any(f.startswith("glibc/") and f.endswith("/ld-linux-x86-64.so.2") for f in files)
     )
 
 
