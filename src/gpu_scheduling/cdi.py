@@ -77,9 +77,16 @@ class Driver:
     dev: frozenset[str] = frozenset()
 
 
-def qualified_name(device: str) -> str:
-    """The fully qualified CDI name of one of this spec's devices, as the kubelet passes it to the runtime."""
-    return f"{KIND}={device}"
+def qualified_name(device: str, kind: str = KIND) -> str:
+    """The fully qualified CDI name of a device of `kind` (this spec's by default), as the kubelet passes it to the
+    runtime."""
+    return f"{kind}={device}"
+
+
+def valid_kind(kind: str) -> bool:
+    """Whether `kind` is a CDI kind, "<vendor>/<class>"."""
+    vendor, _, klass = kind.partition("/")
+    return bool(_VENDOR_CLASS_RE.match(vendor) and _VENDOR_CLASS_RE.match(klass))
 
 
 def device_name(gpu: devices.NodeGpu) -> str:
@@ -173,8 +180,7 @@ def problems(document: Mapping[str, Any]) -> list[str]:
     at least one device, unique names, no device without edits, NAME=value env, absolute paths); [] when it is
     one. Paths are held to be absolute although CDI accepts relative ones: this spec only ever means host paths."""
     out: list[str] = []
-    vendor, _, klass = str(document.get("kind", "")).partition("/")
-    if not _VENDOR_CLASS_RE.match(vendor) or not _VENDOR_CLASS_RE.match(klass) or "/" in klass:
+    if not valid_kind(str(document.get("kind", ""))):
         out.append(f"kind {document.get('kind')!r} is not <vendor>/<class>")
     if not re.match(r"^[0-9]+\.[0-9]+\.[0-9]+$", str(document.get("cdiVersion", ""))):
         out.append(f"cdiVersion {document.get('cdiVersion')!r} is not a semantic version")

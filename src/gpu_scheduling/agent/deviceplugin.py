@@ -201,6 +201,7 @@ class Inventory:
         cdi_dir: str = "",
         driver_root: str = cdi.DEFAULT_DRIVER_ROOT,
         with_glibc: bool = False,
+        cdi_kind: str = cdi.KIND,
     ):
         self.source, self.node, self.default_simulated, self.files_dir = source, node, default_simulated, files_dir
         self.gpus: list[dict[str, Any]] = []
@@ -209,19 +210,22 @@ class Inventory:
         #: Where the CDI spec is kept ("": no CDI, the simulated source's case); the driver it describes.
         self.cdi_dir = cdi_dir if source == "nvml" else ""
         self.driver_root, self.with_glibc = driver_root, with_glibc
+        #: The kind whose devices Allocate names: this plugin's own spec, or another's (the GPU Operator's toolkit
+        #: generates `nvidia.com/gpu`), which this plugin then does not write.
+        self.cdi_kind = cdi_kind
         #: The spec's text as last written, so that it is written again only when it changes (or a write failed).
         self.cdi_text = ""
 
     def cdi_devices(self, gpus: Iterable[devices.NodeGpu]) -> list[str]:
         """The CDI names that Allocate answers for `gpus`; none without CDI."""
-        return [cdi.qualified_name(cdi.device_name(g)) for g in gpus] if self.cdi_dir else []
+        return [cdi.qualified_name(cdi.device_name(g), self.cdi_kind) for g in gpus] if self.cdi_dir else []
 
     def write_cdi(self) -> None:
         """Keep the CDI spec of the GPUs read last, replaced in one rename (a runtime reading the folder never sees
         half a spec). A spec with no device is not valid CDI, so the file is removed then. Failures are logged, and
         the next read tries again: the GPUs are still served, and a container given one fails to start with the
         runtime's reason (an unresolvable CDI device) rather than without its driver."""
-        if not self.cdi_dir:
+        if not self.cdi_dir or self.cdi_kind != cdi.KIND:
             return
         path = pathlib.Path(self.cdi_dir, cdi.SPEC_FILE)
         try:
@@ -614,6 +618,7 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> None:
                 cdi_dir=args.cdi_dir,
                 driver_root=args.driver_root,
                 with_glibc=args.cdi_glibc,
+                cdi_kind=args.cdi_kind,
             ),
             resource=args.resource,
             slots=args.slots,
@@ -638,6 +643,12 @@ async def show_kubelet(args: argparse.Namespace) -> None:
     document = view_document(kubelet_view(await kubelet.list(), args.resource), args.resource)
     document["allocatable"] = sorted(allocatable_ids(await kubelet.allocatable(), args.resource))
     print(json.dumps(document, indent=2))
+
+
+def _cdi_kind(text: str) -> str:
+    if not cdi.valid_kind(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a CDI kind (<vendor>/<class>)")
+    return text
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -680,6 +691,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="nvml: the CDI spec also mounts the driver's glibc loader at /lib64/ld-linux-x86-64.so.2, for images "
         "without glibc (every glibc program of the container then runs on the driver's glibc)",
+    )
+    p.add_argument(
+        "--cdi-kind",
+        type=_cdi_kind,
+        default=cdi.KIND,
+        help=f"nvml: the CDI kind whose devices (by GPU UUID) Allocate names; another than {cdi.KIND} (such as the GPU "
+        "Operator's nvidia.com/gpu) is another's spec, and this plugin writes none",
     )
     p.add_argument(
         "--interval", type=runtime.seconds(0.1, 3600), default=5.0, help="seconds between reads of the GPUs' health"

@@ -274,8 +274,20 @@ def test_allocate_without_cdi_answers_no_cdi_devices(tmp_path: pathlib.Path, mon
     assert [d.host_path for d in answer.devices] == ["/dev/nvidia0"]
 
 
+def test_another_kind_is_named_and_not_written(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    inv = inventory(tmp_path, monkeypatch)
+    inv.cdi_kind = "nvidia.com/gpu"
+    inv.write_cdi()
+    assert not (tmp_path / "cdi").exists()
+    answer = allocate(inv, (0,), ["gpu0-0"]).container_responses[0]
+    assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={UUID0}"]
+
+
 def test_flags() -> None:
     args = deviceplugin.parse_args(["--source", "nvml"])
     assert (args.cdi_dir, args.driver_root, args.cdi_glibc) == ("/var/run/cdi", "/usr/local/nvidia", False)
     args = deviceplugin.parse_args(["--source", "nvml", "--cdi-dir", "", "--driver-root", "/opt/d", "--cdi-glibc"])
     assert (args.cdi_dir, args.driver_root, args.cdi_glibc) == ("", "/opt/d", True)
+    assert deviceplugin.parse_args(["--source", "nvml", "--cdi-kind", "nvidia.com/gpu"]).cdi_kind == "nvidia.com/gpu"
+    with pytest.raises(SystemExit):
+        deviceplugin.parse_args(["--source", "nvml", "--cdi-kind", "nvidia.com"])
