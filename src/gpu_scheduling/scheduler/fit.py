@@ -435,6 +435,12 @@ class NodeUsage:
         self._shared: set[str] = set()
         """The nodes whose per-node totals are shared with a fork or the usage it was forked from (each side copies
         them before its first change of them)."""
+        self._groups: dict[str, dict[tuple[tuple[str, str], ...], Counter[str]]] = {}
+        """namespace -> labels -> node -> how many counted pods not terminating, of that namespace and with exactly
+        those labels, are on the node: what PodTopologySpread counts, read per distinct set of labels (a workload's
+        pods share theirs) instead of per pod."""
+        self._shared_groups: set[str] = set()
+        """The namespaces whose `_groups` entry is shared with a fork (copied before its first change, as nodes are)."""
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -457,6 +463,9 @@ class NodeUsage:
         nodes = set(self._requested) | set(self._ports) | set(self._claims) | set(self._on_node)
         self._shared |= nodes
         child._shared = nodes
+        child._groups = dict(self._groups)
+        self._shared_groups |= self._groups.keys()
+        child._shared_groups = set(self._groups)
         return child
 
     def footprint(self, uid: str) -> Footprint | None:
@@ -474,8 +483,12 @@ class NodeUsage:
                 self._own(str(node))
         if before is not None:
             _discount(self._claim_users, before.claims)
+            if not before.terminating:
+                self._grouped(before, -1)
         if taken is not None and taken.claims:
             self._claim_users.update(taken.claims)
+        if taken is not None and not taken.terminating:
+            self._grouped(taken, 1)
         if before is not None:
             here = self._on_node.get(before.node)
             if here is not None:
@@ -523,6 +536,22 @@ class NodeUsage:
         if before is None or (taken is not None and taken.node == before.node and _not_less(taken, before)):
             return None
         return before.node
+
+    def _grouped(self, taken: Footprint, change: int) -> None:
+        """Count one pod more (`change` 1) or less (-1) in its namespace's group of its labels on its node."""
+        namespace = taken.namespace
+        if namespace in self._shared_groups:
+            self._shared_groups.discard(namespace)
+            self._groups[namespace] = {k: Counter(v) for k, v in self._groups[namespace].items()}
+        groups = self._groups.setdefault(namespace, {})
+        on = groups.setdefault(taken.labels, Counter())
+        on[taken.node] += change
+        if on[taken.node] <= 0:
+            del on[taken.node]
+            if not on:
+                del groups[taken.labels]
+                if not groups:
+                    del self._groups[namespace]
 
     def _own(self, node: str) -> None:
         """About to change `node`'s totals: copy them first if a fork shares them."""
@@ -591,6 +620,11 @@ class NodeUsage:
     def pods_on(self, node: str) -> Iterable[tuple[str, Footprint]]:
         """The pods counted on `node`."""
         return ((uid, self._by_uid[uid]) for uid in self._on_node.get(node, ()))
+
+    def label_groups(self, namespace: str) -> Iterable[tuple[tuple[tuple[str, str], ...], Mapping[str, int]]]:
+        """The counted pods of `namespace` that are not terminating, grouped by their labels: (labels, node -> how
+        many such pods are on it). O(1); iterating it is O(distinct label sets + the nodes they are on)."""
+        return (self._groups.get(namespace) or {}).items()
 
     def lowest_priority(self) -> int | None:
         """The lowest priority of any counted pod (None: no pod): preemption has nothing to do for a pod of that

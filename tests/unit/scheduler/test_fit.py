@@ -1190,12 +1190,24 @@ UIDS = ("u1", "u2", "u3")
 NODES = ("a", "b")
 RESOURCES = ("cpu", "memory", GPU)
 PORTS = (("0.0.0.0", "TCP", 80), ("10.0.0.1", "TCP", 80), ("0.0.0.0", "UDP", 53))
+LABEL_SETS = ((), (("app", "a"),), (("app", "b"),), (("app", "a"), ("tier", "x")))
 FOOTPRINTS = st.builds(
-    lambda n, requests, ports, rank: fit.Footprint(n, tuple(sorted(requests.items())), tuple(ports), priority=rank),
+    lambda n, requests, ports, rank, ns, labels, ending: fit.Footprint(
+        n,
+        tuple(sorted(requests.items())),
+        tuple(ports),
+        priority=rank,
+        namespace=ns,
+        labels=labels,
+        terminating=ending,
+    ),
     st.sampled_from(NODES),
     st.dictionaries(st.sampled_from(RESOURCES), st.integers(1, 3), max_size=3),
     st.lists(st.sampled_from(PORTS), unique=True, max_size=2),
     st.integers(-1, 2),
+    st.sampled_from(("ns1", "ns2")),
+    st.sampled_from(LABEL_SETS),
+    st.booleans(),
 )
 
 
@@ -1250,6 +1262,12 @@ class Usage(RuleBasedStateMachine):
                 assert dict(usage.ports(n)) == dict(Counter(p for f in here for p in f.ports))
             # preemption's shortcut: the lowest priority of any counted pod
             assert usage.lowest_priority() == min((f.priority for f in model.values()), default=None)
+            # PodTopologySpread's groups: the live pods of a namespace by labels and node
+            for ns in ("ns1", "ns2"):
+                recount = Counter((f.labels, f.node) for f in model.values() if f.namespace == ns and not f.terminating)
+                grouped = {(labels, n): k for labels, on in usage.label_groups(ns) for n, k in on.items()}
+                assert grouped == dict(recount)
+                assert all(on for _, on in usage.label_groups(ns))  # no empty group is kept
 
 
 Usage.TestCase.settings = settings(max_examples=200, stateful_step_count=40)

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpu_scheduling.claims.ledger import Hold
 from gpu_scheduling.scheduler import decision, fit, framework, plugins
 from gpu_scheduling.scheduler.cache import Cache
+from gpu_scheduling.scheduler.plugins import node_affinity, pod_topology_spread
 from tests.unit.scheduler import labelled_pod as pod
 
 HOST = "kubernetes.io/hostname"
@@ -153,6 +157,63 @@ def test_a_zone_spread_refuses_the_fuller_zone():
     assert fitting(
         pod("w9", {"app": "w"}, topologySpreadConstraints=[spread(ZONE, {"app": "w"}, skew=3)]), snapshot(*placed)
     ) == {"a1", "a2", "b1"}
+
+
+def test_the_pod_itself_assumed_on_a_node_is_not_counted_again():
+    placed = [pod("w0", {"app": "w"}, bound_to="a1"), pod("w9", {"app": "w"}, bound_to="b1")]
+    p = pod("w9", {"app": "w"}, topologySpreadConstraints=[spread(ZONE, {"app": "w"})])
+    # w9 counted on b1 (an earlier attempt's assumption): judged again, it is zone b's only pod no longer
+    assert fitting(p, snapshot(*placed)) == {"b1"}
+
+
+_KINDS = ({"app": "w"}, {"app": "w", "rev": "2"}, {"app": "v"}, {})
+_SELECTORS = (*_KINDS, None)  # {}: an empty selector (counts none); None: no labelSelector at all
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    placed=st.lists(
+        st.tuples(
+            st.sampled_from(sorted(NODES)),
+            st.sampled_from(range(len(_KINDS))),
+            st.sampled_from(("ns", "other")),
+            st.booleans(),
+        ),
+        max_size=12,
+    ),
+    selectors=st.lists(st.sampled_from(_SELECTORS), min_size=1, max_size=2),
+    key=st.sampled_from((ZONE, HOST)),
+)
+def test_spread_counts_equal_a_recount_of_every_pod(placed, selectors, key):
+    """pod_topology_spread._counts, which reads the usage's label groups, against counting pod by pod."""
+    pods = []
+    for i, (where, kind, ns, ending) in enumerate(placed):
+        body = pod(f"p{i}", dict(_KINDS[kind]), namespace=ns, bound_to=where)
+        if ending:
+            body["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+        pods.append(body)
+    snap = snapshot(*pods)
+    constraints = pod_topology_spread.read(
+        pod("in", {}, topologySpreadConstraints=[spread(key, chosen) for chosen in selectors])
+    )
+    got = pod_topology_spread._counts(constraints, node_affinity.read(pod("in")), [], "ns", "in", snap)
+    for c, counts in zip(constraints, got, strict=True):
+        expected: dict[str, int] = {}
+        for name, n in snap.nodes.items():
+            labels = n["metadata"]["labels"]
+            if key not in labels:
+                continue
+            expected.setdefault(labels[key], 0)
+            expected[labels[key]] += sum(
+                1
+                for b in pods
+                if b["spec"]["nodeName"] == name
+                and b["metadata"]["namespace"] == "ns"
+                and "deletionTimestamp" not in b["metadata"]
+                and not c.selector.empty
+                and c.selector.matches(b["metadata"]["labels"])
+            )
+        assert counts == expected
 
 
 def test_min_domains_counts_missing_domains_as_empty():

@@ -192,8 +192,11 @@ def _counts(
     snap: Snapshot,
 ) -> list[dict[str, int]]:
     """Per constraint, the matching pods per value of its topology key, over the nodes that have every constraint's
-    key and pass its node inclusion policies."""
+    key and pass its node inclusion policies. O(nodes + the distinct label sets of the namespace's pods and the nodes
+    they are on), not O(pods): the usage keeps the pods grouped by their labels (NodeUsage.label_groups), so each
+    selector is matched once per label set."""
     counts: list[dict[str, int]] = [{} for _ in constraints]
+    domain_of: list[dict[str, str]] = [{} for _ in constraints]  # per constraint: included node -> its domain
     for name, node in snap.nodes.items():
         node_labels = node["metadata"].get("labels") or {}
         if not all(c.topology_key in node_labels for c in constraints):
@@ -212,8 +215,25 @@ def _counts(
                 if not taints_ok:
                     continue
             value = node_labels[c.topology_key]
-            # kube counts no pod for an empty selector (and, in Filter, the pod itself, which it matches, still)
-            counts[i][value] = counts[i].get(value, 0) + _matching(c, snap.usage.pods_on(name), namespace, uid)
+            domain_of[i][name] = value
+            counts[i].setdefault(value, 0)
+    # kube counts no pod for an empty selector (and, in Filter, the pod itself, which it matches, still); nor the
+    # pod itself when it is counted already (assumed on a node by an earlier attempt).
+    own = snap.usage.footprint(uid) if isinstance(uid, str) else None
+    for labels, on_nodes in snap.usage.label_groups(namespace):
+        as_dict = dict(labels)
+        for i, c in enumerate(constraints):
+            if c.selector.empty or not c.selector.matches(as_dict):
+                continue
+            into, where = counts[i], domain_of[i]
+            for node_name, pods in on_nodes.items():
+                value = where.get(node_name)
+                if value is not None:
+                    into[value] += pods
+            if own is not None and not own.terminating and own.namespace == namespace and own.labels == labels:
+                value = where.get(own.node)
+                if value is not None:
+                    into[value] -= 1
     return counts
 
 
