@@ -695,13 +695,8 @@ def up(args: argparse.Namespace) -> int:
     ready = time.monotonic() - t0
     log(f"node {NODE} Ready {ready:.1f}s after `up` started")
     start_programs(args, state, api, procs, python)
-    seconds = smoke(api, procs, args.timeout)
-    log(f"a pod without GPUs ran to Succeeded in {seconds:.1f}s")
-    summary = {
-        "node_ready_s": round(ready, 1),
-        "smoke_pod_s": round(seconds, 1),
-        "total_s": round(time.monotonic() - t0, 1),
-    }
+    summary = {"node_ready_s": round(ready, 1), **checks(api, procs, args.timeout)}
+    summary["total_s"] = round(time.monotonic() - t0, 1)
     (state / "up.json").write_text(json.dumps(summary))
     log(f"up: {json.dumps(summary)}; logs in {state}/logs, admin kubeconfig {pki}/admin.kubeconfig")
     return 0
@@ -732,6 +727,10 @@ def start_programs(
     kubeconfig = f"--kubeconfig={pki}/admin.kubeconfig"
     env = dict(os.environ, PYTHONPATH=str(state / "site"))
 
+    # As the chart decides (gpu-scheduler.isolatedGpus): with NVML, NVIDIA's runtime shows a container only its own
+    # GPUs, numbered from 0, and the webhook and the scheduler must both say so.
+    isolated = ["--isolated-gpus"] if args.source == "nvml" else []
+
     def program(module: str, name: str, flags: list[str]) -> None:
         code = f"import sys; from {module} import main; sys.argv[0] = {name!r}; sys.exit(main())"
         procs[name] = start(name, [python, "-c", code, *flags], state, env)
@@ -745,7 +744,7 @@ def start_programs(
             f"--tls-cert-file={pki}/webhook.crt",
             f"--tls-private-key-file={pki}/webhook.key",
             "--gpu-resource=gpu.scheduling/gpu",
-            "--isolated-gpus",
+            *isolated,
         ],
     )
     context = ssl.create_default_context(cafile=str(pki / "cluster-ca.crt"))
@@ -754,7 +753,13 @@ def start_programs(
     program(
         "gpu_scheduling.scheduler.main",
         "gpu-scheduler",
-        [kubeconfig, "--no-leader-elect", "--health-host=127.0.0.1", f"--health-port={SCHEDULER_HEALTH_PORT}"],
+        [
+            kubeconfig,
+            "--no-leader-elect",
+            "--health-host=127.0.0.1",
+            f"--health-port={SCHEDULER_HEALTH_PORT}",
+            *isolated,
+        ],
     )
     wait("gpu-scheduler ready", lambda: http_ok(f"http://127.0.0.1:{SCHEDULER_HEALTH_PORT}/readyz"), 60, procs)
     program(
@@ -778,33 +783,66 @@ def start_programs(
     log("gpu-webhook, gpu-scheduler and gpu-device-plugin run; the node advertises gpu.scheduling/gpu")
 
 
-def smoke(api: Api, procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> float:
-    """A pod without GPUs, bound to the node by name: the runtime, the CNI, the pulls from the registry work."""
+def run_pod(
+    api: Api, procs: dict[str, subprocess.Popen[bytes]], timeout: float, name: str, script: str, **extra: Any
+) -> tuple[float, str, dict[str, Any]]:
+    """A pod of the busybox image running `script` to its end: the seconds from its creation to Succeeded, its log
+    and the pod as the apiserver keeps it. `extra`: more of its metadata (labels, annotations) and spec."""
     started = time.monotonic()
-    name = f"smoke-{int(time.time())}"
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeName": NODE,
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": False,
-            "containers": [{"name": "c", "image": POD_IMAGE, "command": ["sh", "-c", "echo smoke ok; ls /dev"]}],
-        },
+    metadata = {"name": name, "namespace": "default", **extra.pop("metadata", {})}
+    spec = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "containers": [{"name": "c", "image": POD_IMAGE, "command": ["sh", "-c", script]}],
+        **extra,
     }
-    api.create("/api/v1/namespaces/default/pods", pod)
+    api.create(
+        "/api/v1/namespaces/default/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    )
     path = f"/api/v1/namespaces/default/pods/{name}"
 
     def done() -> str | None:
         phase = (api.get(path) or {}).get("status", {}).get("phase")
         if phase == "Failed":
-            raise SystemExit(f"gpu-node: the smoke pod failed: {json.dumps(api.get(path)['status'])[:1000]}")
+            raise SystemExit(f"gpu-node: pod {name} failed: {json.dumps(api.get(path)['status'])[:1000]}")
         return phase if phase == "Succeeded" else None
 
     wait(f"pod {name} Succeeded", done, timeout, procs)
-    log(f"{name}'s log: {api.request('GET', path + '/log').strip()!r}")
-    return time.monotonic() - started
+    seconds = time.monotonic() - started
+    output = api.request("GET", path + "/log").strip()
+    log(f"pod {name} Succeeded in {seconds:.1f}s; its log: {output!r}")
+    return seconds, output, api.get(path)
+
+
+def checks(api: Api, procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> dict[str, Any]:
+    """A pod without GPUs bound by name (the runtime, the CNI, pulls from the registry), then a map pod of GPU 0
+    through gpu-webhook, gpu-scheduler and gpu-device-plugin: what the container is given and sees."""
+    stamp = int(time.time())
+    plain, _, _ = run_pod(api, procs, timeout, f"plain-{stamp}", "echo plain ok; ls /dev", nodeName=NODE)
+    script = (
+        "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; env | grep -i -e nvidia -e gpu; ls /dev; "
+        "nvidia-smi -L 2>&1; true"
+    )
+    gpu, output, pod = run_pod(
+        api,
+        procs,
+        timeout,
+        f"gpu-{stamp}",
+        script,
+        metadata={
+            "labels": {"apps.kubernetes.io/pod-index": "0"},
+            "annotations": {"gpu-scheduling-map": f"0={NODE}:0"},
+        },
+        schedulerName="gpu-scheduler",
+    )
+    container = pod["spec"]["containers"][0]
+    return {
+        "plain_pod_s": round(plain, 1),
+        "gpu_pod_s": round(gpu, 1),
+        "gpu_pod_env": container.get("env"),
+        "gpu_pod_resources": container.get("resources"),
+        "gpu_pod_log": output.splitlines(),
+    }
 
 
 # ---- the registry (there, a background process of `up`) -------------------------------------------------------------
