@@ -324,9 +324,15 @@ def api_objects(out: pathlib.Path) -> None:
 
 
 def tracked_tree_bytes() -> int:
-    """The tracked tree's size: what every call carries besides the bundle."""
-    names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
-    return sum((ROOT / n.decode()).stat().st_size for n in names if n and (ROOT / n.decode()).is_file())
+    """What every call carries besides the bundle: the tracked files and the untracked ones git does not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
+    paths = {ROOT / n.decode() for n in listed.stdout.split(b"\0") if n}
+    return sum(p.stat().st_size for p in paths if p.is_file() and not p.is_symlink())
 
 
 def prepare(args: argparse.Namespace) -> int:
@@ -368,7 +374,7 @@ def report(out: pathlib.Path, budget_mib: int, seconds: float) -> int:
     tree = tracked_tree_bytes()
     total = bundle + tree
     print(
-        f"gpu-node: bundle {out} {bundle / 2**20:.1f} MiB in {len(files)} files + tracked tree {tree / 2**20:.1f} MiB "
+        f"gpu-node: bundle {out} {bundle / 2**20:.1f} MiB in {len(files)} files + the tree {tree / 2**20:.1f} MiB "
         f"= {total / 2**20:.1f} MiB of {budget_mib} MiB ({seconds:.0f}s)"
     )
     if total > budget_mib << 20:
@@ -439,7 +445,10 @@ def unpack(bundle: pathlib.Path, state: pathlib.Path) -> None:
     for archive in sorted(bundle.glob("*.tar.xz")):
         with tarfile.open(archive, "r:xz") as tar:
             # The "tar" filter where this python has it (3.11.4 and newer): the archives are our own.
-            tar.extractall(state, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+            if hasattr(tarfile, "tar_filter"):
+                tar.extractall(state, filter="tar")
+            else:
+                tar.extractall(state)
     site = state / "site"
     shutil.rmtree(site, ignore_errors=True)
     shutil.copytree(ROOT / "src", site, ignore=shutil.ignore_patterns("__pycache__", "kubeletapi", "*.egg-info"))
