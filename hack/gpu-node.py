@@ -742,6 +742,12 @@ def start_programs(
     pki = state / "pki"
     kubeconfig = f"--kubeconfig={pki}/admin.kubeconfig"
     env = dict(os.environ, PYTHONPATH=f"{state / 'site'}:{state / 'python'}")
+    # NVML's library where the lent machine's driver is (/usr/local/nvidia, not in the loader's default paths).
+    libraries = [
+        str(d) for d in (pathlib.Path("/usr/local/nvidia/lib64"), pathlib.Path("/usr/local/nvidia/lib")) if d.is_dir()
+    ]
+    if libraries:
+        env["LD_LIBRARY_PATH"] = ":".join([*libraries, *filter(None, [os.environ.get("LD_LIBRARY_PATH")])])
 
     # As the chart decides (gpu-scheduler.isolatedGpus): with NVML, NVIDIA's runtime shows a container only its own
     # GPUs, numbered from 0, and the webhook and the scheduler must both say so.
@@ -786,6 +792,8 @@ def start_programs(
             f"--node-name={NODE}",
             f"--source={args.source}",
             f"--files-dir={state}/devices",
+            # The pods' busybox has no glibc: the driver's loader comes with its programs (nvidia-smi in a pod).
+            *(["--cdi-glibc"] if args.source == "nvml" else []),
             "--health-host=127.0.0.1",
             f"--health-port={PLUGIN_HEALTH_PORT}",
         ],
