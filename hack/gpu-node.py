@@ -952,8 +952,10 @@ def down(args: argparse.Namespace) -> int:
         subprocess.run(["umount", "-l", mount], check=False)
     pids.unlink(missing_ok=True)
     if args.purge:
-        for folder in (state, RUN_DIR, pathlib.Path("/var/lib/kubelet")):
+        for folder in (state, RUN_DIR, pathlib.Path("/var/lib/kubelet"), pathlib.Path(f"/var/lib/cni/networks/{NODE}")):
             shutil.rmtree(folder, ignore_errors=True)
+        if shutil.which("ip"):  # the bridge the CNI made (iproute2; without it the bridge stays, harmless)
+            subprocess.run(["ip", "link", "delete", "cni0"], check=False, capture_output=True)
     log(f"down: stopped {len(started)} programs" + (", removed their state" if args.purge else ""))
     return 0
 
@@ -1000,7 +1002,9 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--timeout", type=float, default=180, help="seconds to wait for the node, and for the smoke pod")
     d = sub.add_parser("down", help="stop everything `up` started (there, as root)")
     d.add_argument("--state", default=str(STATE_DIR))
-    d.add_argument("--purge", action="store_true", help="also remove the state, /run/gpu-node and /var/lib/kubelet")
+    d.add_argument(
+        "--purge", action="store_true", help="also remove the state, /run/gpu-node, /var/lib/kubelet and the CNI bridge"
+    )
     r = sub.add_parser("registry", help="(started by `up`) serve the image layouts under IMAGES to containerd")
     r.add_argument("images")
     r.add_argument("--port", type=int, default=REGISTRY_PORT)
