@@ -628,6 +628,12 @@ def up(args: argparse.Namespace) -> int:
         raise SystemExit("gpu-node: `up` runs as root (cgroups, mounts, the kubelet)")
     if (state / "pids.json").exists():
         raise SystemExit(f"gpu-node: {state}/pids.json exists: `down` first")
+    made = json.loads((bundle / "bundle.json").read_text())
+    age = time.time() - time.mktime(time.strptime(made["prepared"], "%Y-%m-%dT%H:%M:%SZ")) + time.timezone
+    if age > 20 * 3600:
+        raise SystemExit(f"gpu-node: the bundle was prepared {age / 3600:.0f} h ago; its certificates last 24 h")
+    if not args.python and made["python_version"] != "{}.{}".format(*sys.version_info[:2]):
+        log(f"the bundle's wheels are for Python {made['python_version']}, this is {sys.version.split()[0]}")
     state.mkdir(parents=True, exist_ok=True)
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     unpack(bundle, state)
@@ -635,6 +641,11 @@ def up(args: argparse.Namespace) -> int:
     log(prepare_cgroups())
     # The kubelet's volume mounts must propagate into containers (what a systemd host has, and a container lacks).
     subprocess.run(["mount", "--make-rshared", "/"], check=False)
+    # The kubelet's OOM watcher reads /dev/kmsg and stops the kubelet without it: a container may lack it (kind
+    # links the console there too).
+    kmsg = pathlib.Path("/dev/kmsg")
+    if not kmsg.exists():
+        kmsg.symlink_to("/dev/console")
     write_configs(state)
     pki, binary = state / "pki", state / "bin"
     procs: dict[str, subprocess.Popen[bytes]] = {}
