@@ -350,8 +350,16 @@ def prepare(args: argparse.Namespace) -> int:
         Group("kubeletapi", {str(p.relative_to(ROOT / "src")): p for p in stubs.rglob("*") if p.is_file()}),
         Group("python", wheels(args.python_version)),
     ]
+    first = staged(out)
     for group in groups:
-        write_group(group, out)
+        # --split: the Kubernetes archive in <out>-1, carried by a first call (the rest by a second); an archive
+        # already made moves between the two folders rather than being made again.
+        here, there = (first, out) if args.split and group.name == "kubernetes" else (out, first)
+        here.mkdir(parents=True, exist_ok=True)
+        for name in (f"{group.name}.tar.xz", f".{group.name}.stamp"):
+            if (there / name).exists():
+                (there / name).replace(here / name)
+        write_group(group, here)
     shutil.rmtree(out / "work", ignore_errors=True)
     shutil.rmtree(out / "wheels", ignore_errors=True)  # an earlier layout's
     pki(out)
@@ -361,28 +369,37 @@ def prepare(args: argparse.Namespace) -> int:
             {"python_version": args.python_version, "prepared": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         )
     )
-    return report(out, args.budget_mib, time.monotonic() - started)
+    if not any(first.iterdir()):
+        first.rmdir()
+    seconds = time.monotonic() - started
+    tree = tracked_tree_bytes()
+    over = [folder for folder in (first, out) if folder.exists() and not report(folder, tree, args.budget_mib)]
+    print(f"gpu-node: prepared in {seconds:.0f}s" + (f"; carry {first} in a first call" if first.exists() else ""))
+    return 1 if over else 0
 
 
-def report(out: pathlib.Path, budget_mib: int, seconds: float) -> int:
-    """The bundle's files and sizes, and whether they and the tracked tree fit one call."""
-    files = sorted(p for p in out.rglob("*") if p.is_file())
+def staged(out: pathlib.Path) -> pathlib.Path:
+    """The folder a first call carries when the bundle is split (`prepare --split`): <out>-1, beside it."""
+    return out.with_name(f"{out.name}-1")
+
+
+def report(folder: pathlib.Path, tree: int, budget_mib: int) -> bool:
+    """One call's files and sizes; whether they fit with the tree beside them."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
     for path in files:
         if path.stat().st_size >= 1 << 20:
-            print(f"  {path.stat().st_size / 2**20:7.1f} MiB  {path.relative_to(out)}")
+            print(f"  {path.stat().st_size / 2**20:7.1f} MiB  {path.relative_to(folder)}")
     bundle = sum(p.stat().st_size for p in files)
-    tree = tracked_tree_bytes()
     total = bundle + tree
     print(
-        f"gpu-node: bundle {out} {bundle / 2**20:.1f} MiB in {len(files)} files + the tree {tree / 2**20:.1f} MiB "
-        f"= {total / 2**20:.1f} MiB of {budget_mib} MiB ({seconds:.0f}s)"
+        f"gpu-node: {folder} {bundle / 2**20:.1f} MiB in {len(files)} files + the tree {tree / 2**20:.1f} MiB "
+        f"= {total / 2**20:.1f} MiB of {budget_mib} MiB"
     )
     if total > budget_mib << 20:
-        print(
-            f"gpu-node: over the budget of one call by {(total - (budget_mib << 20)) / 2**20:.1f} MiB", file=sys.stderr
-        )
-        return 1
-    return 0
+        excess = (total - (budget_mib << 20)) / 2**20
+        print(f"gpu-node: {folder.name} is over one call's budget by {excess:.1f} MiB (--split?)", file=sys.stderr)
+        return False
+    return True
 
 
 # ---- up (there) ------------------------------------------------------------------------------------------------------
@@ -442,7 +459,7 @@ def wait(what: str, check: Any, timeout: float, procs: dict[str, subprocess.Pope
 def unpack(bundle: pathlib.Path, state: pathlib.Path) -> None:
     """The carried archives into `state` (the programs' dependencies land in state/python), and a copy of src/
     with its kubelet stubs in state/site."""
-    for archive in sorted(bundle.glob("*.tar.xz")):
+    for archive in sorted([*bundle.glob("*.tar.xz"), *staged(bundle).glob("*.tar.xz")]):
         with tarfile.open(archive, "r:xz") as tar:
             # The "tar" filter where this python has it (3.11.4 and newer): the archives are our own.
             if hasattr(tarfile, "tar_filter"):
@@ -1005,6 +1022,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python-version", default="3.12", help="the lent machine's python, for the wheels (3.12)")
     p.add_argument("--budget-mib", type=int, default=BUDGET_MIB)
     p.add_argument("--dict-mib", type=int, default=256, help="xz's window over the Kubernetes programs together")
+    p.add_argument(
+        "--split",
+        action="store_true",
+        help="for two calls: the Kubernetes archive in <out>-1 (a first call carries it; `up` reads both folders)",
+    )
     u = sub.add_parser("up", help="unpack --bundle and start the one-node cluster and the programs (there, as root)")
     u.add_argument("--bundle", default=str(DEFAULT_BUNDLE))
     u.add_argument("--state", default=str(STATE_DIR))
