@@ -5,10 +5,12 @@ The lent machine (issue 39, docs/gpu-node.md) is root on Ubuntu 24.04 with the N
 else of ours: no container runtime, no iptables, no network out, and at most 64 MiB of this tree carried per call.
 So everything it needs is built here, compressed, and carried in a git-ignored folder; there it is unpacked and run
 as plain processes: etcd, kube-apiserver, containerd 2 with runc and a bridge CNI, a kubelet, then gpu-scheduler,
-gpu-webhook (--isolated-gpus) and gpu-device-plugin from src/. No kube-controller-manager, kube-proxy or DNS runs.
+gpu-webhook (--isolated-gpus with NVML) and gpu-device-plugin from src/. No kube-controller-manager, kube-proxy or
+DNS runs.
 
 Usage:
     .venv/bin/python hack/gpu-node.py prepare [--python-version 3.12] [--out build/gpu-node]   # here
+    .venv/bin/python hack/gpu-node.py prepare --split     # for two calls: the Kubernetes archive in build/gpu-node-1
     python3 hack/gpu-node.py up [--source nvml|simulated] [--bundle build/gpu-node]            # there, as root
     python3 hack/gpu-node.py down [--purge]                                                     # there, as root
 
