@@ -240,7 +240,7 @@ def images(out: pathlib.Path) -> dict[str, pathlib.Path]:
 def wheels(python_version: str) -> dict[str, pathlib.Path]:
     """The programs' dependencies as the lent machine's python takes them (cp<version>, manylinux x86_64), from the
     package index, unpacked (what installing a wheel without scripts amounts to) for the archive `python`: xz of the
-    unpacked files is 8.3 MiB where the wheels' own zip is 11.6 MiB. Downloaded and unpacked beside the bundle, in
+    unpacked files is 8.0 MiB where the wheels' own zip is 11.6 MiB. Downloaded and unpacked beside the bundle, in
     build/gpu-node-wheels-<version>/, so that only the archive travels."""
     folder = ROOT / "build" / f"gpu-node-wheels-{python_version}"
     folder.mkdir(parents=True, exist_ok=True)
