@@ -5,6 +5,7 @@ a new default without a line in the README, or a README line for a default that 
 
 import pathlib
 import re
+import tomllib
 
 import jinja2
 import pytest
@@ -135,7 +136,12 @@ def test_the_kind_configuration_tells_the_kubelets_about_cgroup_v1_only_on_a_v1_
     )
     patches = [yaml.safe_load(p) for p in config.get("kubeadmConfigPatches") or []]
     kubelet = [p for p in patches if p["kind"] == "KubeletConfiguration"]
-    assert kubelet == ([{"kind": "KubeletConfiguration", "failCgroupV1": False}] if cgroup_v1 else [])
+    v1 = {"kind": "KubeletConfiguration", "failCgroupV1": False, "cgroupDriver": "cgroupfs"}
+    assert kubelet == ([v1] if cgroup_v1 else [])
+    # the kubelet's cgroup driver and containerd's runc options agree: cgroupfs on v1, kind's systemd on v2
+    runc = [tomllib.loads(p) for p in config["containerdConfigPatches"] if "runtimes.runc.options" in p]
+    cri = 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options'
+    assert runc == ([{"plugins": tomllib.loads(f"[{cri}]\nSystemdCgroup = false")["plugins"]}] if cgroup_v1 else [])
     etcd = [p["etcd"]["local"]["imageTag"] for p in patches if p["kind"] == "ClusterConfiguration"]
     assert etcd == (["3.7.3-0"] if offline else [])
     assert [n["kubeadmConfigPatches"] for n in config["nodes"] if n["role"] == "worker"]
