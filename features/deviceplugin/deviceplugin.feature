@@ -17,6 +17,26 @@ Feature: The node gives every container exactly the GPUs gpu-scheduler chose, th
     Given a StatefulSet "eight" of 8 parallel replicas, replica i mapped to GPU i of node2
     Then every container of every pod of "eight" sees exactly its GPU, and the kubelet recorded them
 
+  Scenario: A pod given no GPU sees none, even when it sets NVIDIA_VISIBLE_DEVICES=all as CUDA images do
+    When the pod "plain" asking for no GPU is bound to node1
+    And the pod "cuda-image" asking for no GPU and setting NVIDIA_VISIBLE_DEVICES=all is bound to node1
+    Then no container of the pods "plain" and "cuda-image" sees a GPU, and the kubelet recorded no device for them
+
+  Scenario: A pod bound by its nodeName asking for more GPU slots than are free is refused by the kubelet
+    When the pod "greedy" bound to node1 asks for 1 more gpu.scheduling/gpu than node1 has free
+    Then the kubelet refused the pod "greedy" at admission, naming what it asked for and the free slots, and no container of it ran
+
+  @expect_restart
+  Scenario: The device plugin SIGKILLed while pods are admitted: it registers again, every pod gets its own GPUs
+    Given a StatefulSet "steady" of 2 parallel replicas, replica i mapped to GPU i+2 of node1
+    And every container of every pod of "steady" sees exactly its GPU, and the kubelet recorded them
+    When a StatefulSet "during" of 2 parallel replicas, replica i mapped to GPU i+4 of node1, is created as the device plugin on node1 is killed with SIGKILL
+    Then the device plugin on node1 registers with the kubelet again, and every slot of node1's healthy GPUs is allocatable
+    And the kubelet still records the GPUs of every pod of "steady"
+    And every container of every pod of "during" sees exactly its GPU, and the kubelet recorded them
+    Given a StatefulSet "next" of 2 parallel replicas, replica i mapped to GPU i+6 of node1
+    Then every container of every pod of "next" sees exactly its GPU, and the kubelet recorded them
+
   Scenario: A pod of another scheduler cannot ask for these GPUs, and NVIDIA's resource is not on these nodes
     When a pod "foreign" of the default scheduler asking for 1 gpu.scheduling/gpu is created
     Then the creation is refused with a message containing "only pods of gpu-scheduler may ask for gpu.scheduling/gpu"

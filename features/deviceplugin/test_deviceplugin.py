@@ -103,11 +103,17 @@ def healthy_gpus(world: World, node: str) -> int:
 
 
 def sees(world: World, namespace: str, pod: str, container: str) -> tuple[list[int], str]:
-    """The GPU ids of the files the container was given (each file's own id line), and its GPU_SCHEDULING_GPUS."""
-    script = f'cat {constants.DEVICE_FILES_DIR}/gpu* 2>/dev/null; echo "env=${constants.DEVICE_GPUS_ENV}"'
+    """The GPU ids of the files the container was given (each file's own id line), and its GPU_SCHEDULING_GPUS.
+    A simulated GPU is never a device node: a container that has any /dev/nvidia* fails the check."""
+    script = (
+        f'cat {constants.DEVICE_FILES_DIR}/gpu* 2>/dev/null; echo "env=${constants.DEVICE_GPUS_ENV}"; '
+        'for d in /dev/nvidia*; do [ -e "$d" ] && echo "dev=$d"; done; true'
+    )
     text = kubectl(world, "-n", namespace, "exec", pod, "-c", container, "--", "sh", "-c", script)
     ids = sorted(int(m) for m in re.findall(r"^id=(\d+)$", text, flags=re.MULTILINE))
     (env,) = re.findall(r"^env=(.*)$", text, flags=re.MULTILINE)
+    nodes = re.findall(r"^dev=(.*)$", text, flags=re.MULTILINE)
+    assert not nodes, f"{namespace}/{pod}/{container} has NVIDIA device nodes {nodes}"
     return ids, env
 
 
@@ -292,6 +298,143 @@ def claim_pod_sees(world: World, name: str) -> None:
 
     node, _, ids = wait_for(f"{name} allocated", allocated).rpartition(":")
     check_pod_gpus(world, world.namespace, name, node, [int(i) for i in ids.split(",")])
+
+
+# ---- pods given no GPU, a kubelet refusal, a killed plugin ------------------------------------------------------
+
+
+@when(step('the pod "{name:q}" asking for no GPU is bound to {node}'))
+def no_gpu_pod(world: World, name: str, node: str) -> None:
+    world.api.create(paths.pods(world.namespace), pod_body(name, gpu_map=None, node=node))
+
+
+@when(step('the pod "{name:q}" asking for no GPU and setting {variable}=all is bound to {node}'))
+def no_gpu_pod_all(world: World, name: str, variable: str, node: str) -> None:
+    assert variable == constants.NVIDIA_DEVICES_ENV, variable
+    body = pod_body(name, gpu_map=None, node=node)
+    for c in [*body["spec"]["containers"], *body["spec"]["initContainers"]]:
+        c["env"].append({"name": variable, "value": "all"})
+    world.api.create(paths.pods(world.namespace), body)
+
+
+@then(
+    step(
+        'no container of the pods "{first:q}" and "{second:q}" sees a GPU, and the kubelet recorded no device for them'
+    )
+)
+def sees_no_gpu(world: World, first: str, second: str) -> None:
+    for name in (first, second):
+        node = get_pod(world, name)["spec"]["nodeName"]
+        running = f"pod {name} on {node} with every container running"
+        body = wait_for(running, lambda n=name, o=node: started_on(world, n, o, world.namespace), timeout=180)
+        for c in body["spec"]["containers"]:
+            assert sees(world, world.namespace, name, c["name"]) == ([], ""), (name, c["name"])
+        view = kubelet_view(world, node)
+        assert not any(recorded(view, world.namespace, name).values()), (name, view["pods"])
+
+
+def _pod_units(pod: dict[str, Any]) -> int:
+    """What the kubelet counts a pod as holding of the resource: its containers' sum, or its largest init
+    container's when that is more (they run one at a time, before the others)."""
+
+    def units(c: dict[str, Any]) -> int:
+        resources = c.get("resources") or {}
+        asked = (resources.get("limits") or {}).get(constants.GPU_RESOURCE)
+        return int(asked or (resources.get("requests") or {}).get(constants.GPU_RESOURCE) or 0)
+
+    spec = pod["spec"]
+    return max(sum(map(units, spec["containers"])), max(map(units, spec.get("initContainers") or []), default=0))
+
+
+def free_units(world: World, node: str) -> int:
+    """The node's allocatable units less those of the pods on it that have not ended, as the kubelet counts them."""
+    pods = world.api.get(paths.POD.collection(), fieldSelector=f"spec.nodeName={node}")["items"]
+    held = sum(_pod_units(p) for p in pods if p["status"].get("phase") not in ("Succeeded", "Failed"))
+    return allocatable(world, node) - held
+
+
+@when(
+    step('the pod "{name:q}" bound to {node} asks for 1 more gpu.scheduling/gpu than {again} has free'),
+    target_fixture="free_before",
+)
+def greedy_pod(world: World, name: str, node: str, again: str) -> int:
+    assert again == node, (node, again)
+    free = free_units(world, node)
+    body = pod_body(name, gpu_map=None, node=node)
+    body["spec"]["containers"][0]["resources"] = {"limits": {constants.GPU_RESOURCE: str(free + 1)}}
+    world.api.create(paths.pods(world.namespace), body)
+    return free
+
+
+@then(
+    step(
+        'the kubelet refused the pod "{name:q}" at admission, naming what it asked for and the free slots, and no '
+        "container of it ran"
+    )
+)
+def kubelet_refused(world: World, name: str, free_before: int) -> None:
+    def failed() -> dict[str, Any] | None:
+        pod = get_pod(world, name)
+        return pod if pod["status"].get("phase") == "Failed" else None
+
+    status = wait_for(f"pod {name} refused by the kubelet", failed, timeout=120)["status"]
+    # Within the node's allocatable, so the device manager (which admits before the resource predicate) refuses it.
+    assert status.get("reason") == "UnexpectedAdmissionError", status
+    message = status.get("message", "")
+    assert constants.GPU_RESOURCE in message, status
+    assert f"Requested: {free_before + 1}, Available: {free_before}" in message, status
+    started = [s["name"] for s in status.get("containerStatuses") or [] if "waiting" not in (s.get("state") or {})]
+    assert not started, f"{name}: containers {started} ran"
+
+
+@when(
+    step(
+        'a StatefulSet "{name:q}" of {replicas:d} parallel replicas, replica i mapped to GPU i+{offset:d} of {node}, '
+        "is created as the device plugin on {again} is killed with SIGKILL"
+    ),
+    target_fixture="restarted_at",
+)
+def kill_plugin_meanwhile(
+    world: World, created: Created, name: str, replicas: int, offset: int, node: str, again: str
+) -> float:
+    assert again == node, (node, again)
+    parallel_statefulset(world, created, name, str(replicas), str(offset), node)
+    killed_at = time.time()
+    # The plugin runs in a container of the node's pod sandbox: from the KinD node's own PID namespace it is an
+    # ordinary process (inside the container it is PID 1, which SIGKILL from there cannot reach).
+    subprocess.run(
+        ["docker", "exec", node_container(world, node), "pkill", "-KILL", "-f", "bin/gpu-device-plugin"],
+        check=True,
+        timeout=30,
+    )
+    return killed_at
+
+
+@then(
+    step(
+        "the device plugin on {node} registers with the kubelet again, and every slot of {again}'s healthy GPUs is "
+        "allocatable"
+    )
+)
+def plugin_registers_again(world: World, node: str, again: str, restarted_at: float) -> None:
+    assert again == node, (node, again)
+
+    def registered() -> str | None:
+        pod = agent_pod(world, node)
+        (status,) = [s for s in pod["status"].get("containerStatuses") or [] if s["name"] == PLUGIN_CONTAINER]
+        if not status.get("restartCount") or "running" not in (status.get("state") or {}):
+            return None
+        log = world.api.text(
+            paths.pod_log(SYSTEM_NAMESPACE, pod["metadata"]["name"]),
+            container=PLUGIN_CONTAINER,
+            sinceTime=_rfc3339(restarted_at),
+        )
+        return next((line for line in log.splitlines() if f"registered {constants.GPU_RESOURCE}" in line), None)
+
+    wait_for(f"the plugin on {node} restarted and registered", registered, timeout=120, interval=1)
+    expected = healthy_gpus(world, node) * slots(world)
+    wait_for(f"{node} allocatable {expected}", lambda: allocatable(world, node) == expected or None, timeout=120)
+    print(f"\n{node}: plugin SIGKILLed; registered and allocatable back {time.time() - restarted_at:.1f} s after")
 
 
 # ---- preemption on a real node ----------------------------------------------------------------------------------
