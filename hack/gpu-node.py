@@ -40,6 +40,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import tomllib
 import urllib.error
 import urllib.request
 import zipfile
@@ -69,16 +70,15 @@ SERVICE_RANGE = "10.96.0.0/16"
 KUBERNETES_PROGRAMS = ("etcd", "kube-apiserver", "kubelet")
 RUNTIME_PROGRAMS = ("containerd", "containerd-shim-runc-v2", "runc")
 CNI_PROGRAMS = ("cni-bridge", "cni-host-local", "cni-loopback")
-#: The programs' Python dependencies that a bare python3.12 lacks (pyproject.toml's, with the nvml extra).
-WHEEL_REQUIREMENTS = (
-    "aiohttp>=3.9,<4",
-    "hypercorn>=0.18,<0.19",
-    "PyYAML>=6",
-    "prometheus_client>=0.20,<1",
-    "grpcio>=1.85.1,<2",
-    "protobuf>=7.35.1,<8",
-    "nvidia-ml-py>=12",
-)
+
+
+def wheel_requirements() -> list[str]:
+    """The programs' Python dependencies that a bare python3.12 lacks: pyproject.toml's, with the nvml extra (the one
+    source of them; the machine gets their wheels)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [*project["dependencies"], *project["optional-dependencies"]["nvml"]]
+
+
 #: The applets the pod image links to busybox (what the checks' shell lines use).
 BUSYBOX_APPLETS = ("sh", "ls", "cat", "env", "echo", "sleep", "true", "printenv", "grep", "head", "wc", "ps", "mount")
 
@@ -249,7 +249,7 @@ def wheels(python_version: str) -> dict[str, pathlib.Path]:
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version",
          python_version, "--implementation", "cp", "--abi", abi, *(a for p in platforms for a in ("--platform", p)),
-         "--dest", str(folder), *WHEEL_REQUIREMENTS],
+         "--dest", str(folder), *wheel_requirements()],
         check=True,
     )  # fmt: skip
     found = sorted(folder.glob("*.whl"))
