@@ -950,6 +950,9 @@ def test_the_device_plugin_gets_exactly_the_kubelets_sockets(ci):
 
     args = deviceplugin.parse_args(plugin["args"])
     assert args.resource == constants.GPU_RESOURCE and args.health_port == 8081
+    # No CDI spec of its own (it would need /var/run/cdi of the host, not granted above): Allocate names no CDI device
+    # that no spec would resolve.
+    assert args.cdi_dir == ""
     assert plugin["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "plugin-health"}
     assert f"--gpu-resource={constants.GPU_RESOURCE}" in container(docs, "Deployment", WEBHOOK)["args"]
     from gpu_scheduling.webhook import main as webhook
