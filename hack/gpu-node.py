@@ -266,6 +266,7 @@ def wheels(python_version: str) -> dict[str, pathlib.Path]:
 def pki(out: pathlib.Path) -> None:
     """The cluster's certificates and keys (1 day, harness/pki.py's), the service-account keys and the kubeconfigs:
     made here, where `cryptography` is, for a throwaway cluster whose names are fixed (node gpu-node, 127.0.0.1)."""
+    from harness import controlplane
     from harness import pki as harness_pki
 
     folder = out / "pki"
@@ -284,28 +285,9 @@ def pki(out: pathlib.Path) -> None:
     kubelet = ca.issue("kubelet", f"system:node:{NODE}", org="system:nodes", client=True)
     ca.issue("webhook", "gpu-webhook", server=True, dns=("localhost",), ips=("127.0.0.1",))
     harness_pki.service_account_keys(folder)
+    server = f"https://127.0.0.1:{API_PORT}"
     for name, pair in (("admin", admin), ("kubelet", kubelet)):
-        (folder / f"{name}.kubeconfig").write_text(kubeconfig(ca.pem, pair.cert.read_bytes(), pair.key.read_bytes()))
-
-
-def kubeconfig(ca: bytes, cert: bytes, key: bytes) -> str:
-    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
-    return json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": NODE,
-                    "cluster": {"server": f"https://127.0.0.1:{API_PORT}", "certificate-authority-data": b64(ca)},
-                }
-            ],
-            "users": [{"name": NODE, "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
-            "contexts": [{"name": NODE, "context": {"cluster": NODE, "user": NODE}}],
-            "current-context": NODE,
-        },
-        indent=1,
-    )
+        (folder / f"{name}.kubeconfig").write_text(controlplane.kubeconfig(server, ca.pem, pair, user=name))
 
 
 def api_objects(out: pathlib.Path) -> None:
