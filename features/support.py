@@ -285,13 +285,6 @@ def started_on(w: World, name: str, node: str, namespace: str | None = None) -> 
     return pod
 
 
-def restarts(pod: dict[str, Any]) -> dict[str, int]:
-    """container -> its restart count, for the containers that restarted (init containers included)."""
-    status = pod.get("status") or {}
-    every = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
-    return {s["name"]: s["restartCount"] for s in every if s.get("restartCount")}
-
-
 def pod_ready(pod: dict[str, Any]) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"

@@ -26,7 +26,6 @@ from features.support import (
     indexed_job_body,
     on_node,
     pod_body,
-    restarts,
     started_on,
     statefulset_body,
     step,
@@ -35,8 +34,10 @@ from gpu_scheduling import constants, devices, gpumap
 from gpu_scheduling.claims import objects
 from gpu_scheduling.kube import paths
 from gpu_scheduling.kube.errors import NotFound
+from gpu_scheduling.scheduler import fit
 from hack import toolchain
 from harness.wait import wait_for
+from harness.watch import container_restarts
 
 scenarios("deviceplugin.feature")
 
@@ -131,8 +132,9 @@ def check_pod_gpus(world: World, namespace: str, pod: str, node: str, gpus: list
         ids, env = sees(world, namespace, pod, c["name"])
         assert ids == sorted(gpus), f"{pod}/{c['name']} sees GPU files {ids}, expected {gpus}"
         assert env == ",".join(map(str, gpus)), f"{pod}/{c['name']} has {constants.DEVICE_GPUS_ENV}={env!r}"
-        assert recorded(view, namespace, pod).get(c["name"]) == sorted(gpus), (pod, c["name"], view["pods"])
-    assert not (restarted := restarts(get_pod(world, pod, namespace))), f"{pod}: containers restarted {restarted}"
+        assert recorded(view, namespace, pod).get(c["name"], []) == sorted(gpus), (pod, c["name"], view["pods"])
+    counts = container_restarts([get_pod(world, pod, namespace)])
+    assert not any(counts.values()), f"{pod}: containers restarted {counts}"
 
 
 def _docker(*args: str) -> list[str]:
@@ -260,8 +262,8 @@ def still_recorded(world: World, created: Created, name: str) -> None:
         view = kubelet_view(world, entry.node)
         assert recorded(view, sts.namespace, sts.pod(index)).get("check") == list(entry.gpu_ids), view["pods"]
         body = get_pod(world, sts.pod(index), sts.namespace)
-        restarts = [s.get("restartCount", 0) for s in body["status"].get("containerStatuses") or []]
-        assert restarts and not any(restarts), f"{sts.pod(index)} restarted: {restarts}"
+        counts = container_restarts([body])
+        assert counts and not any(counts.values()), f"{sts.pod(index)} restarted: {counts}"
 
 
 @when(step("{node} declares GPU {gpu:d} unhealthy"), target_fixture="allocatable_before")
@@ -325,31 +327,18 @@ def no_gpu_pod_all(world: World, name: str, variable: str, node: str) -> None:
 def sees_no_gpu(world: World, first: str, second: str) -> None:
     for name in (first, second):
         node = get_pod(world, name)["spec"]["nodeName"]
-        running = f"pod {name} on {node} with every container running"
-        body = wait_for(running, lambda n=name, o=node: started_on(world, n, o, world.namespace), timeout=180)
-        for c in body["spec"]["containers"]:
-            assert sees(world, world.namespace, name, c["name"]) == ([], ""), (name, c["name"])
+        check_pod_gpus(world, world.namespace, name, node, [])
+        # its init container too: the kubelet recorded no device for any container of it
         view = kubelet_view(world, node)
         assert not any(recorded(view, world.namespace, name).values()), (name, view["pods"])
 
 
-def _pod_units(pod: dict[str, Any]) -> int:
-    """What the kubelet counts a pod as holding of the resource: its containers' sum, or its largest init
-    container's when that is more (they run one at a time, before the others)."""
-
-    def units(c: dict[str, Any]) -> int:
-        resources = c.get("resources") or {}
-        asked = (resources.get("limits") or {}).get(constants.GPU_RESOURCE)
-        return int(asked or (resources.get("requests") or {}).get(constants.GPU_RESOURCE) or 0)
-
-    spec = pod["spec"]
-    return max(sum(map(units, spec["containers"])), max(map(units, spec.get("initContainers") or []), default=0))
-
-
 def free_units(world: World, node: str) -> int:
-    """The node's allocatable units less those of the pods on it that have not ended, as the kubelet counts them."""
+    """The node's allocatable units less those of the pods on it that have not ended, each counted by kube's formula
+    (fit.pod_requests: its containers' sum, or its largest init container's when that is more)."""
     pods = world.api.get(paths.POD.collection(), fieldSelector=f"spec.nodeName={node}")["items"]
-    held = sum(_pod_units(p) for p in pods if p["status"].get("phase") not in ("Succeeded", "Failed"))
+    live = [p for p in pods if p["status"].get("phase") not in ("Succeeded", "Failed")]
+    held = sum(fit.pod_requests(p).get(constants.GPU_RESOURCE, 0) for p in live)
     return allocatable(world, node) - held
 
 
