@@ -33,6 +33,9 @@ from harness.processes import Process
 from harness.wait import wait_for
 
 NAMESPACE = "fit-differential"
+SYNC_NAMESPACE = "fit-sync"
+"""Where the sync pod (`sync_node_cache`) lives: a namespace of its own, so that no selector of a round (a
+PodDisruptionBudget's, an affinity term's) ever counts it."""
 KUBE_SCHEDULER = "default-scheduler"
 GPU_SCHEDULER = constants.DEFAULT_SCHEDULER_NAME
 OTHER_SCHEDULER = "someone-else"
@@ -68,6 +71,7 @@ def running_plane(workdir: pathlib.Path, controller_manager: Sequence[str] = ())
     try:
         assert cp.api is not None
         create_namespace(cp.api, NAMESPACE)
+        create_namespace(cp.api, SYNC_NAMESPACE)
         # Alone (no leader election), with a limiter high enough never to hold the probes back.
         scheduler = start_kube_scheduler(
             cp,
@@ -116,27 +120,32 @@ def labelled(api: SyncClient, label: str, value: str) -> list[dict[str, Any]]:
     return labelled_in(api, NAMESPACE, f"{label}={value}")
 
 
-def delete_labelled(api: SyncClient, label: str, value: str) -> None:
-    api.delete(paths.pods(NAMESPACE), labelSelector=f"{label}={value}", gracePeriodSeconds="0")
-    wait_for(f"pods {label}={value} deleted", lambda: not labelled(api, label, value) or None, timeout=30)
+def delete_labelled(api: SyncClient, label: str, value: str, namespace: str = NAMESPACE) -> None:
+    api.delete(paths.pods(namespace), labelSelector=f"{label}={value}", gracePeriodSeconds="0")
+    wait_for(
+        f"pods {label}={value} deleted",
+        lambda: not labelled_in(api, namespace, f"{label}={value}") or None,
+        timeout=30,
+    )
 
 
 def sync_node_cache(api: SyncClient, batch: int | str) -> None:
     """Make sure kube-scheduler's node cache has every node write of the batch so far: label the sync node last and
     wait until kube-scheduler binds a pod that needs that label (its node informer delivers node events in
-    resourceVersion order, so the label's arrival means every earlier node write has arrived)."""
+    resourceVersion order, so the label's arrival means every earlier node write has arrived). The pod is in
+    SYNC_NAMESPACE, and gone when this returns."""
     api.patch(paths.node(SYNC_NODE), {"metadata": {"labels": {SYNC_LABEL: str(batch)}}})
     name = f"sync-{batch}"
     spec = pinned({"schedulerName": KUBE_SCHEDULER, "nodeSelector": {SYNC_LABEL: str(batch)}}, SYNC_NODE)
     spec["containers"] = [container("main", {})]
     body = {"metadata": {"name": name, "labels": {PROBE_LABEL: name}}, "spec": spec}
-    api.create(paths.pods(NAMESPACE), body)
+    api.create(paths.pods(SYNC_NAMESPACE), body)
     wait_for(
         "kube-scheduler to see the batch's nodes",
-        lambda: api.get(paths.pod(NAMESPACE, name))["spec"].get("nodeName"),
+        lambda: api.get(paths.pod(SYNC_NAMESPACE, name))["spec"].get("nodeName"),
         timeout=ROUND_TIMEOUT,
     )
-    delete_labelled(api, PROBE_LABEL, name)
+    delete_labelled(api, PROBE_LABEL, name, SYNC_NAMESPACE)
 
 
 def create_nodes(api: SyncClient, bodies: list[dict[str, Any]]) -> None:

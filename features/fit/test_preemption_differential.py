@@ -19,11 +19,14 @@ Per round (ROUNDS, each on a clean cluster: the round's probe, pods, budgets and
   a startTime of its choosing, distinct on a node so that kube-scheduler's order of the victims (MoreImportantPod,
   an unstable sort) is one order), and a pod kube-scheduler deletes stays, terminating with its DisruptionTarget
   condition, until the round lets it go;
-- kube-scheduler shown the round (features.fit.plane.sync_node_cache: its pod and node informers deliver in order);
 - 0 to 3 PodDisruptionBudgets (minAvailable, so that pods without a controller are counted) over some of them
   (matchLabels, In, Exists, NotIn, DoesNotExist; a NotIn or DoesNotExist selector also covers pods with no labels),
   and in some rounds one that allows no disruption of a pod gpu-scheduler would evict were there no budget
   (`budget_target`); each waited for until the disruption controller counts every pod it covers healthy;
+- then kube-scheduler shown the round (features.fit.plane.sync_node_cache: its pod and node informers deliver in
+  order), after the budgets' last status write. Its sync pod is in a namespace of its own: once it was in NAMESPACE,
+  where a NotIn or DoesNotExist budget counted it, healthy, while the disruption controller's informer still had
+  it, and a loaded kube-scheduler read that status (one disruption more allowed) for the probe;
 - one probe (schedulerName default-scheduler, in PROBE_NAMESPACE, where no budget is) of a random class (the highest
   mostly; one that pods of the round have too now and then), selecting the round's nodes (and maybe one pool),
   asking for more cpu or memory than any node has free (maybe a host port too): it fits no node as it is, and may
@@ -562,7 +565,7 @@ class Case:
 
 
 def _create_round(api: SyncClient, rng: random.Random, rnd: int) -> tuple[list[Room], list[dict[str, Any]]]:
-    """The round's nodes and pods (in a random order, their status written), kube-scheduler shown them."""
+    """The round's nodes and pods (in a random order, their status written)."""
     rooms = [draw_room(rng, f"pd{rnd}-n{i}", rnd) for i in range(rng.randint(2, 5))]
     pods = [p for i, room in enumerate(rooms) for p in bound_pods(rng, room, rnd, i)]
     if rng.random() < TWIN_CHANCE:
@@ -586,8 +589,6 @@ def _create_round(api: SyncClient, rng: random.Random, rnd: int) -> tuple[list[R
             ],
         }
         api.patch(paths.pod_status(meta["namespace"], meta["name"]), {"status": status})
-    # kube-scheduler has every node and pod write of the round (the pods' status too) once it binds the sync pod.
-    sync_node_cache(api, f"p{rnd}")
     return rooms, pods
 
 
@@ -667,6 +668,8 @@ def run_round(api: SyncClient, rng: random.Random, rnd: int) -> Case:
     cache = scheduler_cache(api, nodes)
     pdbs = budgets_for(rng, pods, rnd, budget_target(rng, cache, nodes, probe))
     _create_budgets(api, pdbs)
+    # kube-scheduler has every node and pod write of the round (the pods' status too) once it binds the sync pod.
+    sync_node_cache(api, f"p{rnd}")
     budgets = [b for pdb in _listed_budgets(api) if (b := preemption.budget(pdb)) is not None]
     attempt = decision.cycle(probe.body, cache.snapshot)
     assert not isinstance(attempt, str), attempt
