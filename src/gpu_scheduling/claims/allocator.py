@@ -423,9 +423,10 @@ def _free_now(
     scorer: _Scorer,
     kept: Mapping[str, str] | None,
     preference: Preference | None = None,
+    admits: Callable[[str], bool] | None = None,
 ) -> tuple[list[tuple[Node, list[Device], int, int]], list[tuple[str, Node]]]:
-    """Filter: the candidates with enough free GPUs now, one per distinct state; and the reserved nodes with their
-    waiters, asked only when no other node can serve.
+    """Filter: the candidates with enough free GPUs now (and that `admits`, asked last), one per distinct state; and
+    the reserved nodes with their waiters, asked only when no other node can serve.
 
     Nodes with the same devices and the same free ids are alike except for their names, and the name is the last
     tie-break: so the policy picks once per distinct state, for the node the strategy would name first. In a
@@ -434,7 +435,11 @@ def _free_now(
     So has the pod's `preference` for the node (0 without one; a function is asked once, naming the nodes found
     free, and the states are made after). (States are told apart by the identity of the devices tuple; callers that
     share one tuple between nodes with equal devices get the most from this, and different tuples with equal
-    devices are merely not merged.)"""
+    devices are merely not merged.)
+
+    `admits` (the pod's other rules: scheduler.claims) is asked only of a node that would stand for its state, the
+    first by the strategy's order so far: in a cluster of few states that is a few nodes per pod, not every node, and
+    the outcome is the one the candidates that it admits would give."""
     need, count = request.min_memory_mib, request.count
     waiting: list[tuple[str, Node]] = []
     states: dict[tuple[int, tuple[int, ...], int, int], tuple[Node, list[Device], int, int]] = {}
@@ -468,12 +473,13 @@ def _free_now(
                 continue
         allocated = _held_count(node, on_node) if scorer.reads_held and on_node else 0
         if found is not None:
-            found.append((node, free, allocated, (id(node.devices), ids, allocated)))
+            if admits is None or admits(name):
+                found.append((node, free, allocated, (id(node.devices), ids, allocated)))
             continue
         rank = ranks.get(name, 0) if ranks else 0
         state = (id(node.devices), ids, allocated, rank)
         seen = states.get(state)
-        if seen is None or scorer.first(name, seen[0].name):
+        if (seen is None or scorer.first(name, seen[0].name)) and (admits is None or admits(name)):
             states[state] = (node, free, allocated, rank)
     if found and callable(preference):
         ranks = preference([node.name for node, *_ in found])
@@ -527,6 +533,7 @@ def allocate(
     cursor: str | None = None,
     reserved: Mapping[str, str] | None = None,
     preference: Preference | None = None,
+    admits: Callable[[str], bool] | None = None,
 ) -> Decision:
     """`holdings`: every GPU held anywhere; or `held(node)`: what is held on one node (the GPU ledger's view,
     so a claim costs O(nodes) whatever the number of holdings). `cursor`: the node RoundRobin chose last (it need
@@ -534,7 +541,10 @@ def allocate(
     `preference`: the pod's preference for nodes (the higher the better; a node it does not name: 0), which ranks
     them after the topology preference and before the strategy: node -> score, or a function of the names of the
     nodes that can take the request now (asked once: kube-scheduler scores only the nodes that pass every filter)
-    that gives them. None, or the same score for every node, leaves the choice to the strategy.
+    that gives them. None, or the same score for every node, leaves the choice to the strategy. `admits`: whether
+    the pod may go to a node by rules the allocator does not know (None: it may go to any), asked lazily (`_free_now`):
+    an Allocation is the one that `nodes` filtered by it would give. A NoFit is not: its reasons count every node,
+    so a caller that wants them says them from the filtered nodes.
 
     Filter steps (the request, the selector, ever fits, free now), then score steps (the policy's GPUs on each
     node, the topology preference, the pod's preference, the strategy's score)."""
@@ -548,7 +558,8 @@ def allocate(
     refused = _refused(request, nodes)
     if refused is not None:
         return refused
-    candidates = [n for n in nodes if all(n.labels.get(k) == v for k, v in request.match_labels.items())]
+    selector = request.match_labels.items()
+    candidates = [n for n in nodes if all(n.labels.get(k) == v for k, v in selector)] if selector else nodes
     if not candidates:
         return NoFit(
             "Pending",
@@ -558,7 +569,7 @@ def allocate(
     if never is not None:
         return never
     scorer = _SCORERS.get(request.strategy, _BestFit)(request, cursor or None)
-    states, waiting = _free_now(request, candidates, held, scorer, reserved or None, preference)
+    states, waiting = _free_now(request, candidates, held, scorer, reserved or None, preference, admits)
     best = _best(request, states, scorer)
     if best is None:
         return _busy(request, waiting, held, what)

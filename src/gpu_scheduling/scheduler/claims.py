@@ -31,7 +31,7 @@ import dataclasses
 import datetime
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpu_scheduling import constants, devices
@@ -71,6 +71,16 @@ class Placed:
     def annotations(self) -> dict[str, str]:
         """What the Binding carries onto the pod."""
         return objects.allocation_annotations(self.hold)
+
+
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    """What `ClaimPath._judge` found for a pod: the nodes with a GPU inventory that take it by their own state, and
+    whether it fits one by its other rules (`admits`; None: it fits every one of them)."""
+
+    attempt: framework.Cycle
+    inventory: list[allocator.Node]
+    admits: Callable[[str], bool] | None
 
 
 class ClaimPath:
@@ -254,11 +264,19 @@ class ClaimPath:
         meta = pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         snap = self.cache.snapshot
-        inventory = self._inventory_for(pod, nodes, snap)
-        if isinstance(inventory, str):
-            return await self._no_node(key, claim, claim_name, inventory)
         rank = priority.pod_priority(pod)
-        outcome = self._allocate_on(request, inventory, rank, snap, pod)
+        judged = self._judge(pod, nodes, snap)
+        if isinstance(judged, str):
+            return await self._no_node(key, claim, claim_name, judged)
+        outcome = self._allocate_on(request, judged.inventory, rank, snap, pod, judged.admits)
+        inventory = judged.inventory
+        if isinstance(outcome, allocator.NoFit) and judged.admits is not None:
+            # Judged lazily, and nothing found: why, as the nodes the pod fits (every one judged) say it.
+            fitting = self._fitting_of(judged, nodes)
+            if isinstance(fitting, str):
+                return await self._no_node(key, claim, claim_name, fitting)
+            inventory = fitting
+            outcome = self._allocate_on(request, inventory, rank, snap, pod)
         if isinstance(outcome, allocator.NoFit):
             if outcome.phase == "Pending" and self.queue.order == "Priority":
                 created = str(meta.get("creationTimestamp") or "")
@@ -293,7 +311,8 @@ class ClaimPath:
         mismatch = devices.count_mismatch(pod, request.count)
         if mismatch is not None:
             return f"GpuClaim {claim_name}: {mismatch}"
-        inventory = self._inventory_for(pod, nodes, trial.snapshot)
+        judged = self._judge(pod, nodes, trial.snapshot)
+        inventory = judged if isinstance(judged, str) else self._fitting_of(judged, nodes)
         if isinstance(inventory, str):
             return inventory
         if within is not None:
@@ -313,10 +332,12 @@ class ClaimPath:
         rank: int,
         snap: framework.Snapshot,
         pod: Mapping[str, Any] | None = None,
+        admits: Callable[[str], bool] | None = None,
     ) -> allocator.Decision:
         """The allocator's choice on `inventory` for a pod of priority `rank`, over the GPUs `snap` says are held,
         past the nodes kept for higher priorities, RoundRobin resuming after its cursor; where there is a choice,
-        `pod`'s preferred rules rank the nodes first (the Score phase: plugins.SCORE_PROFILE, read from `snap`)."""
+        `pod`'s preferred rules rank the nodes first (the Score phase: plugins.SCORE_PROFILE, read from `snap`).
+        `admits`: the pod's other rules, judged only on the nodes the allocator would otherwise choose (`_judge`)."""
         assert snap.gpus is not None
         scoring = (
             framework.prepare_scores(pod, snap, plugins.SCORE_PROFILE, self._scored_alike(snap))
@@ -330,6 +351,7 @@ class ClaimPath:
             cursor=self.cursor if request.strategy == "RoundRobin" else None,
             reserved=self.queue.reserved_for(rank) or None,
             preference=scoring.rank if scoring is not None else None,
+            admits=admits,
         )
 
     def _scored_alike(self, snap: framework.Snapshot) -> frozenset[str]:
@@ -349,10 +371,11 @@ class ClaimPath:
         tolerations = (pod.get("spec") or {}).get("tolerations") or []
         return priority.usable_nodes(request, self._usable_inventory(nodes, tolerations))
 
-    def _inventory_for(
+    def _judge(
         self, pod: dict[str, Any], nodes: Mapping[str, dict[str, Any]], snap: framework.Snapshot
-    ) -> list[allocator.Node] | str:
-        """The nodes with a GPU inventory that `pod` fits now (as `snap` counts them), or why there are none."""
+    ) -> Judged | str:
+        """The nodes with a GPU inventory that take `pod` by their own state, and how its other rules judge a node
+        (as `snap` counts them); or why there is none."""
         attempt = decision.cycle(pod, snap)
         if isinstance(attempt, str):
             return attempt
@@ -360,11 +383,28 @@ class ClaimPath:
         inventory = self._usable_inventory(nodes, tolerations)
         if not inventory:
             return self._no_inventory(nodes, tolerations)
-        inventory, refused = self._fitting(attempt, inventory, nodes)
-        if not inventory:
-            reasons = attempt.explain(refused, nodes)
-            return f"the pod fits none of the {len(refused)} nodes with a GPU inventory: {reasons}"
-        return inventory
+        usage = attempt.snap.usage
+        if plugins.asks_only_a_place(attempt) and not usage.full and all(usage.known(c.name) for c in inventory):
+            # A pod that asks nothing of a node but a place fits every node whose pod count is not reached: while
+            # none is (the common case), that costs one dictionary lookup per node (is its capacity known?).
+            return Judged(attempt, inventory, None)
+
+        def admits(name: str) -> bool:
+            return attempt.fits(nodes[name], skip=plugins.NODE_STATE_NAMES)
+
+        return Judged(attempt, inventory, admits)
+
+    def _fitting_of(self, judged: Judged, nodes: Mapping[str, dict[str, Any]]) -> list[allocator.Node] | str:
+        """The nodes of `judged` that the pod fits now, every one judged; or why there are none (the reasons are
+        worked out for the message only, Cycle.explain)."""
+        if judged.admits is None:
+            return judged.inventory
+        fitting = [c for c in judged.inventory if judged.admits(c.name)]
+        if fitting:
+            return fitting
+        refused = [c.name for c in judged.inventory]
+        reasons = judged.attempt.explain(refused, nodes)
+        return f"the pod fits none of the {len(refused)} nodes with a GPU inventory: {reasons}"
 
     def _assume(
         self,
@@ -456,26 +496,6 @@ class ClaimPath:
     async def write_allocations(self, claim: dict[str, Any]) -> None:
         meta = claim["metadata"]
         await self.set_claim_status(claim, {"allocations": self.allocations(f"{meta['namespace']}/{meta['name']}")})
-
-    def _fitting(
-        self, attempt: framework.Cycle, inventory: list[allocator.Node], nodes: Mapping[str, dict[str, Any]]
-    ) -> tuple[list[allocator.Node], list[str]]:
-        """The nodes of `inventory` (each already taking the pod by its own state: `_usable_inventory`) that the
-        pod fits now by the other rules, and the names of the others (their reasons are written only for the
-        message, Cycle.explain). A pod that asks nothing of a node but a place fits every node whose pod count is
-        not reached: while none is (the common case), that costs one dictionary lookup per node (is its capacity
-        known?) instead of judging it."""
-        usage = attempt.snap.usage
-        if plugins.asks_only_a_place(attempt) and not usage.full and all(usage.known(c.name) for c in inventory):
-            return inventory, []
-        fitting: list[allocator.Node] = []
-        refused: list[str] = []
-        for candidate in inventory:
-            if attempt.fits(nodes[candidate.name], skip=plugins.NODE_STATE_NAMES):
-                fitting.append(candidate)
-            else:
-                refused.append(candidate.name)
-        return fitting, refused
 
     def _usable_inventory(
         self, nodes: Mapping[str, dict[str, Any]], tolerations: list[Mapping[str, Any]]

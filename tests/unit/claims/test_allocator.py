@@ -1,5 +1,7 @@
 """The GpuClaim allocator: every policy, exclusivity mixes, islands and bandwidth, health, fallback, packing."""
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -171,3 +173,57 @@ def test_nodes_sharing_one_devices_tuple_get_the_same_decisions(reqs):
         if isinstance(a, Allocation):
             held_merged.append(Holding(a.node, a.gpu_ids, req.exclusivity))
             held_separate.append(Holding(b.node, b.gpu_ids, req.exclusivity))
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(
+            requests,
+            st.sampled_from(["BestFit", "LeastUtilized", "RoundRobin"]),
+            st.sets(st.integers(0, 7)),  # the nodes the pod's other rules admit
+            st.sets(st.integers(0, 7), max_size=2),  # nodes kept for a higher priority
+            st.one_of(st.none(), st.dictionaries(st.integers(0, 7), st.integers(0, 3), max_size=4)),
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    st.sampled_from([None, "n3", "n9"]),
+)
+def test_admits_asked_lazily_chooses_as_the_admitted_nodes_would(steps, cursor):
+    """`admits` is asked only of the node that stands for a state (the strategy's first so far): whatever it admits,
+    an Allocation is the one the admitted nodes alone give, and there is one exactly when they give one. Nodes share
+    devices tuples (few states, so most nodes are never asked), and the decisions' holdings pile up."""
+    shared = dgx("x").devices
+    nodes = [Node(f"n{i}", shared if i % 3 else dgx(f"n{i}").devices, {}) for i in range(8)]
+    held: list[Holding] = []
+    for request, strategy, admitted, kept, scores in steps:
+        request = dataclasses.replace(request, strategy=strategy)
+        names = {f"n{i}" for i in admitted}
+        asked: list[str] = []
+
+        def admits(name: str, names=names, asked=asked) -> bool:
+            asked.append(name)
+            return name in names
+
+        reserved = {f"n{i}": "other/pod" for i in kept}
+        preference = {f"n{i}": s for i, s in scores.items()} if scores is not None else None
+        options = {"cursor": cursor, "reserved": reserved, "preference": preference}
+        lazy = allocate(request, nodes, held, admits=admits, **options)
+        eager = allocate(request, [n for n in nodes if n.name in names], held, **options)
+        assert isinstance(lazy, Allocation) == isinstance(eager, Allocation), (lazy, eager)
+        if isinstance(eager, Allocation):
+            assert lazy == eager
+            held.append(Holding(eager.node, eager.gpu_ids, request.exclusivity))
+        assert len(asked) == len(set(asked)) <= len(nodes)
+
+
+def test_admits_is_asked_of_a_few_nodes_of_many_alike():
+    """A thousand nodes of one kind, all free: one state, so the pod's other rules are asked of the first node by
+    the strategy's order only (BestFit: the lowest name), not of each node."""
+    shared = dgx("x").devices
+    nodes = [Node(f"n{i:04d}", shared, {}) for i in range(1000)]
+    asked: list[str] = []
+    d = allocate(Request(2), nodes, (), admits=lambda name: asked.append(name) is None)
+    assert isinstance(d, Allocation) and d.node == "n0000"
+    assert asked == ["n0000"]
