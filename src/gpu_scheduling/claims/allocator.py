@@ -36,6 +36,7 @@ Rules
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
@@ -491,6 +492,96 @@ def _free_now(
     return list(states.values()), waiting
 
 
+class FreeIndex:
+    """`_free_now` kept up to date instead of worked out for each claim: the nodes of one inventory grouped by their
+    state of free GPUs for requests of one kind (`kind`: the exclusivity, the minimum free memory, whether the
+    strategy reads how many GPUs are held), each group's names sorted. `update` re-reads only the nodes it is told
+    changed (Ledger.changed_since), so that a claim costs O(states + changes) instead of O(nodes).
+
+    `allocate` reads it for a claim of its kind with no selector and no preference: the states and the reserved
+    nodes are those `_free_now` gives for the same nodes and `held`, the first node of each group by the strategy's
+    order standing for it (past the reserved ones and those `admits` refuses)."""
+
+    def __init__(self, nodes: Sequence[Node], held: Callable[[str], Sequence[Holding]], kind: tuple[object, ...]):
+        self.nodes = nodes
+        """The inventory it was built for (a caller keeps one index per inventory list)."""
+        self.kind = kind
+        exclusivity, need, reads_held = kind
+        self._request = Request(1, exclusivity=exclusivity, min_memory_mib=need)  # type: ignore[arg-type]
+        self._reads_held = bool(reads_held)
+        self._held = held
+        self._by_name = {n.name: n for n in nodes}
+        self.usable = len(self._by_name) == len(nodes)
+        """False when two nodes share a name: `_free_now` would weigh both, so the index is not used."""
+        self._state: dict[str, tuple[int, tuple[int, ...], int]] = {}
+        self._groups: dict[tuple[int, tuple[int, ...], int], tuple[list[Device], list[str]]] = {}
+        for node in nodes:
+            self._place(node, sort=False)
+        for _, names in self._groups.values():
+            names.sort()
+
+    @staticmethod
+    def kind_of(request: Request) -> tuple[object, ...]:
+        """What of a request the groups depend on."""
+        reads_held = _SCORERS.get(request.strategy, _BestFit).reads_held
+        return (request.exclusivity, request.min_memory_mib, reads_held)
+
+    def update(self, changed: Iterable[str]) -> None:
+        """Re-read the nodes named in `changed` (others are ignored)."""
+        for name in set(changed):
+            node = self._by_name.get(name)
+            if node is not None:
+                self._place(node, sort=True)
+
+    def _place(self, node: Node, *, sort: bool) -> None:
+        name = node.name
+        on_node = self._held(name)
+        free = _usable(node, self._request, on_node)
+        allocated = _held_count(node, on_node) if self._reads_held and on_node else 0
+        state = (id(node.devices), tuple(d.id for d in free), allocated)
+        old = self._state.get(name)
+        if old == state:
+            return
+        if old is not None:
+            names = self._groups[old][1]
+            del names[bisect.bisect_left(names, name)]
+            if not names:
+                del self._groups[old]
+        self._state[name] = state
+        group = self._groups.get(state)
+        if group is None:
+            self._groups[state] = (free, [name])
+        elif sort:
+            bisect.insort(group[1], name)
+        else:
+            group[1].append(name)
+
+    def states(
+        self,
+        count: int,
+        cursor: str | None,
+        kept: Mapping[str, str] | None,
+        admits: Callable[[str], bool] | None,
+    ) -> tuple[list[tuple[Node, list[Device], int, int]], list[tuple[str, Node]]]:
+        """`_free_now`'s answer for a request of `count` GPUs: per group with enough free GPUs, its first node by
+        the strategy's order (names after `cursor` first, wrapping around, where one is given: RoundRobin) that is
+        not kept and that `admits`; and the kept nodes with their waiters."""
+        states = []
+        for (_, ids, allocated), (free, names) in self._groups.items():
+            if len(ids) < count:
+                continue
+            start = bisect.bisect_right(names, cursor) if cursor is not None else 0
+            for i in range(start, start + len(names)):
+                name = names[i % len(names)]
+                if kept is not None and name in kept:
+                    continue
+                if admits is None or admits(name):
+                    states.append((self._by_name[name], free, allocated, 0))
+                    break
+        waiting = [(waiter, self._by_name[name]) for name, waiter in (kept or {}).items() if name in self._by_name]
+        return states, waiting
+
+
 def _best(request: Request, states: list[tuple[Node, list[Device], int, int]], scorer: _Scorer) -> _Candidate | None:
     """Score: the policy picks GPUs on each state's node; a node that satisfies the topology preference wins, then
     the pod's preference for the node, then the strategy's score."""
@@ -534,6 +625,7 @@ def allocate(
     reserved: Mapping[str, str] | None = None,
     preference: Preference | None = None,
     admits: Callable[[str], bool] | None = None,
+    index: FreeIndex | None = None,
 ) -> Decision:
     """`holdings`: every GPU held anywhere; or `held(node)`: what is held on one node (the GPU ledger's view,
     so a claim costs O(nodes) whatever the number of holdings). `cursor`: the node RoundRobin chose last (it need
@@ -544,7 +636,9 @@ def allocate(
     that gives them. None, or the same score for every node, leaves the choice to the strategy. `admits`: whether
     the pod may go to a node by rules the allocator does not know (None: it may go to any), asked lazily (`_free_now`):
     an Allocation is the one that `nodes` filtered by it would give. A NoFit is not: its reasons count every node,
-    so a caller that wants them says them from the filtered nodes.
+    so a caller that wants them says them from the filtered nodes. `index`: a FreeIndex of `nodes` (the same list)
+    up to date with `held`, read instead of every node where it serves the claim (of its kind, no selector, no
+    preference); the decision is the same.
 
     Filter steps (the request, the selector, ever fits, free now), then score steps (the policy's GPUs on each
     node, the topology preference, the pod's preference, the strategy's score)."""
@@ -553,7 +647,8 @@ def allocate(
         for h in holdings:
             by_node.setdefault(h.node, []).append(h)
         held = lambda node: by_node.get(node, ())  # noqa: E731
-    nodes = list(nodes)
+    nodes_given = nodes
+    nodes = nodes if isinstance(nodes, list) else list(nodes)
     what = _describe(request)
     refused = _refused(request, nodes)
     if refused is not None:
@@ -569,7 +664,18 @@ def allocate(
     if never is not None:
         return never
     scorer = _SCORERS.get(request.strategy, _BestFit)(request, cursor or None)
-    states, waiting = _free_now(request, candidates, held, scorer, reserved or None, preference, admits)
+    if (
+        index is not None
+        and index.usable
+        and index.nodes is nodes_given
+        and index.kind == FreeIndex.kind_of(request)
+        and not request.match_labels
+        and preference is None
+    ):
+        cursor_order = cursor or None if request.strategy == "RoundRobin" else None
+        states, waiting = index.states(request.count, cursor_order, reserved or None, admits)
+    else:
+        states, waiting = _free_now(request, candidates, held, scorer, reserved or None, preference, admits)
     best = _best(request, states, scorer)
     if best is None:
         return _busy(request, waiting, held, what)

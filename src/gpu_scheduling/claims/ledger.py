@@ -98,6 +98,10 @@ class LeasePlan:
         return not self.remove and not self.verify
 
 
+JOURNAL_LIMIT = 65536
+"""The most changes `Ledger.changed_since` keeps (a few per claim: about 13 thousand claims' worth)."""
+
+
 class Ledger:
     def __init__(self) -> None:
         self._holds: dict[str, Hold] = {}
@@ -108,6 +112,8 @@ class Ledger:
         self._holdings: dict[str, tuple[Holding, ...]] = {}  # node -> allocator view, dropped on change
         self._by_node: dict[str, dict[GpuKey, int]] = {}  # node -> {GPU: references (holds + its Lease)}
         self.freed: set[str] = set()  # nodes where a GPU became (more) free since the caller last cleared it
+        self._journal: list[str] = []  # the nodes whose holdings changed, in order (`changed_since`)
+        self._journal_start = 0  # the position of _journal[0] among every change since the ledger began
 
     # ---- reads ------------------------------------------------------------------------------------------------
     def hold(self, uid: str) -> Hold | None:
@@ -152,6 +158,28 @@ class Ledger:
             self._holdings[node] = out
         return out
 
+    def position(self) -> int:
+        """How many changes of holdings the ledger has recorded since it began (`changed_since`)."""
+        return self._journal_start + len(self._journal)
+
+    def changed_since(self, mark: int) -> list[str] | None:
+        """The nodes whose holdings (`holdings`) changed since `mark` (a `position`), each as often as it changed;
+        None when the record no longer reaches back that far (anything may have changed). A reader that keeps its
+        own view of the holdings (allocator.FreeIndex) re-reads only those nodes."""
+        if mark < self._journal_start:
+            return None
+        return self._journal[mark - self._journal_start :]
+
+    def _changed(self, node: str) -> None:
+        """`node`'s holdings changed: its cached view goes, and the record of changes says so (bounded: the older
+        half is dropped past JOURNAL_LIMIT, and a reader that far behind reads every node again)."""
+        self._holdings.pop(node, None)
+        self._journal.append(node)
+        if len(self._journal) > JOURNAL_LIMIT:
+            half = len(self._journal) // 2
+            del self._journal[:half]
+            self._journal_start += half
+
     def _node_gpus(self, node: str) -> list[GpuKey]:
         return list(self._by_node.get(node, ()))
 
@@ -164,7 +192,7 @@ class Ledger:
             index.pop(key, None)
             if not index:
                 self._by_node.pop(key[0], None)
-        self._holdings.pop(key[0], None)
+        self._changed(key[0])
 
     def conflicts(
         self, node: str, gpu_ids: Iterable[int], exclusivity: str, uid: str, hidden: Collection[str] = ()
@@ -250,7 +278,7 @@ class Ledger:
         if old is None:
             self._ref(lease.key, +1)
         self._leases[lease.key] = lease
-        self._holdings.pop(lease.node, None)
+        self._changed(lease.node)
         self._reindex(lease.key, old.holders if old else (), lease.holders)
 
     def lease_deleted(self, key: GpuKey) -> None:

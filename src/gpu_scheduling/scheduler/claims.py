@@ -111,6 +111,9 @@ class ClaimPath:
         self._usable: dict[str, list[allocator.Node]] = {}
         self._devices: dict[tuple[allocator.Device, ...], tuple[allocator.Device, ...]] = {}
         self._alike: frozenset[str] | None = None  # the score plugins that rank every node alike, until a node changes
+        # Per usable inventory list and kind of request: its nodes grouped by their free GPUs (allocator.FreeIndex),
+        # and the ledger's position it is up to date with; dropped with the lists.
+        self._indexes: dict[tuple[int, tuple[object, ...]], tuple[allocator.FreeIndex, int]] = {}
         self._written: dict[str, dict[str, Any]] = {}  # claim uid -> the status we last wrote
         # Every bound pod of each claim ("<ns>/<claim>" -> pod name -> its allocation), from the watch and our binds:
         # a claim named by several pods shows all of them in status.allocations.
@@ -193,6 +196,7 @@ class ClaimPath:
     def nodes_changed(self) -> None:
         """A Node or a GpuNodeStatus changed: the usable inventory must be worked out again."""
         self._usable.clear()
+        self._indexes.clear()
         self._alike = None
 
     # ---- placing a pod ----------------------------------------------------------------------------------------
@@ -268,7 +272,8 @@ class ClaimPath:
         judged = self._judge(pod, nodes, snap)
         if isinstance(judged, str):
             return await self._no_node(key, claim, claim_name, judged)
-        outcome = self._allocate_on(request, judged.inventory, rank, snap, pod, judged.admits)
+        index = self._index(request, judged.inventory, snap)
+        outcome = self._allocate_on(request, judged.inventory, rank, snap, pod, judged.admits, index)
         inventory = judged.inventory
         if isinstance(outcome, allocator.NoFit) and judged.admits is not None:
             # Judged lazily, and nothing found: why, as the nodes the pod fits (every one judged) say it.
@@ -333,11 +338,13 @@ class ClaimPath:
         snap: framework.Snapshot,
         pod: Mapping[str, Any] | None = None,
         admits: Callable[[str], bool] | None = None,
+        index: allocator.FreeIndex | None = None,
     ) -> allocator.Decision:
         """The allocator's choice on `inventory` for a pod of priority `rank`, over the GPUs `snap` says are held,
         past the nodes kept for higher priorities, RoundRobin resuming after its cursor; where there is a choice,
         `pod`'s preferred rules rank the nodes first (the Score phase: plugins.SCORE_PROFILE, read from `snap`).
-        `admits`: the pod's other rules, judged only on the nodes the allocator would otherwise choose (`_judge`)."""
+        `admits`: the pod's other rules, judged only on the nodes the allocator would otherwise choose (`_judge`).
+        `index`: `inventory`'s FreeIndex (`_index`), which spares the allocator reading every node."""
         assert snap.gpus is not None
         scoring = (
             framework.prepare_scores(pod, snap, plugins.SCORE_PROFILE, self._scored_alike(snap))
@@ -352,7 +359,33 @@ class ClaimPath:
             reserved=self.queue.reserved_for(rank) or None,
             preference=scoring.rank if scoring is not None else None,
             admits=admits,
+            index=index,
         )
+
+    def _index(
+        self, request: allocator.Request, inventory: list[allocator.Node], snap: framework.Snapshot
+    ) -> allocator.FreeIndex | None:
+        """The FreeIndex of the usable inventory list `inventory` for `request`'s kind, brought up to date with the
+        ledger's changes since it was last read (built anew when the ledger no longer says which: O(nodes), as is
+        the first claim after a node or inventory change). None for a decision on a trial, whose holdings are its
+        own, and for a claim with a selector (the allocator reads every node then)."""
+        if snap.gpus is not self.ledger or request.match_labels:
+            return None
+        kind = allocator.FreeIndex.kind_of(request)
+        key = (id(inventory), kind)
+        found = self._indexes.get(key)
+        if found is not None and found[0].nodes is inventory:
+            index, mark = found
+            changed = self.ledger.changed_since(mark)
+            if changed is not None:
+                index.update(changed)
+                self._indexes[key] = (index, self.ledger.position())
+                return index
+        if len(self._indexes) > 64:  # many kinds or toleration sets: keep the memory bounded
+            self._indexes.clear()
+        index = allocator.FreeIndex(inventory, self.ledger.holdings, kind)
+        self._indexes[key] = (index, self.ledger.position())
+        return index
 
     def _scored_alike(self, snap: framework.Snapshot) -> frozenset[str]:
         """The score plugins that rank every node alike now, whatever the pod (TaintToleration while no node has a

@@ -5,7 +5,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_scheduling.claims.allocator import Allocation, Device, Holding, Node, NoFit, Request, allocate
+from gpu_scheduling.claims.allocator import Allocation, Device, FreeIndex, Holding, Node, NoFit, Request, allocate
 
 
 def dgx(name: str, unhealthy=(), labels=None, bandwidth=600) -> Node:
@@ -192,11 +192,17 @@ def test_nodes_sharing_one_devices_tuple_get_the_same_decisions(reqs):
 )
 def test_admits_asked_lazily_chooses_as_the_admitted_nodes_would(steps, cursor):
     """`admits` is asked only of the node that stands for a state (the strategy's first so far): whatever it admits,
-    an Allocation is the one the admitted nodes alone give, and there is one exactly when they give one. Nodes share
-    devices tuples (few states, so most nodes are never asked), and the decisions' holdings pile up."""
+    an Allocation is the one the admitted nodes alone give, and there is one exactly when they give one; the same
+    with a FreeIndex per kind of request, told of each decision's node. Nodes share devices tuples (few states, so
+    most nodes are never asked), and the decisions' holdings pile up."""
     shared = dgx("x").devices
     nodes = [Node(f"n{i}", shared if i % 3 else dgx(f"n{i}").devices, {}) for i in range(8)]
     held: list[Holding] = []
+    indexes: dict[tuple[object, ...], FreeIndex] = {}  # kept up to date with each decision's node, as the ledger's
+
+    def on_node(name: str) -> list[Holding]:
+        return [h for h in held if h.node == name]
+
     for request, strategy, admitted, kept, scores in steps:
         request = dataclasses.replace(request, strategy=strategy)
         names = {f"n{i}" for i in admitted}
@@ -212,10 +218,16 @@ def test_admits_asked_lazily_chooses_as_the_admitted_nodes_would(steps, cursor):
         lazy = allocate(request, nodes, held, admits=admits, **options)
         eager = allocate(request, [n for n in nodes if n.name in names], held, **options)
         assert isinstance(lazy, Allocation) == isinstance(eager, Allocation), (lazy, eager)
-        if isinstance(eager, Allocation):
-            assert lazy == eager
-            held.append(Holding(eager.node, eager.gpu_ids, request.exclusivity))
         assert len(asked) == len(set(asked)) <= len(nodes)
+        kind = FreeIndex.kind_of(request)
+        index = indexes.setdefault(kind, FreeIndex(nodes, on_node, kind))
+        indexed = allocate(request, nodes, held=on_node, admits=names.__contains__, index=index, **options)
+        assert isinstance(indexed, Allocation) == isinstance(eager, Allocation), (indexed, eager)
+        if isinstance(eager, Allocation):
+            assert lazy == eager == indexed
+            held.append(Holding(eager.node, eager.gpu_ids, request.exclusivity))
+            for index in indexes.values():
+                index.update([eager.node])
 
 
 def test_admits_is_asked_of_a_few_nodes_of_many_alike():

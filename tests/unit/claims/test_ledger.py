@@ -218,6 +218,17 @@ def test_a_lease_whose_gpu_label_is_not_ascii_digits_is_not_a_gpu_lease():
 
 NODES = ("n1", "n2")
 GPUS = 2
+DEVICES = tuple(allocator.Device(i) for i in range(GPUS))
+INVENTORY = [allocator.Node(name, DEVICES) for name in ("n0", *NODES)]  # one tuple: nodes alike share a state
+INDEXED_REQUESTS = (
+    allocator.Request(1),
+    allocator.Request(2),
+    allocator.Request(1, exclusivity="Shared"),
+    allocator.Request(2, exclusivity="Shared", strategy="LeastUtilized"),
+    allocator.Request(1, strategy="RoundRobin"),
+)
+"""What the machine asks of a FreeIndex after each step, on the ledger's nodes and one that never holds anything."""
+INDEXED_KINDS = {allocator.FreeIndex.kind_of(r) for r in INDEXED_REQUESTS}
 NAMES = ("p0", "p1", "p2")
 
 
@@ -280,6 +291,8 @@ class LedgerMachine(RuleBasedStateMachine):
         once its list went through the handlers) before `lead` starts the workers and the release worker. Events
         from then on lag as usual. A pod that is gone is simply not in the list: the ledger learns nothing of it."""
         self.ledger = Ledger()
+        self.mark = self.ledger.position()
+        self.indexes = {kind: allocator.FreeIndex(INVENTORY, self.ledger.holdings, kind) for kind in INDEXED_KINDS}
         self.pod_events: list[tuple[str, ApiPod]] = []
         self.lease_events: list[tuple[tuple[str, int], tuple[str, tuple[str, ...], int] | None]] = []
         self.in_flight: dict[str, Hold] = {}  # uid -> our placement, between assume and its end
@@ -546,6 +559,21 @@ class LedgerMachine(RuleBasedStateMachine):
             self.ledger.pod_pending(uid)
 
     # ---- what must always hold -------------------------------------------------------------------------------
+    @invariant()
+    def a_free_index_kept_up_by_the_ledgers_changes_decides_as_reading_every_node(self) -> None:
+        """allocator.FreeIndex, told only of the nodes Ledger.changed_since names, gives every request the
+        allocator's decision from reading each node's holdings now."""
+        changed = self.ledger.changed_since(self.mark)
+        assert changed is not None  # a run is far shorter than the record
+        self.mark = self.ledger.position()
+        for index in self.indexes.values():
+            index.update(changed)
+        for request in INDEXED_REQUESTS:
+            index = self.indexes[allocator.FreeIndex.kind_of(request)]
+            read = allocator.allocate(request, INVENTORY, held=self.ledger.holdings, cursor="n1")
+            indexed = allocator.allocate(request, INVENTORY, held=self.ledger.holdings, cursor="n1", index=index)
+            assert indexed == read, (request, indexed, read)
+
     @invariant()
     def ledger_is_consistent(self) -> None:
         # A pod already gone may still show bound in the events on their way (its bind took effect, the retry
