@@ -7,12 +7,15 @@ watch (scheduler.controller), the Leases through the reconciler (scheduler.lease
 policy (scheduler.policy), the queue order and the nodes waiting pods keep from the scheduling queue
 (scheduler.queue).
 
-Placing a claim pod: the allocator reads the ledger (`Ledger.holdings`, cached per node), the chosen GPUs and the
-pod's room are *assumed* in the cache (scheduler.cache) before the first await (so the next claim never picks them
-from a view the watch has not caught up with), and the Leases are created concurrently; the Lease (create fails when
-it exists) is the cluster-wide lock. The controller then binds, carrying the allocation annotations on the Binding.
-An attempt that ends without a binding hands the Leases naming it to the reconciler, which releases them until the
-API agrees.
+Placing a claim pod: the allocator reads the ledger (`Ledger.holdings`, cached per node) through a FreeIndex of the
+usable GPU nodes (grouped by their free GPUs, brought up to date with the nodes whose holdings changed since it was
+last read: a claim costs O(states + changes), not O(nodes)); the pod's other rules (its requests, ports, affinity)
+are judged only on the node that stands for each group, and on every node only to say why none fits. The chosen
+GPUs and the pod's room are *assumed* in the cache (scheduler.cache) before the first await (so the next claim never
+picks them from a view the watch has not caught up with), and the Leases are created concurrently; the Lease (create
+fails when it exists) is the cluster-wide lock. The controller then binds, carrying the allocation annotations on
+the Binding. An attempt that ends without a binding hands the Leases naming it to the reconciler, which releases them
+until the API agrees.
 
 Choosing a node: the pod's preferred rules first, where it has any (the Score phase, plugins.SCORE_PROFILE: the
 allocator's preference), then the claim's `spec.strategy`, else the GpuSchedulingPolicy's `defaultStrategy`, else the

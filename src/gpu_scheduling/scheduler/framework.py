@@ -6,8 +6,8 @@ each, in one profile list), judged in two steps.
   `PodRefusal` when the pod cannot be placed on any node for this rule (a field it cannot read, a claim that does
   not exist).
 - Filter (`Plugin.filter`): judge one node. It answers None when the pod fits, or a `Reason`: the verdict, with its
-  words written only when asked (a claim pod is judged against every GPU node, and only the few nodes a message
-  names need theirs). There is no second, verdict-only copy of a rule.
+  words written only when asked (a claim pod that fits no GPU node is judged against every one, and only the few
+  nodes a message names need theirs). There is no second, verdict-only copy of a rule.
 
 Each plugin also names the cluster changes that can make a pod it refused fit (`Plugin.wakes_on`): what the queue
 must route to such a pod.
