@@ -71,11 +71,11 @@ class Running:
 
 
 @contextlib.asynccontextmanager
-async def running(server_ctx: ssl.SSLContext) -> AsyncIterator[Running]:
+async def running(server_ctx: ssl.SSLContext, limits: transport.Limits | None = None) -> AsyncIterator[Running]:
     port, stop, started = free_port(), asyncio.Event(), asyncio.Event()
     app = WebhookApp()
     task = asyncio.create_task(
-        transport.serve(app, app.metrics, "127.0.0.1", port, server_ctx, stop, None, started, drain_seconds=DRAIN)
+        transport.serve(app, app.metrics, "127.0.0.1", port, server_ctx, stop, limits, started, drain_seconds=DRAIN)
     )
     await asyncio.wait_for(started.wait(), 10)
     try:
@@ -194,6 +194,28 @@ async def closed_by_server(reader: asyncio.StreamReader) -> bool:
 
 
 # ---- HTTP/2 ------------------------------------------------------------------------------------------------------
+
+
+def test_http2_at_its_request_limit_a_connection_answers_every_open_stream_and_says_goaway(tls):
+    """The request limit of a connection (Limits.max_requests) ends it gracefully: the streams open when it is
+    reached, and those that cross the GOAWAY, are all answered; the GOAWAY says "open no more streams" (none of
+    them unprocessed), once; nothing is reset and the connection is not dropped. (Hypercorn's own limit dropped the
+    connection with its open streams: the apiserver's admission calls failed, and the webhook fails closed.)"""
+    server_ctx, ca = tls
+
+    async def scenario() -> None:
+        async with running(server_ctx, transport.Limits(max_requests=3)) as hook:
+            client = await H2Client.open(hook.port, ca)
+            streams = [await client.start("POST", "/mutate", review(GOOD_POD)) for _ in range(8)]
+            await client.until(lambda: all(s in client.ended or s in client.resets for s in streams))
+            assert not client.resets and not client.closed
+            assert [client.status[s] for s in streams] == [200] * len(streams)
+            for s in streams:
+                assert_patched(client.body[s])
+            assert client.goaways == [(LAST_STREAM, NO_ERROR)]
+            client.close()
+
+    asyncio.run(scenario())
 
 
 def test_http2_goaway_then_still_served_then_refused_after_the_drain(tls):
