@@ -492,6 +492,11 @@ def _free_now(
     return list(states.values()), waiting
 
 
+IndexKind = tuple[Exclusivity, int, bool]
+"""What of a request a FreeIndex's groups depend on: the exclusivity, the minimum free memory, and whether the
+strategy reads how many GPUs are held."""
+
+
 class FreeIndex:
     """`_free_now` kept up to date instead of worked out for each claim: the nodes of one inventory grouped by their
     state of free GPUs for requests of one kind (`kind`: the exclusivity, the minimum free memory, whether the
@@ -502,13 +507,12 @@ class FreeIndex:
     nodes are those `_free_now` gives for the same nodes and `held`, the first node of each group by the strategy's
     order standing for it (past the reserved ones and those `admits` refuses)."""
 
-    def __init__(self, nodes: Sequence[Node], held: Callable[[str], Sequence[Holding]], kind: tuple[object, ...]):
+    def __init__(self, nodes: Sequence[Node], held: Callable[[str], Sequence[Holding]], kind: IndexKind):
         self.nodes = nodes
         """The inventory it was built for (a caller keeps one index per inventory list)."""
         self.kind = kind
-        exclusivity, need, reads_held = kind
-        self._request = Request(1, exclusivity=exclusivity, min_memory_mib=need)  # type: ignore[arg-type]
-        self._reads_held = bool(reads_held)
+        exclusivity, need, self._reads_held = kind
+        self._request = Request(1, exclusivity=exclusivity, min_memory_mib=need)
         self._held = held
         self._by_name = {n.name: n for n in nodes}
         self.usable = len(self._by_name) == len(nodes)
@@ -521,7 +525,7 @@ class FreeIndex:
             names.sort()
 
     @staticmethod
-    def kind_of(request: Request) -> tuple[object, ...]:
+    def kind_of(request: Request) -> IndexKind:
         """What of a request the groups depend on."""
         reads_held = _SCORERS.get(request.strategy, _BestFit).reads_held
         return (request.exclusivity, request.min_memory_mib, reads_held)
@@ -647,7 +651,6 @@ def allocate(
         for h in holdings:
             by_node.setdefault(h.node, []).append(h)
         held = lambda node: by_node.get(node, ())  # noqa: E731
-    nodes_given = nodes
     nodes = nodes if isinstance(nodes, list) else list(nodes)
     what = _describe(request)
     refused = _refused(request, nodes)
@@ -667,7 +670,7 @@ def allocate(
     if (
         index is not None
         and index.usable
-        and index.nodes is nodes_given
+        and index.nodes is nodes
         and index.kind == FreeIndex.kind_of(request)
         and not request.match_labels
         and preference is None

@@ -116,7 +116,7 @@ class ClaimPath:
         self._alike: frozenset[str] | None = None  # the score plugins that rank every node alike, until a node changes
         # Per usable inventory list and kind of request: its nodes grouped by their free GPUs (allocator.FreeIndex),
         # and the ledger's position it is up to date with; dropped with the lists.
-        self._indexes: dict[tuple[int, tuple[object, ...]], tuple[allocator.FreeIndex, int]] = {}
+        self._indexes: dict[tuple[int, allocator.IndexKind], tuple[allocator.FreeIndex, int]] = {}
         self._written: dict[str, dict[str, Any]] = {}  # claim uid -> the status we last wrote
         # Every bound pod of each claim ("<ns>/<claim>" -> pod name -> its allocation), from the watch and our binds:
         # a claim named by several pods shows all of them in status.allocations.

@@ -5,7 +5,17 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_scheduling.claims.allocator import Allocation, Device, FreeIndex, Holding, Node, NoFit, Request, allocate
+from gpu_scheduling.claims.allocator import (
+    Allocation,
+    Device,
+    FreeIndex,
+    Holding,
+    IndexKind,
+    Node,
+    NoFit,
+    Request,
+    allocate,
+)
 
 
 def dgx(name: str, unhealthy=(), labels=None, bandwidth=600) -> Node:
@@ -198,7 +208,7 @@ def test_admits_asked_lazily_chooses_as_the_admitted_nodes_would(steps, cursor):
     shared = dgx("x").devices
     nodes = [Node(f"n{i}", shared if i % 3 else dgx(f"n{i}").devices, {}) for i in range(8)]
     held: list[Holding] = []
-    indexes: dict[tuple[object, ...], FreeIndex] = {}  # kept up to date with each decision's node, as the ledger's
+    indexes: dict[IndexKind, FreeIndex] = {}  # built once per kind, then told of each decision's node (as the ledger's)
 
     def on_node(name: str) -> list[Holding]:
         return [h for h in held if h.node == name]
@@ -220,7 +230,9 @@ def test_admits_asked_lazily_chooses_as_the_admitted_nodes_would(steps, cursor):
         assert isinstance(lazy, Allocation) == isinstance(eager, Allocation), (lazy, eager)
         assert len(asked) == len(set(asked)) <= len(nodes)
         kind = FreeIndex.kind_of(request)
-        index = indexes.setdefault(kind, FreeIndex(nodes, on_node, kind))
+        if kind not in indexes:
+            indexes[kind] = FreeIndex(nodes, on_node, kind)
+        index = indexes[kind]
         indexed = allocate(request, nodes, held=on_node, admits=names.__contains__, index=index, **options)
         assert isinstance(indexed, Allocation) == isinstance(eager, Allocation), (indexed, eager)
         if isinstance(eager, Allocation):
