@@ -1,6 +1,7 @@
-"""How the cost grows with the cluster: W1 and W2 at several sizes, from the results of separate benchmark runs (one
-`python -m bench --nodes N --pods 5N` per size, possibly in different sessions), in one table and one plot. Each
-row names the run (its folder and start time) that produced it.
+"""How the cost grows with the cluster: W1, W2 and W3 at several sizes, from the results of separate benchmark runs
+(one `python -m bench --nodes N --pods 5N` per size, possibly in different sessions; the full `make bench` is one of
+them), in one table and one plot. Each row names the run (its folder and start time) that produced it; the runs'
+other workloads (W4) are left out unless named.
 
     python -m bench.growth OUT_DIR... --docs docs/benchmarks-growth.md --plot docs/benchmarks/growth.png
 """
@@ -17,16 +18,21 @@ from typing import Any
 
 from bench.report import COLOURS
 
-COLUMNS = ("pods/s", "scheduler CPU ms/pod", "scheduler RSS MiB", "apiserver CPU ms/pod")
+COLUMNS = ("pods/s", "p99 ms", "scheduler CPU ms/pod", "scheduler RSS MiB", "apiserver CPU ms/pod")
+"""Each a median over the repetitions; p99 is the pods' create→bound latency (W3: every member's)."""
+DIGITS = {"p99 ms": 0}
+WORKLOADS = ("w1", "w2", "w3")
 
 
-def rows(result_files: list[pathlib.Path]) -> list[dict[str, Any]]:
-    """One row per (workload, contender, nodes): the median over its repetitions."""
+def rows(result_files: list[pathlib.Path], workloads: tuple[str, ...] = WORKLOADS) -> list[dict[str, Any]]:
+    """One row per (workload, contender, nodes) of the named workloads: the median over its repetitions."""
     grouped: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
     source: dict[tuple[str, str, int], str] = {}
     for path in result_files:
         results = json.loads(path.read_text())
         for run in results["runs"]:
+            if run["workload"] not in workloads:
+                continue
             key = (run["workload"], run["contender"], int(run["nodes"]))
             grouped[key].append(run)
             started = datetime.datetime.fromtimestamp(results["started"], datetime.UTC)
@@ -45,6 +51,7 @@ def rows(result_files: list[pathlib.Path]) -> list[dict[str, Any]]:
                 "nodes": nodes,
                 "pods": pods,
                 "pods/s": median([r["throughput"] for r in runs]),
+                "p99 ms": median([r["latency_p99_ms"] for r in runs]),
                 "scheduler CPU ms/pod": median([r["cpu_seconds"].get("scheduler", 0) * 1000 / pods for r in runs]),
                 "scheduler RSS MiB": median([r["peak_rss_mib"].get("scheduler", 0) for r in runs]),
                 "apiserver CPU ms/pod": median([r["cpu_seconds"]["kube-apiserver"] * 1000 / pods for r in runs]),
@@ -62,7 +69,7 @@ def table(found: list[dict[str, Any]]) -> str:
         "|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
     ]
     for r in found:
-        cells = " | ".join(f"{r[c]:.1f}" for c in COLUMNS)
+        cells = " | ".join(f"{r[c]:.{DIGITS.get(c, 1)}f}" for c in COLUMNS)
         lines.append(
             f"| {r['workload']} | {r['contender']} | {r['nodes']} | {r['pods']} ({r['bound']}) | {cells} | {r['run']} |"
         )
@@ -75,8 +82,11 @@ def plot(found: list[dict[str, Any]], path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(COLUMNS), figsize=(4 * len(COLUMNS), 7), squeeze=False)
-    for row, wl in enumerate(("w1", "w2")):
+    workloads = sorted({r["workload"] for r in found})
+    fig, axes = plt.subplots(
+        len(workloads), len(COLUMNS), figsize=(4 * len(COLUMNS), 3.5 * len(workloads)), squeeze=False
+    )
+    for row, wl in enumerate(workloads):
         for col, column in enumerate(COLUMNS):
             ax = axes[row][col]
             for contender in sorted({r["contender"] for r in found if r["workload"] == wl}):
@@ -100,8 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("outs", nargs="+", type=pathlib.Path, help="benchmark output folders (each has results.json)")
     p.add_argument("--docs", type=pathlib.Path, help="write the table here (markdown)")
     p.add_argument("--plot", type=pathlib.Path, help="write the plot here (PNG)")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, of the runs' workloads")
     args = p.parse_args(argv)
-    found = rows([out / "results.json" for out in args.outs])
+    found = rows([out / "results.json" for out in args.outs], tuple(args.workloads.split(",")))
     text = table(found)
     print(text)
     if args.docs:

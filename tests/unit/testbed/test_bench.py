@@ -525,28 +525,31 @@ def test_the_growth_table_takes_the_median_per_size_and_names_its_run(tmp_path):
 
     from bench import growth
 
-    def run(nodes: int, throughput: float, cpu: float) -> dict:
+    def run(nodes: int, throughput: float, cpu: float, wl: str = "w1") -> dict:
         return {
-            "workload": "w1",
+            "workload": wl,
             "contender": "gpu-scheduler",
             "nodes": nodes,
             "pods": nodes * 5,
             "bound": nodes * 5,
             "throughput": throughput,
+            "latency_p99_ms": 10 * throughput,
             "cpu_seconds": {"scheduler": cpu, "kube-apiserver": 2 * cpu},
             "peak_rss_mib": {"scheduler": 100.0},
         }
 
-    for name, runs in (("small", [run(250, 90, 5), run(250, 110, 7), run(250, 100, 6)]), ("big", [run(1000, 80, 40)])):
+    small = [run(250, 90, 5), run(250, 110, 7), run(250, 100, 6)]
+    for name, runs in (("small", small), ("big", [run(1000, 80, 40), run(1000, 1, 1, wl="w4")])):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps({"started": 0, "runs": runs}))
     found = growth.rows([tmp_path / "small" / "results.json", tmp_path / "big" / "results.json"])
-    assert [(r["nodes"], r["pods/s"], r["scheduler CPU ms/pod"], r["reps"]) for r in found] == [
-        (250, 100, 6 * 1000 / 1250, 3),
-        (1000, 80, 40 * 1000 / 5000, 1),
-    ]
+    assert [(r["nodes"], r["pods/s"], r["p99 ms"], r["scheduler CPU ms/pod"], r["reps"]) for r in found] == [
+        (250, 100, 1000, 6 * 1000 / 1250, 3),
+        (1000, 80, 800, 40 * 1000 / 5000, 1),
+    ]  # the W4 run is not a workload of the table unless named
     assert found[1]["run"] == "`big`, 1970-01-01 00:00 UTC"
-    assert "| w1 | gpu-scheduler | 1000 | 5000 (5000) | 80.0 | 8.0 | 100.0 | 16.0 |" in growth.table(found)
+    assert "| w1 | gpu-scheduler | 1000 | 5000 (5000) | 80.0 | 800 | 8.0 | 100.0 | 16.0 |" in growth.table(found)
+    assert [r["workload"] for r in growth.rows([tmp_path / "big" / "results.json"], ("w4",))] == ["w4"]
 
 
 # ---- W3: gangs ------------------------------------------------------------------------------------------------------
