@@ -1,6 +1,11 @@
 """Write a benchmark's results: raw JSON and CSV, a plot of bound pods over time, and the markdown report.
 
-Every figure in the report is computed here from the results of the run; nothing is typed in by hand.
+Every figure in the report is computed here from the results of the run; nothing is typed in by hand. Two written
+sections follow the run's own: `docs/benchmarks-growth.md` (the growth table, from runs of its own at several
+sizes: bench.growth) and `docs/benchmarks-history.md` (profiles and before/after runs of past changes).
+
+    python -m bench.report [RESULTS_JSON] [--docs DOCS]   # the report again from a run's results.json (e.g. once the
+                                                         # growth section is written), without running anything
 """
 
 from __future__ import annotations
@@ -789,9 +794,10 @@ pods created open-loop at 50/s in a namespace, first without the webhook registe
 
 {_webhook(hooks)}
 """)
-    history = ROOT / "docs" / "benchmarks-history.md"
-    if history.exists():
-        parts.append(history.read_text())
+    for written in ("benchmarks-growth.md", "benchmarks-history.md"):
+        path = ROOT / "docs" / written
+        if path.exists():
+            parts.append(path.read_text())
     parts.append(f"""## Reproduce
 
 ```
@@ -819,3 +825,19 @@ def write(results: dict[str, Any], out: pathlib.Path, docs: pathlib.Path | None)
     target = docs if docs is not None else out / "benchmarks.md"
     target.write_text(render(results, os.path.relpath(assets_dir, target.parent)))
     print(f"wrote {target}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__)
+    p.add_argument("results", nargs="?", type=pathlib.Path, default=ROOT / "docs" / "benchmarks" / "results.json")
+    p.add_argument("--docs", type=pathlib.Path, default=ROOT / "docs" / "benchmarks.md")
+    args = p.parse_args(argv)
+    results = json.loads(args.results.read_text())
+    args.docs.write_text(render(results, os.path.relpath(args.results.parent, args.docs.parent)))
+    print(f"wrote {args.docs}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
