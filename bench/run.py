@@ -794,7 +794,7 @@ def main(argv: list[str] | None = None) -> None:
     settings.out.mkdir(parents=True, exist_ok=True)
     loadgen = build_loadgen(ROOT / "build" / "bench-bin")
 
-    started = time.time()
+    started, source = time.time(), report.source()
     # Each contender runs the workloads it takes part in (the ceiling knows only maps and judges nothing: W1;
     # kube-scheduler-dra's W1 and W4 would be kube-scheduler's). The storm runs once per contender: its figures
     # are rates over minutes.
@@ -823,6 +823,7 @@ def main(argv: list[str] | None = None) -> None:
             "workers": contenders.SCHEDULER_WORKERS,
         },
         "started": started,
+        "source": source,
         "seconds": round(time.time() - started),
         "machine": report.machine(),
         "runs": runs,
