@@ -57,7 +57,7 @@ help:
 	@echo "make prereqs    only the prerequisite check (hack/prereqs.py)"
 	@echo "make teardown   delete the KinD cluster; keep the registry and the caches"
 	@echo "make uninstall  remove everything the test-bed added (PURGE_CACHE=1: the caches too)"
-	@echo "make bench      gpu-scheduler vs kube-scheduler vs a bare binder on 1000 kwok nodes -> docs/benchmarks.md"
+	@echo "make bench      gpu-scheduler vs kube-scheduler (with and without DRA) vs a bare binder, with and without the webhook, on 1000 kwok nodes -> docs/benchmarks.md"
 
 prereqs:
 	@$(PYTHON) hack/prereqs.py --for $(PREREQS_FOR)
@@ -129,7 +129,8 @@ scenarios-oldest: venv toolchain scenario-toolchain oldest-toolchain browser
 	GPU_TESTBED_KUBERNETES=oldest HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest $(OLDEST_UNIT)
 	GPU_TESTBED_KUBERNETES=oldest $(BIN)/python -m pytest $(OLDEST_SCENARIOS) --tier controlplane
 
-# The benchmark (about 85 min on 2 cores: W1, W2 with the DRA contender, W3 gangs, the pending storm, the webhook):
+# The benchmark (56 min on 2 cores on 2026-11-29: W1 with the bare binder and the binder with the webhook, W2 with the
+# DRA contender, W3 gangs against PodGroups, W4 spread, the pending storm, the webhook):
 # writes docs/benchmarks.md and docs/benchmarks/.
 bench: venv bench-toolchain
 	$(BIN)/python -m bench

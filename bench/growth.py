@@ -83,6 +83,7 @@ def plot(found: list[dict[str, Any]], path: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
 
     workloads = sorted({r["workload"] for r in found})
+    sizes = sorted({r["nodes"] for r in found})
     fig, axes = plt.subplots(
         len(workloads), len(COLUMNS), figsize=(4 * len(COLUMNS), 3.5 * len(workloads)), squeeze=False
     )
@@ -96,8 +97,12 @@ def plot(found: list[dict[str, Any]], path: pathlib.Path) -> None:
                 xs, ys = [p[0] for p in points], [p[1] for p in points]
                 ax.plot(xs, ys, marker="o", label=contender, color=COLOURS.get(contender))
             ax.set_xscale("log")
+            ax.set_xticks(sizes, [str(n) for n in sizes])
+            ax.minorticks_off()
+            if column == "p99 ms":
+                ax.set_yscale("log")
             ax.set_title(f"{wl.upper()}: {column}")
-            ax.set_xlabel("nodes (5 pods per node)")
+            ax.set_xlabel("nodes (W1, W2: 5 pods per node)")
             if col == 0:
                 ax.legend(fontsize="small")
     fig.tight_layout()
