@@ -940,3 +940,29 @@ def test_the_allocation_benchmark_decides_alike_both_ways_and_fills_the_gpus():
     _, kept = allocation.decide(12, indexed=True)
     assert read == kept
     assert len(read) == len(workload.w2_sizes(60, 12)) and all(":" in d for d in read)
+
+
+# ---- the report's targets and its source line -------------------------------------------------------------------
+
+
+def test_the_report_judges_w1_and_w2_against_the_issue_targets_and_names_its_commit():
+    from bench import report
+
+    def summary(**rates: float) -> dict:
+        return {
+            name: {"throughput": (rate, rate, rate), "p99": (1.0, 1.0, 1.0), "rss": (100, 100, 100)}
+            for name, rate in rates.items()
+        }
+
+    w1 = report._targets(summary(**{"gpu-scheduler": 95.0, "ceiling-webhook": 100.0}), None)
+    assert "| throughput ≥ 0.95× the ceiling with the webhook | 0.95× | yes |" in w1
+    w1 = report._targets(summary(**{"gpu-scheduler": 94.0, "ceiling-webhook": 100.0}), None)
+    assert "| throughput ≥ 0.95× the ceiling with the webhook | 0.94× | **no** |" in w1
+    w2 = report._w2_targets(summary(**{"gpu-scheduler": 60.0, "kube-scheduler": 100.0, "kube-scheduler-dra": 21.0}))
+    assert "| throughput ≥ 0.6× kube-scheduler | 0.60× | yes |" in w2
+    assert "| throughput ≥ 3× kube-scheduler-dra | 2.86× | **no** |" in w2
+    assert report._w2_targets(summary(**{"gpu-scheduler": 60.0})) == ""  # no peer, no table
+    assert report._source_words({"source": {"commit": "0123456789abcdef", "changed": True}}) == (
+        " at commit `0123456789ab` with uncommitted changes"
+    )
+    assert report._source_words({}) == ""  # a run from before the field
