@@ -842,7 +842,11 @@ def write(results: dict[str, Any], out: pathlib.Path, docs: pathlib.Path | None)
         for name in ("results.json", "runs.csv", *(f"{wl}-bound-over-time.png" for wl in WORKLOAD_PLOTS)):
             if (out / name).exists():
                 shutil.copyfile(out / name, assets_dir / name)
-    target = docs if docs is not None else out / "benchmarks.md"
+    write_report(results, assets_dir, docs if docs is not None else out / "benchmarks.md")
+
+
+def write_report(results: dict[str, Any], assets_dir: pathlib.Path, target: pathlib.Path) -> None:
+    """The markdown report alone, its links to the run's files (results.json, runs.csv, plots) relative to it."""
     target.write_text(render(results, os.path.relpath(assets_dir, target.parent)))
     print(f"wrote {target}", flush=True)
 
@@ -854,9 +858,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("results", nargs="?", type=pathlib.Path, default=ROOT / "docs" / "benchmarks" / "results.json")
     p.add_argument("--docs", type=pathlib.Path, default=ROOT / "docs" / "benchmarks.md")
     args = p.parse_args(argv)
-    results = json.loads(args.results.read_text())
-    args.docs.write_text(render(results, os.path.relpath(args.results.parent, args.docs.parent)))
-    print(f"wrote {args.docs}", flush=True)
+    write_report(json.loads(args.results.read_text()), args.results.parent, args.docs)
 
 
 if __name__ == "__main__":
