@@ -27,8 +27,9 @@ from gpu_scheduling.kube.informer import key_of
 from gpu_scheduling.kube.sync import SyncClient
 from gpu_scheduling.scheduler import decision, fit, volumes
 from gpu_scheduling.scheduler.cache import Cache
+from gpu_scheduling.scheduler.plugins.pod_topology_spread import HOSTNAME
 from harness.components import start_kube_scheduler
-from harness.controlplane import ControlPlane, create_namespace, node_ready
+from harness.controlplane import KWOK_LEAVE_ALONE, ControlPlane, create_namespace, node_ready
 from harness.processes import Process
 from harness.wait import wait_for
 
@@ -130,18 +131,36 @@ def delete_labelled(api: SyncClient, label: str, value: str, namespace: str = NA
 
 
 def sync_node_cache(api: SyncClient, batch: int | str) -> None:
-    """Make sure kube-scheduler's node cache has every node write of the batch so far: label the sync node last and
-    wait until kube-scheduler binds a pod that needs that label (its node informer delivers node events in
-    resourceVersion order, so the label's arrival means every earlier node write has arrived). The pod is in
-    SYNC_NAMESPACE, and gone when this returns."""
+    """Make sure kube-scheduler's cache has every node and pod write of the batch so far: label the sync node and bind
+    a marker pod to it, last, and wait until kube-scheduler binds a pod that needs both, the label (node affinity) and
+    the marker (required pod affinity). Its node informer delivers node events in resourceVersion order, so the
+    label's arrival means every earlier node write has arrived. Its one pod informer delivers pod events in order, but
+    to two handlers that run apart, the queue's (where the sync pod arrives) and the cache's (which places the bound
+    pods): the marker in the cache means that handler has every earlier pod write. The pods are in SYNC_NAMESPACE,
+    and gone when this returns."""
     api.patch(paths.node(SYNC_NODE), {"metadata": {"labels": {SYNC_LABEL: str(batch)}}})
     name = f"sync-{batch}"
-    spec = pinned({"schedulerName": KUBE_SCHEDULER, "nodeSelector": {SYNC_LABEL: str(batch)}}, SYNC_NODE)
+    marker_spec = {
+        "nodeName": SYNC_NODE,
+        "schedulerName": OTHER_SCHEDULER,
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [container("main", {})],
+    }
+    marker_labels = {PROBE_LABEL: name, SYNC_LABEL: str(batch)}
+    marker_meta = {"name": f"{name}-marker", "labels": marker_labels, "annotations": dict(KWOK_LEAVE_ALONE)}
+    api.create(paths.pods(SYNC_NAMESPACE), {"metadata": marker_meta, "spec": marker_spec})
+    term = {"labelSelector": {"matchLabels": {SYNC_LABEL: str(batch)}}, "topologyKey": HOSTNAME}
+    spec = {
+        "schedulerName": KUBE_SCHEDULER,
+        "nodeSelector": {SYNC_LABEL: str(batch)},
+        "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+    }
+    spec = pinned(spec, SYNC_NODE)
     spec["containers"] = [container("main", {})]
     body = {"metadata": {"name": name, "labels": {PROBE_LABEL: name}}, "spec": spec}
     api.create(paths.pods(SYNC_NAMESPACE), body)
     wait_for(
-        "kube-scheduler to see the batch's nodes",
+        "kube-scheduler to see the batch's nodes and pods",
         lambda: api.get(paths.pod(SYNC_NAMESPACE, name))["spec"].get("nodeName"),
         timeout=ROUND_TIMEOUT,
     )

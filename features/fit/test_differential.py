@@ -134,6 +134,7 @@ import pytest
 from features.fit.plane import (
     CORDON_KEY,
     GPU_SCHEDULER,
+    HOSTNAME,
     KUBE_SCHEDULER,
     NAMESPACE,
     OTHER_SCHEDULER,
@@ -178,7 +179,6 @@ VOLUME_BATCHES = 2
 VOLUME_ROUNDS_PER_BATCH = 8
 ZONE = "topology.kubernetes.io/zone"
 BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
-HOSTNAME = "kubernetes.io/hostname"
 ROUND_LABEL = "fit-differential/round"
 COPY_LABEL = "fit-differential/copy"
 """On a static volume of a WaitForFirstConsumer class: the probe copy whose claims' selector picks it."""
@@ -2051,9 +2051,9 @@ def summarize_topology(pod: Mapping[str, Any]) -> str:
 
 def _create_topology_batch(api: SyncClient, rng: random.Random, batch: int) -> tuple[list[str], dict[str, Any]]:
     """The batch's nodes, the pods placed on them (some terminating), a blocker pod on every node (the sync node
-    too, holding every copy's port), and kube-scheduler shown them all (`sync_node_cache`: its one pod informer
-    delivers pod events in order, so the sync pod's binding means it has the earlier pods too). The node names, and
-    the batch as the API has it (nodes, placed pods) for the report."""
+    too, holding every copy's port), and kube-scheduler shown them all (`sync_node_cache`: its cache has the marker
+    pod, so the earlier pods too). The node names, and the batch as the API has it (nodes, placed pods) for the
+    report."""
     names = [f"t{batch}-n{i}" for i in range(NODES_PER_BATCH)]
     create_nodes(api, [topology_node_spec(rng, name, batch) for name in names])
     placed = [

@@ -23,10 +23,13 @@ Per round (ROUNDS, each on a clean cluster: the round's probe, pods, budgets and
   (matchLabels, In, Exists, NotIn, DoesNotExist; a NotIn or DoesNotExist selector also covers pods with no labels),
   and in some rounds one that allows no disruption of a pod gpu-scheduler would evict were there no budget
   (`budget_target`); each waited for until the disruption controller counts every pod it covers healthy;
-- then kube-scheduler shown the round (features.fit.plane.sync_node_cache: its pod and node informers deliver in
-  order), after the budgets' last status write. Its sync pod is in a namespace of its own: once it was in NAMESPACE,
-  where a NotIn or DoesNotExist budget counted it, healthy, while the disruption controller's informer still had
-  it, and a loaded kube-scheduler read that status (one disruption more allowed) for the probe;
+- then kube-scheduler shown the round, after the budgets' last status write: its nodes and pods
+  (features.fit.plane.sync_node_cache: a sync pod it binds once its cache has a marker pod and a node label written
+  last), and its budgets (`sync_budgets`: a canary whose victim only a budget written last decides; a loaded
+  kube-scheduler once preempted for a probe as if a budget the test had read back counted were not there yet). The
+  sync pods are in a namespace of their own: once the sync pod was in NAMESPACE, where a NotIn or DoesNotExist budget
+  counted it, healthy, while the disruption controller's informer still had it, and a loaded kube-scheduler read that
+  status (one disruption more allowed) for the probe;
 - one probe (schedulerName default-scheduler, in PROBE_NAMESPACE, where no budget is) of a random class (the highest
   mostly; one that pods of the round have too now and then), selecting the round's nodes (and maybe one pool),
   asking for more cpu or memory than any node has free (maybe a host port too): it fits no node as it is, and may
@@ -80,9 +83,11 @@ from features.fit.plane import (
     OTHER_SCHEDULER,
     PROBE_LABEL,
     ROUND_TIMEOUT,
+    SYNC_NAMESPACE,
     Plane,
     container,
     create_nodes,
+    delete_labelled,
     node_cache,
     running_plane,
     scheduler_cache,
@@ -137,6 +142,10 @@ REFUSAL_GRACE = 1.0
 candidate. One status patch writes an attempt's condition and its nomination (schedule_one.go, updatePod), so a
 refusal without one is that attempt's answer; the grace is for a retry, which nothing in the round should cause."""
 START = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
+BUDGET_NODE = "d-budget-sync"
+"""The node of the budget barrier (`sync_budgets`): no round's probe selects it."""
+BUDGET_SYNC_LABEL = "preemption-differential/budget-sync"
+"""On the budget barrier's pods: the attempt they belong to (their PodDisruptionBudget selects its `cover` pod)."""
 
 PREEMPTED, NO_CANDIDATE, BOUND = "preempted", "no candidate", "bound"
 CRITERIA = ("PDB violations", "highest victim priority", "sum of priorities", "victim count", "latest start", "tie")
@@ -155,7 +164,95 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
         for name, value in CLASSES.items():
             body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
             running.api.create(paths.PRIORITY_CLASSES, {**body, "value": value})
+        budget_node = node_body(BUDGET_NODE, labels={BUDGET_SYNC_LABEL: "node"})
+        resources = {"cpu": "1000m", "memory": "1Gi", "pods": "10"}
+        budget_node["status"] = {"allocatable": dict(resources), "capacity": dict(resources)}
+        budget_node["spec"] = {}
+        create_nodes(running.api, [budget_node])
         yield running
+
+
+# ---- kube-scheduler shown the budgets --------------------------------------------------------------------------
+
+
+def sync_budgets(api: SyncClient, rnd: int) -> int:
+    """Make sure kube-scheduler's PodDisruptionBudget lister has every budget write so far: a preemption on
+    BUDGET_NODE whose victim only a budget made now decides. Returns the attempts it took.
+
+    sync_node_cache proves kube-scheduler's nodes and pods current, but the budgets come by a watch of their own, and
+    a lister is read only when kube-scheduler preempts. Once, on a loaded machine, kube-scheduler preempted for a probe
+    as if one of the round's budgets (counted by the disruption controller, read back by the test) were not there yet.
+
+    Each attempt: on BUDGET_NODE (1000m of cpu), `keep` (priority 10) and `cover` (priority 0), 400m each, bound by
+    name; a budget that allows no disruption of `cover`, created after every budget of the round was counted; then
+    a canary of the highest class asking for 500m on that node only. One victim is enough. kube-scheduler gives the
+    pods whose eviction breaks a budget back first, then the others in order of importance: with the budget, `cover`
+    stays and `keep` goes; without it, `keep` (more important) stays and `cover` goes; were either pod not in its
+    cache yet, the canary would fit as it is. So `keep` deleted means kube-scheduler's lister had this budget, and so
+    every earlier budget write (a watch delivers in order), and its pod cache both pods, and so every earlier pod
+    write (one handler, in order). Anything else: the attempt is cleared and made again."""
+    deadline = time.monotonic() + ROUND_TIMEOUT
+    attempt = 0
+    while True:
+        attempt += 1
+        seen = _budget_canary(api, f"{rnd}-{attempt}")
+        if seen == "keep":
+            return attempt
+        assert time.monotonic() < deadline, f"kube-scheduler never preempted as if it had the budgets: last {seen!r}"
+
+
+def _budget_canary(api: SyncClient, tag: str) -> str:
+    """One attempt of `sync_budgets`: its pods, budget and canary, what kube-scheduler did ("keep" or "cover": the
+    victim; "bound as it is"), and all of it deleted."""
+    for role, priority_class in (("keep", "pd-low"), ("cover", None)):
+        spec: dict[str, Any] = {
+            "nodeName": BUDGET_NODE,
+            "schedulerName": OTHER_SCHEDULER,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [container("main", {"requests": {"cpu": "400m"}})],
+            **({"priorityClassName": priority_class} if priority_class else {}),
+        }
+        meta = {
+            "name": f"budget-sync-{tag}-{role}",
+            "labels": {BUDGET_SYNC_LABEL: tag, "role": role},
+            "annotations": dict(KWOK_LEAVE_ALONE),
+            "finalizers": [HOLD],  # a victim stays, terminating, until it is read
+        }
+        api.create(paths.pods(SYNC_NAMESPACE), {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": f"budget-sync-{tag}"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {BUDGET_SYNC_LABEL: tag, "role": "cover"}}},
+    }
+    api.create(paths.POD_DISRUPTION_BUDGET.collection(SYNC_NAMESPACE), budget)
+    canary = f"budget-sync-{tag}-canary"
+    spec = {
+        "schedulerName": KUBE_SCHEDULER,
+        "priorityClassName": "pd-top",
+        "nodeSelector": {BUDGET_SYNC_LABEL: "node"},
+        "containers": [container("main", {"requests": {"cpu": "500m"}})],
+    }
+    meta = {"name": canary, "labels": {BUDGET_SYNC_LABEL: tag}}
+    api.create(paths.pods(SYNC_NAMESPACE), {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+    selector = f"{BUDGET_SYNC_LABEL}={tag}"
+
+    def outcome() -> str | None:
+        pods = api.pods(SYNC_NAMESPACE, labelSelector=selector)
+        gone = sorted(
+            p["metadata"]["labels"].get("role", "canary") for p in pods if p["metadata"].get("deletionTimestamp")
+        )
+        if gone:
+            return ",".join(gone)
+        return "bound as it is" if api.get(paths.pod(SYNC_NAMESPACE, canary))["spec"].get("nodeName") else None
+
+    seen = wait_for(f"kube-scheduler to preempt for {canary}", outcome, timeout=ROUND_TIMEOUT, interval=0.1)
+    for pod in api.pods(SYNC_NAMESPACE, labelSelector=selector):
+        if pod["metadata"].get("finalizers"):
+            api.patch(paths.pod(SYNC_NAMESPACE, pod["metadata"]["name"]), {"metadata": {"finalizers": None}})
+    delete_labelled(api, BUDGET_SYNC_LABEL, tag, SYNC_NAMESPACE)
+    api.delete(paths.pod_disruption_budget(SYNC_NAMESPACE, budget["metadata"]["name"]))
+    return seen
 
 
 # ---- a random round ----------------------------------------------------------------------------------------------
@@ -527,6 +624,8 @@ class Case:
     kube_reasons: collections.Counter[str]
     gpu_reasons: collections.Counter[str]
     world: dict[str, Any]
+    budget_sync_attempts: int
+    """How many canaries it took (`sync_budgets`): more than one where kube-scheduler's budgets lagged."""
 
     @property
     def gpu_outcome(self) -> str:
@@ -668,8 +767,10 @@ def run_round(api: SyncClient, rng: random.Random, rnd: int) -> Case:
     cache = scheduler_cache(api, nodes)
     pdbs = budgets_for(rng, pods, rnd, budget_target(rng, cache, nodes, probe))
     _create_budgets(api, pdbs)
-    # kube-scheduler has every node and pod write of the round (the pods' status too) once it binds the sync pod.
+    # kube-scheduler has every node write of the round once it binds the sync pod; every pod write (the pods' status
+    # too) and every budget write once it preempts for the budget barrier's canary as only a budget of now decides.
     sync_node_cache(api, f"p{rnd}")
+    attempts = sync_budgets(api, rnd)
     budgets = [b for pdb in _listed_budgets(api) if (b := preemption.budget(pdb)) is not None]
     attempt = decision.cycle(probe.body, cache.snapshot)
     assert not isinstance(attempt, str), attempt
@@ -694,7 +795,7 @@ def run_round(api: SyncClient, rng: random.Random, rnd: int) -> Case:
     gpu_said = gpu_reasons(gpu, cache, nodes, probe, rooms) if refused else collections.Counter()
     world = _world(rooms, pods, pdbs, probe)
     _delete_round(api, rooms)
-    return Case(rnd, kube, gpu, no_budgets, in_play, kube_said, gpu_said, world)
+    return Case(rnd, kube, gpu, no_budgets, in_play, kube_said, gpu_said, world, attempts)
 
 
 # ---- the test ----------------------------------------------------------------------------------------------------
@@ -732,8 +833,9 @@ def test_preemption_agrees_with_kube_scheduler(plane: Plane) -> None:
         "pdb_in_play_unchanged": unchanged,
         "chosen_breaks_a_pdb": sum(bool(c.gpu.best and c.gpu.best.violations) for c in right),
         "seconds": round(elapsed, 1),
+        "budget_sync_attempts": collections.Counter(c.budget_sync_attempts for c in cases),
         "wrong_cases": [{"case": c.row(), "world": c.world} for c in wrong],
-        "cases": [c.row() for c in cases],
+        "cases": [{"case": c.row(), "world": c.world} for c in cases],
     }
     SUMMARY.parent.mkdir(parents=True, exist_ok=True)
     SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
@@ -741,7 +843,8 @@ def test_preemption_agrees_with_kube_scheduler(plane: Plane) -> None:
         f"\npreemption differential: {len(cases)} rounds, {len(wrong)} wrong; {dict(outcomes)}; preempted, by the "
         f"criterion that chose: {dict(criteria)}; no candidate, by reason (rounds): {dict(reasons)}; a PDB in play "
         f"in {len(in_play)} (changed the choice: {dict(changed)}, unchanged: {unchanged}; the "
-        f"choice breaks a PDB: {summary['chosen_breaks_a_pdb']}); {elapsed:.0f}s"
+        f"choice breaks a PDB: {summary['chosen_breaks_a_pdb']}); budget barrier attempts: "
+        f"{dict(summary['budget_sync_attempts'])}; {elapsed:.0f}s"
     )
     assert not wrong, f"{len(wrong)} round(s) where the choices differ (worlds in {SUMMARY}):\n" + "\n".join(
         c.row() for c in wrong
