@@ -104,15 +104,15 @@ where kube-scheduler names another. Of InterPodAffinity and PodTopologySpread, e
 anti-affinity, existing pods' anti-affinity; a skew, a missing topology label) is asked for at least MIN_EACH_WAY
 times too, and the summary counts the topology cases whose verdict hangs on the terminating pods not being counted.
 
-Before a batch's first probe, kube-scheduler is shown to have every node and pod write of the batch: a label is put
-on a sync node and a marker pod bound to it, last, and a pod that needs both is bound (node events reach it in
-resourceVersion order, and so do pod events its cache's handler gets; features.fit.plane.sync_node_cache). Likewise before a
-volume round's copies, for its claims and volumes: a volume of the no-provisioner class is made last and a claim
-only it can take, used by a pod pinned to the sync node; kube-scheduler reserves that volume only once it sees both,
-and its claim and volume informers deliver in resourceVersion order (the StorageClasses are shown once, the same way:
-a claim's selected-node is written only once its class is seen). The suite takes about 90 s on a busy 2-core machine
-(about 35 s of it the volume batches, about 12 s the CSI batch), and the topology batches about 25 s more; its summary
-goes to build/fit-differential.json.
+Before a batch's first probe, kube-scheduler is shown to have every node and pod write of the batch: a label is put on a
+sync node and a marker pod bound to it, last, and a pod that needs both is bound (node events reach it in
+resourceVersion order, and so do pod events its cache's handler gets; features.fit.plane.sync_node_cache). Likewise
+before a volume round's copies, for its claims and volumes: a volume of the no-provisioner class is made last and a
+claim only it can take, used by a pod pinned to the sync node; kube-scheduler reserves that volume only once it sees
+both, and its claim and volume informers deliver in resourceVersion order (the StorageClasses are shown once, the same
+way: a claim's selected-node is written only once its class is seen). The suite takes about 90 s on a busy 2-core
+machine (about 35 s of it the volume batches, about 12 s the CSI batch), and the topology batches about 25 s more; its
+summary goes to build/fit-differential.json.
 """
 
 from __future__ import annotations
