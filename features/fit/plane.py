@@ -101,6 +101,19 @@ def container(name: str, resources: dict[str, Any], ports: list[dict[str, Any]] 
     return c
 
 
+def bound_spec(
+    node: str, resources: dict[str, Any] | None = None, ports: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The spec of a pod another scheduler bound to `node` by name, tolerating every taint: both schedulers count
+    what it takes, neither places it. One container, `main`, with `resources` and `ports`."""
+    return {
+        "nodeName": node,
+        "schedulerName": OTHER_SCHEDULER,
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [container("main", resources or {}, ports)],
+    }
+
+
 def pinned(spec: dict[str, Any], node: str) -> dict[str, Any]:
     """`spec` bound to judge only `node`, as the DaemonSet controller pins its pods: the matchField ANDed into every
     required term (or one term with only it)."""
@@ -140,12 +153,7 @@ def sync_node_cache(api: SyncClient, batch: int | str) -> None:
     and gone when this returns."""
     api.patch(paths.node(SYNC_NODE), {"metadata": {"labels": {SYNC_LABEL: str(batch)}}})
     name = f"sync-{batch}"
-    marker_spec = {
-        "nodeName": SYNC_NODE,
-        "schedulerName": OTHER_SCHEDULER,
-        "tolerations": [{"operator": "Exists"}],
-        "containers": [container("main", {})],
-    }
+    marker_spec = bound_spec(SYNC_NODE)
     marker_labels = {PROBE_LABEL: name, SYNC_LABEL: str(batch)}
     marker_meta = {"name": f"{name}-marker", "labels": marker_labels, "annotations": dict(KWOK_LEAVE_ALONE)}
     api.create(paths.pods(SYNC_NAMESPACE), {"metadata": marker_meta, "spec": marker_spec})

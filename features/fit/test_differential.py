@@ -138,11 +138,11 @@ from features.fit.plane import (
     HOSTNAME,
     KUBE_SCHEDULER,
     NAMESPACE,
-    OTHER_SCHEDULER,
     PROBE_LABEL,
     ROUND_TIMEOUT,
     SYNC_NODE,
     Plane,
+    bound_spec,
     container,
     create_nodes,
     delete_labelled,
@@ -322,12 +322,7 @@ def _ports(rng: random.Random, taken: set[tuple[int, str]], chance: float) -> li
 
 def existing_pod(rng: random.Random, name: str, node: str) -> dict[str, Any]:
     taken: set[tuple[int, str]] = set()
-    spec: dict[str, Any] = {
-        "nodeName": node,
-        "schedulerName": OTHER_SCHEDULER,
-        "tolerations": [{"operator": "Exists"}],
-        "containers": [container("main", _requests(rng, 1200, 2048, 0.3), _ports(rng, taken, 0.5))],
-    }
+    spec = bound_spec(node, _requests(rng, 1200, 2048, 0.3), _ports(rng, taken, 0.5))
     if rng.random() < 0.2:
         sidecar = container("sidecar", _requests(rng, 500, 1024, 0), _ports(rng, taken, 0.3))
         spec["initContainers"] = [dict(sidecar, restartPolicy="Always")]
@@ -887,13 +882,8 @@ def csi_copy_volumes(
 
 def user_pod(name: str, claims: list[str], round_id: str, node: str = SYNC_NODE) -> dict[str, Any]:
     """A pod bound to `node` (another scheduler's) that uses `claims`."""
-    spec = {
-        "nodeName": node,
-        "schedulerName": OTHER_SCHEDULER,
-        "tolerations": [{"operator": "Exists"}],
-        "containers": [container("main", {})],
-        "volumes": [{"name": f"v{j}", "persistentVolumeClaim": {"claimName": c}} for j, c in enumerate(claims)],
-    }
+    spec = bound_spec(node)
+    spec["volumes"] = [{"name": f"v{j}", "persistentVolumeClaim": {"claimName": c}} for j, c in enumerate(claims)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -1853,12 +1843,7 @@ def placed_pod(rng: random.Random, name: str, node: str, batch: int) -> dict[str
     labels = {ROLE_LABEL: "placed", PLACED_LABEL: f"t{batch}", "app": rng.choice(APPS)}
     if rng.random() < 0.5:
         labels["tier"] = rng.choice("12")
-    spec: dict[str, Any] = {
-        "nodeName": node,
-        "schedulerName": OTHER_SCHEDULER,
-        "tolerations": [{"operator": "Exists"}],
-        "containers": [container("main", {})],
-    }
+    spec = bound_spec(node)
     if rng.random() < 0.2:
         spec["affinity"] = placed_anti_affinity(rng)
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
@@ -1872,12 +1857,7 @@ def blocker_pod(name: str, node: str, batch: int, ports: Iterable[int]) -> dict[
     """A pod bound to `node` (another scheduler's, in BLOCKER_NAMESPACE, matched by no probe's term) holding
     `ports` on the host: the copies that ask for one of them cannot go there."""
     taken = [{"containerPort": p, "hostPort": p, "protocol": "TCP"} for p in ports]
-    spec = {
-        "nodeName": node,
-        "schedulerName": OTHER_SCHEDULER,
-        "tolerations": [{"operator": "Exists"}],
-        "containers": [container("main", {}, taken)],
-    }
+    spec = bound_spec(node, ports=taken)
     meta = {"name": name, "namespace": BLOCKER_NAMESPACE, "labels": {BLOCKER_LABEL: f"t{batch}"}}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 

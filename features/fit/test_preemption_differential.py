@@ -80,11 +80,11 @@ import pytest
 from features.fit.plane import (
     KUBE_SCHEDULER,
     NAMESPACE,
-    OTHER_SCHEDULER,
     PROBE_LABEL,
     ROUND_TIMEOUT,
     SYNC_NAMESPACE,
     Plane,
+    bound_spec,
     container,
     create_nodes,
     delete_labelled,
@@ -164,11 +164,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
         for name, value in CLASSES.items():
             body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
             running.api.create(paths.PRIORITY_CLASSES, {**body, "value": value})
-        budget_node = node_body(BUDGET_NODE, labels={BUDGET_SYNC_LABEL: "node"})
-        resources = {"cpu": "1000m", "memory": "1Gi", "pods": "10"}
-        budget_node["status"] = {"allocatable": dict(resources), "capacity": dict(resources)}
-        budget_node["spec"] = {}
-        create_nodes(running.api, [budget_node])
+        create_nodes(running.api, [Room(BUDGET_NODE, 1000, 1024, 10, {BUDGET_SYNC_LABEL: "node"}).body()])
         yield running
 
 
@@ -205,13 +201,9 @@ def _budget_canary(api: SyncClient, tag: str) -> str:
     """One attempt of `sync_budgets`: its pods, budget and canary, what kube-scheduler did ("keep" or "cover": the
     victim; "bound as it is"), and all of it deleted."""
     for role, priority_class in (("keep", "pd-low"), ("cover", None)):
-        spec: dict[str, Any] = {
-            "nodeName": BUDGET_NODE,
-            "schedulerName": OTHER_SCHEDULER,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [container("main", {"requests": {"cpu": "400m"}})],
-            **({"priorityClassName": priority_class} if priority_class else {}),
-        }
+        spec = bound_spec(BUDGET_NODE, {"requests": {"cpu": "400m"}})
+        if priority_class:
+            spec["priorityClassName"] = priority_class
         meta = {
             "name": f"budget-sync-{tag}-{role}",
             "labels": {BUDGET_SYNC_LABEL: tag, "role": role},
@@ -247,9 +239,7 @@ def _budget_canary(api: SyncClient, tag: str) -> str:
         return "bound as it is" if api.get(paths.pod(SYNC_NAMESPACE, canary))["spec"].get("nodeName") else None
 
     seen = wait_for(f"kube-scheduler to preempt for {canary}", outcome, timeout=ROUND_TIMEOUT, interval=0.1)
-    for pod in api.pods(SYNC_NAMESPACE, labelSelector=selector):
-        if pod["metadata"].get("finalizers"):
-            api.patch(paths.pod(SYNC_NAMESPACE, pod["metadata"]["name"]), {"metadata": {"finalizers": None}})
+    _let_go(api, SYNC_NAMESPACE, labelSelector=selector)
     delete_labelled(api, BUDGET_SYNC_LABEL, tag, SYNC_NAMESPACE)
     api.delete(paths.pod_disruption_budget(SYNC_NAMESPACE, budget["metadata"]["name"]))
     return seen
@@ -317,12 +307,7 @@ def bound_pods(rng: random.Random, room: Room, rnd: int, index: int) -> list[dic
         if not room.port and rng.random() < 0.15:
             room.port = True
             ports = [{"containerPort": PORT, "hostPort": PORT, "protocol": "TCP"}]
-        spec: dict[str, Any] = {
-            "nodeName": room.name,
-            "schedulerName": OTHER_SCHEDULER,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [container("main", {"requests": requests}, ports)],
-        }
+        spec = bound_spec(room.name, {"requests": requests}, ports)
         priority_class = rng.choice(classes)
         if priority_class is not None:
             spec["priorityClassName"] = priority_class
@@ -713,6 +698,13 @@ def _create_budgets(api: SyncClient, bodies: list[dict[str, Any]]) -> None:
         )
 
 
+def _let_go(api: SyncClient, namespace: str, **query: str) -> None:
+    """Take the test's finalizer (HOLD) off the pods of `namespace` that `query` lists, so that deleting them ends."""
+    for pod in api.pods(namespace, **query):
+        if pod["metadata"].get("finalizers"):
+            api.patch(paths.pod(namespace, pod["metadata"]["name"]), {"metadata": {"finalizers": None}})
+
+
 def _listed_budgets(api: SyncClient) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = api.get(paths.POD_DISRUPTION_BUDGET.collection())["items"]
     return items
@@ -723,9 +715,7 @@ def _delete_round(api: SyncClient, rooms: list[Room]) -> None:
     api.delete(paths.pods(PROBE_NAMESPACE), gracePeriodSeconds="0")
     wait_for("the probe deleted", lambda: not api.pods(PROBE_NAMESPACE) or None, timeout=30)
     for namespace in (NAMESPACE, OTHER_NAMESPACE):
-        for pod in api.pods(namespace):
-            if pod["metadata"].get("finalizers"):
-                api.patch(paths.pod(namespace, pod["metadata"]["name"]), {"metadata": {"finalizers": None}})
+        _let_go(api, namespace)
         api.delete(paths.pods(namespace), gracePeriodSeconds="0")
         api.delete(paths.POD_DISRUPTION_BUDGET.collection(namespace))
     wait_for(
@@ -767,8 +757,8 @@ def run_round(api: SyncClient, rng: random.Random, rnd: int) -> Case:
     cache = scheduler_cache(api, nodes)
     pdbs = budgets_for(rng, pods, rnd, budget_target(rng, cache, nodes, probe))
     _create_budgets(api, pdbs)
-    # kube-scheduler has every node write of the round once it binds the sync pod; every pod write (the pods' status
-    # too) and every budget write once it preempts for the budget barrier's canary as only a budget of now decides.
+    # kube-scheduler has every node and pod write of the round (the pods' status too) once it binds the sync pod, and
+    # every budget write once it preempts for the budget barrier's canary as only a budget written now decides.
     sync_node_cache(api, f"p{rnd}")
     attempts = sync_budgets(api, rnd)
     budgets = [b for pdb in _listed_budgets(api) if (b := preemption.budget(pdb)) is not None]
