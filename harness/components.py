@@ -81,11 +81,12 @@ def start_kube_scheduler(
     qps: int,
     burst: int,
     leader_election: LeaderElection | None,
+    verbosity: int = 0,
 ) -> Process:
     """The upstream kube-scheduler of the plane's Kubernetes version (toolchain.binary) with the plane's gates, one
-    default profile for `scheduler_name`, signed in with `kubeconfig`; with `leader_election` its timings, else alone.
-    Started and waited for until ready (its /readyz includes the informers' sync). The benchmark's contender and the
-    fit differential test both run it."""
+    default profile for `scheduler_name`, signed in with `kubeconfig`; with `leader_election` its timings, else alone;
+    logging at `verbosity` (klog's -v). Started and waited for until ready (its /readyz includes the informers' sync).
+    The benchmark's contender and the fit differential test both run it."""
     if leader_election is None:
         election = "  leaderElect: false"
     else:
@@ -116,6 +117,7 @@ profiles:
             f"--authentication-kubeconfig={cp.kubeconfig}",
             f"--authorization-kubeconfig={cp.kubeconfig}",
             f"--cert-dir={workdir / 'kube-scheduler-certs'}",
+            f"--v={verbosity}",
             *cp.workload_flags.get("kube-scheduler", []),
         ],
         cp.logs,

@@ -82,6 +82,8 @@ def running_plane(workdir: pathlib.Path, controller_manager: Sequence[str] = ())
             qps=1000,
             burst=1000,
             leader_election=None,
+            # 2: its word that an asynchronous preemption is over (the preemption differential waits for it).
+            verbosity=2,
         )
         cp.add_node(SYNC_NODE)
         yield Plane(cp, cp.api, scheduler)
@@ -147,10 +149,10 @@ def sync_node_cache(api: SyncClient, batch: int | str) -> None:
     """Make sure kube-scheduler's cache has every node and pod write of the batch so far: label the sync node and bind
     a marker pod to it, last, and wait until kube-scheduler binds a pod that needs both, the label (node affinity) and
     the marker (required pod affinity). Its node informer delivers node events in resourceVersion order, so the
-    label's arrival means every earlier node write has arrived. Its one pod informer delivers pod events in order, but
-    to two handlers that run apart, the queue's (where the sync pod arrives) and the cache's (which places the bound
-    pods): the marker in the cache means that handler has every earlier pod write. The pods are in SYNC_NAMESPACE,
-    and gone when this returns."""
+    label's arrival means every earlier node write has arrived. Its one pod informer delivers pod events in order too;
+    up to 1.34 to two handlers that run apart, the queue's (where the sync pod arrives) and the cache's (which places
+    the bound pods), from 1.35 to one: either way the marker in the cache means the cache has every earlier pod write.
+    The pods are in SYNC_NAMESPACE, and gone when this returns."""
     api.patch(paths.node(SYNC_NODE), {"metadata": {"labels": {SYNC_LABEL: str(batch)}}})
     name = f"sync-{batch}"
     marker_spec = bound_spec(SYNC_NODE)
