@@ -49,7 +49,7 @@ cover it, in the order its lister returns them (a map's: random), only up to the
 every one, and so does gpu-scheduler (preemption.split_by_budgets). Where a victim is covered by an exhausted budget
 listed before another, 1.37 may leave the other's disruption unspent, and a later victim on that node breaks no budget:
 round 28 of SEED (its budget `app In (batch, db)` before `app NotIn (web)`) then goes to pd28-n0 instead of pd28-n1, in
-3 of the 14 runs of 2026-11-29.
+4 of the 15 runs of 2026-11-29.
 
 They must agree. Where both preempt: the same node and the same victims; kube-scheduler breaks the last tie by the
 order of its candidate list (random), so where several candidates share the best `Candidate.rank()` but for the
